@@ -1,0 +1,126 @@
+"""Build machinery shared by the vgpu packages (one source, linked into each package).
+
+Two jobs:
+
+* Native libraries: the preload libraries are plain shared objects loaded into processes
+  that are not Python (bash, nvidia-smi, any CUDA binary). They must not link libpython, carry
+  an RPATH or depend on anything but libc, so they are built with one direct compiler call with
+  flags we own, instead of distutils' extension machinery (which injects Python's own flags).
+* Sibling requirements: the packages depend on each other but are not on PyPI. From a source
+  checkout a dependency on a sibling becomes a direct reference to its folder, so
+  ``pip install ./packages/X`` works alone; elsewhere (an unpacked sdist) it is pinned by name
+  to the same version.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.bdist_wheel import bdist_wheel
+
+# Warnings are errors; hidden visibility so only symbols marked for export leave the library.
+BASE_CFLAGS = [
+    "-std=c11",
+    "-O2",
+    "-g",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+]
+# --no-undefined: every symbol must resolve against the listed libraries (catches a stray
+# libpython reference at build time); --as-needed keeps NEEDED down to what is really used.
+BASE_LDFLAGS = [
+    "-shared",
+    "-Wl,--no-undefined",
+    "-Wl,--as-needed",
+    "-Wl,-z,noexecstack",
+    "-Wl,-z,relro",
+]
+
+
+class NativeLibrary(Extension):
+    """A plain shared object, e.g. ``NativeLibrary("vgpu_add_path.libadd_path", ["csrc/x.c"])``
+    is installed as ``vgpu_add_path/libadd_path.so``."""
+
+
+class BuildNative(build_ext):
+    """build_ext that builds :class:`NativeLibrary` objects with one direct compiler call."""
+
+    def get_ext_filename(self, fullname: str) -> str:
+        # Called with the dotted name and with its last part alone; both map to "<name>.so".
+        native = {ext.name.rpartition(".")[2] for ext in self.extensions if isinstance(ext, NativeLibrary)}
+        if fullname.rpartition(".")[2] in native:
+            return os.path.join(*fullname.split(".")) + ".so"
+        return str(super().get_ext_filename(fullname))
+
+    def build_extension(self, ext: Extension) -> None:
+        if not isinstance(ext, NativeLibrary):
+            super().build_extension(ext)
+            return
+        output = Path(self.get_ext_fullpath(ext.name))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        compiler = shlex.split(os.environ.get("CC", "cc"))
+        command = [
+            *compiler,
+            *BASE_CFLAGS,
+            *(f"-I{folder}" for folder in ext.include_dirs),
+            *(f"-D{name}={value}" if value else f"-D{name}" for name, value in ext.define_macros),
+            *ext.extra_compile_args,
+            *ext.sources,
+            "-o",
+            str(output),
+            *BASE_LDFLAGS,
+            *ext.extra_link_args,
+            *(f"-l{library}" for library in ext.libraries),
+        ]
+        print(" ".join(shlex.quote(part) for part in command), file=sys.stderr)
+        subprocess.run(command, check=True)
+
+
+class PlatformWheel(bdist_wheel):
+    """The native libraries do not use the Python ABI: tag wheels py3-none-<platform>."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+def _own_version(package_dir: Path) -> str:
+    with (package_dir / "pyproject.toml").open("rb") as handle:
+        return str(tomllib.load(handle)["project"]["version"])
+
+
+def sibling_requirement(package_dir: Path, distribution: str) -> str:
+    """``vgpu-common`` → a direct reference to ../common in a checkout, else ``vgpu-common==V``."""
+    folder = package_dir.parent / distribution.removeprefix("vgpu-").replace("-", "_")
+    if (folder / "pyproject.toml").is_file():
+        return f"{distribution} @ {folder.resolve().as_uri()}"
+    return f"{distribution}=={_own_version(package_dir)}"
+
+
+def setup_package(
+    setup_file: str,
+    *,
+    requires: list[str],
+    siblings: list[str] = [],  # noqa: B006 - read only
+    native: list[NativeLibrary] = [],  # noqa: B006 - read only
+) -> None:
+    """Run setuptools for one vgpu package; the rest of the metadata is in its pyproject.toml."""
+    package_dir = Path(setup_file).resolve().parent
+    extra: dict[str, Any] = {}
+    if native:
+        extra = {"ext_modules": native, "cmdclass": {"build_ext": BuildNative, "bdist_wheel": PlatformWheel}}
+    setup(
+        install_requires=[*requires, *(sibling_requirement(package_dir, name) for name in siblings)],
+        **extra,
+    )

@@ -1,0 +1,3 @@
+from vgpu_add_path.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""tf-hypervisor: the vgpu node daemon and its command-line client."""

@@ -1,0 +1,3 @@
+from vgpu_hypervisor.cli import main
+
+main()

@@ -1,0 +1,8 @@
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vgpu_build import setup_package  # noqa: E402
+
+setup_package(__file__, requires=["typer>=0.12"], siblings=["vgpu-common"])

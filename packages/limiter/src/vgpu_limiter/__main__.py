@@ -1,0 +1,3 @@
+from vgpu_limiter.cli import main
+
+main()

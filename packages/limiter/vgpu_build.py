@@ -1,0 +1,1 @@
+../../build_support/vgpu_build.py
