@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
 from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_ext import build_ext
 
 # Warnings are errors; hidden visibility so only symbols marked for export leave the library.
 BASE_CFLAGS = [
@@ -58,10 +58,12 @@ class BuildNative(build_ext):
 
     def get_ext_filename(self, fullname: str) -> str:
         # Called with the dotted name and with its last part alone; both map to "<name>.so".
-        native = {ext.name.rpartition(".")[2] for ext in self.extensions if isinstance(ext, NativeLibrary)}
+        native = {
+            ext.name.rpartition(".")[2] for ext in self.extensions if isinstance(ext, NativeLibrary)
+        }
         if fullname.rpartition(".")[2] in native:
-            return os.path.join(*fullname.split(".")) + ".so"
-        return str(super().get_ext_filename(fullname))
+            return str(Path(*fullname.split(".")).with_suffix(".so"))
+        return str(super().get_ext_filename(fullname))  # type: ignore[no-untyped-call]
 
     def build_extension(self, ext: Extension) -> None:
         if not isinstance(ext, NativeLibrary):
@@ -83,7 +85,7 @@ class BuildNative(build_ext):
             *ext.extra_link_args,
             *(f"-l{library}" for library in ext.libraries),
         ]
-        print(" ".join(shlex.quote(part) for part in command), file=sys.stderr)
+        print(" ".join(shlex.quote(str(part)) for part in command), file=sys.stderr)
         subprocess.run(command, check=True)
 
 
@@ -101,9 +103,12 @@ def _own_version(package_dir: Path) -> str:
 
 
 def sibling_requirement(package_dir: Path, distribution: str) -> str:
-    """``vgpu-common`` → a direct reference to ../common in a checkout, else ``vgpu-common==V``."""
+    """``vgpu-common`` → a direct reference to ../common in a checkout, else ``vgpu-common==V``.
+
+    An sdist is made to be built elsewhere, so its metadata always carries the pinned form.
+    """
     folder = package_dir.parent / distribution.removeprefix("vgpu-").replace("-", "_")
-    if (folder / "pyproject.toml").is_file():
+    if (folder / "pyproject.toml").is_file() and "sdist" not in sys.argv[1:]:
         return f"{distribution} @ {folder.resolve().as_uri()}"
     return f"{distribution}=={_own_version(package_dir)}"
 
@@ -119,8 +124,14 @@ def setup_package(
     package_dir = Path(setup_file).resolve().parent
     extra: dict[str, Any] = {}
     if native:
-        extra = {"ext_modules": native, "cmdclass": {"build_ext": BuildNative, "bdist_wheel": PlatformWheel}}
+        extra = {
+            "ext_modules": native,
+            "cmdclass": {"build_ext": BuildNative, "bdist_wheel": PlatformWheel},
+        }
     setup(
-        install_requires=[*requires, *(sibling_requirement(package_dir, name) for name in siblings)],
+        install_requires=[
+            *requires,
+            *(sibling_requirement(package_dir, name) for name in siblings),
+        ],
         **extra,
     )

@@ -3,7 +3,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vgpu_build import NativeLibrary, setup_package  # noqa: E402
+from vgpu_build import NativeLibrary, setup_package
 
 setup_package(
     __file__,

@@ -3,6 +3,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vgpu_build import setup_package  # noqa: E402
+from vgpu_build import setup_package
 
 setup_package(__file__, requires=["typer>=0.12"], siblings=["vgpu-common", "vgpu-limiter"])

@@ -1,12 +1,19 @@
 /* libadd_path: on load, rewrite PATH, LD_PRELOAD and LD_LIBRARY_PATH from TF_<VAR> (append)
  * and TF_PREPEND_<VAR> (prepend). A guest in other people's processes: libc only, no
- * allocation beyond the new values, never aborts; on any failure the variable stays as it is. */
+ * allocation beyond the new values, never aborts; on any failure the variable stays as it is.
+ *
+ * The environment is read and written through `environ` directly, not getenv/setenv: a host
+ * program may define its own (bash does, and its setenv before main() writes into a variable
+ * table that is not set up yet, so the change would be lost). glibc hands `__environ` to main()
+ * after the constructors ran, so every program sees the new array. */
 #define _GNU_SOURCE
 #include "add_path.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+extern char **environ;
 
 struct target {
     const char *name;
@@ -143,13 +150,65 @@ void vgpu_add_path_free(char *value) {
     free(value);
 }
 
+/* The slot of `name` in environ, or NULL. */
+static char **environment_slot(const char *name) {
+    size_t length = strlen(name);
+    for (char **entry = environ; entry != NULL && *entry != NULL; entry++) {
+        if (strncmp(*entry, name, length) == 0 && (*entry)[length] == '=') {
+            return entry;
+        }
+    }
+    return NULL;
+}
+
+static const char *environment_get(const char *name) {
+    char **slot = environment_slot(name);
+    return slot == NULL ? NULL : *slot + strlen(name) + 1;
+}
+
+/* Set name=value. The replaced string and array are not freed: they belong to the startup
+ * code or to libc, and another thread may still be reading them. */
+static void environment_set(const char *name, const char *value) {
+    size_t name_length = strlen(name);
+    size_t value_length = strlen(value);
+    char *entry = malloc(name_length + value_length + 2);
+    if (entry == NULL) {
+        return;
+    }
+    memcpy(entry, name, name_length);
+    entry[name_length] = '=';
+    memcpy(entry + name_length + 1, value, value_length + 1);
+
+    char **slot = environment_slot(name);
+    if (slot != NULL) {
+        *slot = entry;
+        return;
+    }
+    size_t count = 0;
+    while (environ != NULL && environ[count] != NULL) {
+        count++;
+    }
+    char **grown = malloc((count + 2) * sizeof *grown);
+    if (grown == NULL) {
+        free(entry);
+        return;
+    }
+    if (count > 0) {
+        memcpy(grown, environ, count * sizeof *grown);
+    }
+    grown[count] = entry;
+    grown[count + 1] = NULL;
+    environ = grown;
+}
+
 void vgpu_add_path_apply(void) {
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
         const struct target *target = &targets[i];
-        char *merged = vgpu_add_path_merge(getenv(target->name), getenv(target->prepend_name),
-                                           getenv(target->append_name), target->separators);
+        char *merged = vgpu_add_path_merge(environment_get(target->name),
+                                           environment_get(target->prepend_name),
+                                           environment_get(target->append_name), target->separators);
         if (merged != NULL) {
-            setenv(target->name, merged, 1);
+            environment_set(target->name, merged);
             free(merged);
         }
     }

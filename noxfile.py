@@ -1,0 +1,152 @@
+"""Developer and CI sessions. `nox` alone runs tests, lint and typecheck (what CI runs)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).resolve().parent
+# Folder under packages/ → (distribution, the sibling folders it needs, command that proves it runs)
+PACKAGES: dict[str, tuple[str, tuple[str, ...], list[str]]] = {
+    "common": ("vgpu-common", (), ["python", "-c", "import vgpu_common.cli"]),
+    "add_path": ("vgpu-add-path", ("common",), ["tf-add-path", "path"]),
+    "limiter": ("vgpu-limiter", ("common",), ["tf-limiter", "version"]),
+    "hypervisor": ("vgpu-hypervisor", ("common", "limiter"), ["tf-hypervisor", "version"]),
+}
+SANITIZER_FLAGS = [
+    "-std=c11",
+    "-g",
+    "-O1",
+    "-fno-omit-frame-pointer",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+]
+
+
+def sync(session: nox.Session, *groups: str, packages: bool = True) -> None:
+    """Install the locked workspace (or only the groups) into the session's environment."""
+    selection = ["--all-packages"] if packages else ["--no-install-workspace"]
+    session.run_install(
+        "uv",
+        "sync",
+        "--locked",
+        "--no-default-groups",
+        *selection,
+        *(f"--group={group}" for group in groups),
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        silent=True,
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """pytest over tests/ on the simulated GPU (real-GPU tests skip themselves)."""
+    sync(session, "tests")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    sync(session, "lint", packages=False)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over packages/ (and the build and test support code)."""
+    sync(session, "typecheck")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def sanitize(session: nox.Session) -> None:
+    """The C tests built together with the library sources under ASan and UBSan."""
+    build = ROOT / "build" / "sanitize"
+    build.mkdir(parents=True, exist_ok=True)
+    binary = build / "add_path_test"
+    session.run(
+        os.environ.get("CC", "cc"),
+        *SANITIZER_FLAGS,
+        f"-I{ROOT / 'packages/add_path/csrc'}",
+        str(ROOT / "tests/c/add_path_test.c"),
+        str(ROOT / "packages/add_path/csrc/add_path.c"),
+        "-o",
+        str(binary),
+        external=True,
+    )
+    session.run(
+        str(binary),
+        external=True,
+        env={"LSAN_OPTIONS": f"suppressions={ROOT / 'tests/c/lsan.supp'}:print_suppressions=0"},
+    )
+
+
+def _venv(session: nox.Session, folder: Path) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    session.run(sys.executable, "-m", "venv", str(folder), external=True, silent=True)
+    return folder / "bin"
+
+
+@nox.session(venv_backend="none")
+def build(session: nox.Session) -> None:
+    """Wheel and sdist of every package; each wheel installs into a fresh venv and runs."""
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # Wheels are built from the sdists, so an sdist that misses a file fails here.
+    session.run("uv", "build", "--all-packages", "--out-dir", str(dist), external=True)
+    venvs = ROOT / "build" / "venvs"
+    for folder, (distribution, needs, command) in PACKAGES.items():
+        stem = distribution.replace("-", "_")
+        if not list(dist.glob(f"{stem}-*.tar.gz")):
+            session.error(f"no sdist of {distribution}")
+        wheels = [
+            next(dist.glob(f"{name.replace('-', '_')}-*.whl"))
+            for name in (PACKAGES[n][0] for n in (*needs, folder))
+        ]
+        bin_dir = _venv(session, venvs / folder)
+        session.run(
+            str(bin_dir / "python"), "-m", "pip", "install", "-q", *map(str, wheels), external=True
+        )
+        session.run(str(bin_dir / command[0]), *command[1:], external=True)
+    # The issue's promise: plain pip from the source folder, alone, in a fresh venv.
+    bin_dir = _venv(session, venvs / "pip-add-path")
+    session.run(
+        str(bin_dir / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        str(ROOT / "packages/add_path"),
+        external=True,
+    )
+    library = subprocess.run(
+        [bin_dir / "tf-add-path", "path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = subprocess.run(
+        ["sh", "-c", "echo $PATH"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "LD_BIND_NOW": "1",
+            "LD_PRELOAD": library,
+            "TF_PREPEND_PATH": "/opt/a",
+            "TF_PATH": "/opt/b",
+        },
+    ).stdout.strip()
+    if path != "/opt/a:/usr/bin:/bin:/opt/b":
+        session.error(f"libadd_path.so from a plain pip install gave PATH={path}")
+    session.log(f"pip install ./packages/add_path: PATH={path}")
