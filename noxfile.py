@@ -120,17 +120,24 @@ def build(session: nox.Session) -> None:
             str(bin_dir / "python"), "-m", "pip", "install", "-q", *map(str, wheels), external=True
         )
         session.run(str(bin_dir / command[0]), *command[1:], external=True)
-    # The issue's promise: plain pip from the source folder, alone, in a fresh venv.
-    bin_dir = _venv(session, venvs / "pip-add-path")
-    session.run(
-        str(bin_dir / "python"),
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        str(ROOT / "packages/add_path"),
-        external=True,
-    )
+    # Plain pip from each source folder, alone, in a fresh venv (siblings come from the checkout).
+    for folder, (_, _, command) in PACKAGES.items():
+        bin_dir = _venv(session, venvs / f"pip-{folder}")
+        session.run(
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            str(ROOT / "packages" / folder),
+            external=True,
+        )
+        session.run(str(bin_dir / command[0]), *command[1:], external=True)
+    _check_add_path_example(session, venvs / "pip-add_path" / "bin")
+
+
+def _check_add_path_example(session: nox.Session, bin_dir: Path) -> None:
+    """LD_BIND_NOW=1 LD_PRELOAD=$(tf-add-path path) TF_PREPEND_PATH=/opt/a TF_PATH=/opt/b sh."""
     library = subprocess.run(
         [bin_dir / "tf-add-path", "path"], capture_output=True, text=True, check=True
     ).stdout.strip()
