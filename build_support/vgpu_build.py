@@ -50,20 +50,53 @@ BASE_LDFLAGS = [
 
 class NativeLibrary(Extension):
     """A plain shared object, e.g. ``NativeLibrary("vgpu_add_path.libadd_path", ["csrc/x.c"])``
-    is installed as ``vgpu_add_path/libadd_path.so``."""
+    is installed as ``vgpu_add_path/libadd_path.so``.
+
+    ``filename`` overrides the file name (``libcuda.so.1``); ``executable`` links a program
+    instead; ``link_native`` names earlier NativeLibrary objects the result links against.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        sources: list[str],
+        *,
+        filename: str | None = None,
+        executable: bool = False,
+        link_native: tuple[str, ...] = (),
+        **options: Any,
+    ) -> None:
+        super().__init__(name, sources, **options)
+        self.filename = filename
+        self.executable = executable
+        self.link_native = link_native
 
 
 class BuildNative(build_ext):
     """build_ext that builds :class:`NativeLibrary` objects with one direct compiler call."""
 
+    def _native(self, name: str) -> NativeLibrary | None:
+        # Called with the dotted name and with its last part alone.
+        for ext in self.extensions:
+            if isinstance(ext, NativeLibrary) and name in {ext.name, ext.name.rpartition(".")[2]}:
+                return ext
+        return None
+
     def get_ext_filename(self, fullname: str) -> str:
-        # Called with the dotted name and with its last part alone; both map to "<name>.so".
-        native = {
-            ext.name.rpartition(".")[2] for ext in self.extensions if isinstance(ext, NativeLibrary)
-        }
-        if fullname.rpartition(".")[2] in native:
-            return str(Path(*fullname.split(".")).with_suffix(".so"))
+        native = self._native(fullname)
+        if native is not None:
+            parts = fullname.split(".")
+            default = parts[-1] + ("" if native.executable else ".so")
+            return str(Path(*parts[:-1], native.filename or default))
         return str(super().get_ext_filename(fullname))  # type: ignore[no-untyped-call]
+
+    def copy_extensions_to_source(self) -> None:
+        # Editable installs copy each output next to its sources; its folder may not exist yet.
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            package = self.get_ext_fullname(ext.name).rpartition(".")[0]
+            Path(build_py.get_package_dir(package)).mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
+        super().copy_extensions_to_source()
 
     def build_extension(self, ext: Extension) -> None:
         if not isinstance(ext, NativeLibrary):
@@ -72,6 +105,11 @@ class BuildNative(build_ext):
         output = Path(self.get_ext_fullpath(ext.name))
         output.parent.mkdir(parents=True, exist_ok=True)
         compiler = shlex.split(os.environ.get("CC", "cc"))
+        linked = []
+        for name in ext.link_native:
+            dependency = Path(self.get_ext_fullpath(name))
+            linked += [f"-L{dependency.parent}", f"-l:{dependency.name}"]
+        ldflags = [flag for flag in BASE_LDFLAGS if not (ext.executable and flag == "-shared")]
         command = [
             *compiler,
             *BASE_CFLAGS,
@@ -81,8 +119,9 @@ class BuildNative(build_ext):
             *ext.sources,
             "-o",
             str(output),
-            *BASE_LDFLAGS,
+            *ldflags,
             *ext.extra_link_args,
+            *linked,
             *(f"-l{library}" for library in ext.libraries),
         ]
         print(" ".join(shlex.quote(str(part)) for part in command), file=sys.stderr)

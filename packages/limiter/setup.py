@@ -1,8 +1,47 @@
 import sys
+from glob import glob
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vgpu_build import setup_package
+from vgpu_build import NativeLibrary, setup_package  # noqa: E402
 
-setup_package(__file__, requires=["typer>=0.12"], siblings=["vgpu-common"])
+# The simulated GPU: a driver and NVML that share the node-wide state code.
+SIM_COMMON = ["csrc/sim/sim_state.c", "csrc/sim/sim_config.c", "csrc/common/vgpu_parse.c"]
+SIM_OPTIONS = {
+    "include_dirs": ["csrc/include", "csrc/common", "csrc/sim"],
+    "define_macros": [("VGPU_API_VISIBILITY", '__attribute__((visibility("default")))')],
+    "libraries": ["pthread", "dl", "rt"],
+}
+
+
+def sim_library(soname: str, sources: list[str]) -> NativeLibrary:
+    # -Bsymbolic: the library's calls to itself never go back through an interposer, as in
+    # the real driver; otherwise tests of the limiter could pass for the wrong reason.
+    return NativeLibrary(
+        f"vgpu_limiter.sim.lib.{soname.split('.')[0]}",
+        sources=[*sources, *SIM_COMMON],
+        filename=soname,
+        extra_link_args=[f"-Wl,-soname,{soname}", "-Wl,-Bsymbolic"],
+        **SIM_OPTIONS,
+    )
+
+
+setup_package(
+    __file__,
+    requires=["typer>=0.12"],
+    siblings=["vgpu-common"],
+    native=[
+        sim_library("libcuda.so.1", sorted(glob("csrc/sim/cuda_*.c"))),
+        sim_library("libnvidia-ml.so.1", sorted(glob("csrc/sim/nvml_*.c"))),
+        NativeLibrary(
+            "vgpu_limiter.sim.bin.workload",
+            sources=sorted(glob("csrc/workload/*.c")),
+            filename="vgpu-sim-workload",
+            executable=True,
+            link_native=("vgpu_limiter.sim.lib.libcuda",),
+            include_dirs=["csrc/include"],
+            libraries=["dl"],
+        ),
+    ],
+)

@@ -1,0 +1,2 @@
+/* Placeholder replaced by the simulator workload. */
+int main(void) { return 0; }
