@@ -304,8 +304,7 @@ bool sim_context_attach(int device) {
     }
     struct sim_process *self = sim_self_locked(state);
     bool ok = self != NULL &&
-              (self->contexts[device] > 0 ||
-               reserve_locked(state, self, device, state->devices[device].config.context_overhead));
+              reserve_locked(state, self, device, state->devices[device].config.context_overhead);
     if (ok) {
         self->contexts[device]++;
     }
@@ -319,7 +318,8 @@ void sim_context_detach(int device) {
         return;
     }
     struct sim_process *self = sim_self_locked(state);
-    if (self != NULL && self->contexts[device] > 0 && --self->contexts[device] == 0) {
+    if (self != NULL && self->contexts[device] > 0) {
+        self->contexts[device]--;
         release_locked(state, self, device, state->devices[device].config.context_overhead);
     }
     sim_unlock(state);

@@ -82,7 +82,7 @@ struct sim_process *sim_self_locked(struct sim_state *state);
 bool sim_memory_reserve(int device, uint64_t bytes);
 void sim_memory_release(int device, uint64_t bytes);
 
-/* A context of this process on the device: the first one costs the context overhead. */
+/* A context of this process on the device; each costs the device's context overhead. */
 bool sim_context_attach(int device);
 void sim_context_detach(int device);
 

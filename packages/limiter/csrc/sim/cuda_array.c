@@ -1,0 +1,177 @@
+/* Simulated driver: CUDA arrays and mipmapped arrays, charged by their element storage. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "cuda_sim.h"
+
+struct CUarray_st {
+    uint32_t magic;
+};
+
+struct CUmipmappedArray_st {
+    uint32_t magic;
+};
+
+static uint64_t element_bytes(CUarray_format format, unsigned channels) {
+    uint64_t size;
+    switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: size = 1; break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: size = 2; break;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: size = 4; break;
+    default: return 0;
+    }
+    return channels == 1 || channels == 2 || channels == 4 ? size * channels : 0;
+}
+
+/* One dimension of mip level `level`: halved per level, at least 1; a 0 height or depth means
+ * a lower-dimensional array and counts as 1. */
+static uint64_t level_extent(size_t value, unsigned level) {
+    uint64_t shifted = (uint64_t)value >> level;
+    return shifted == 0 ? 1 : shifted;
+}
+
+/* Bytes of `levels` mip levels; 0 on overflow. */
+static uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
+    uint64_t element = element_bytes(desc->Format, desc->NumChannels);
+    uint64_t total = 0;
+    for (unsigned level = 0; level < levels && level < 64; level++) {
+        unsigned __int128 bytes = (unsigned __int128)level_extent(desc->Width, level) *
+                                  level_extent(desc->Height, level) *
+                                  level_extent(desc->Depth, level) * element;
+        if (bytes > UINT64_MAX - total) {
+            return 0;
+        }
+        total += (uint64_t)bytes;
+    }
+    return total;
+}
+
+static CUresult create(void *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
+    int device;
+    struct CUctx_st *context;
+    CUresult result = sim_current_device(&device, &context);
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (desc->Width == 0 || levels == 0 || element_bytes(desc->Format, desc->NumChannels) == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    uint64_t bytes = array_bytes(desc, levels);
+    uint64_t size = sim_round_up(bytes, SIM_PAGE_SIZE);
+    if (bytes == 0 || size < bytes) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!sim_memory_reserve(device, size)) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct sim_allocation record = {
+        .key = (uint64_t)(uintptr_t)handle,
+        .size = size,
+        .requested = bytes,
+        .kind = SIM_ALLOC_ARRAY,
+        .device = device,
+        .context = context,
+    };
+    pthread_mutex_lock(&sim_driver_lock);
+    bool stored = sim_allocation_insert(&record);
+    pthread_mutex_unlock(&sim_driver_lock);
+    if (!stored) {
+        sim_memory_release(device, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult new_array(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    struct CUarray_st *array = calloc(1, sizeof *array);
+    if (array == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = create(array, desc, 1);
+    if (result != CUDA_SUCCESS) {
+        free(array);
+        return result;
+    }
+    array->magic = SIM_ARRAY;
+    *pHandle = array;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    if (pHandle == NULL || pAllocateArray == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUDA_ARRAY3D_DESCRIPTOR desc = {
+        .Width = pAllocateArray->Width,
+        .Height = pAllocateArray->Height,
+        .Format = pAllocateArray->Format,
+        .NumChannels = pAllocateArray->NumChannels,
+    };
+    return new_array(pHandle, &desc);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+    if (pHandle == NULL || pAllocateArray == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return new_array(pHandle, pAllocateArray);
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                unsigned int numMipmapLevels) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pHandle == NULL || pMipmappedArrayDesc == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct CUmipmappedArray_st *array = calloc(1, sizeof *array);
+    if (array == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = create(array, pMipmappedArrayDesc, numMipmapLevels);
+    if (result != CUDA_SUCCESS) {
+        free(array);
+        return result;
+    }
+    array->magic = SIM_ARRAY;
+    *pHandle = array;
+    return CUDA_SUCCESS;
+}
+
+static CUresult destroy(void *handle) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(handle, SIM_ARRAY)) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct sim_allocation *record = sim_allocation_find((uint64_t)(uintptr_t)handle);
+    if (record != NULL) {
+        sim_allocation_free(record);
+    }
+    *(uint32_t *)handle = 0;
+    pthread_mutex_unlock(&sim_driver_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuArrayDestroy(CUarray hArray) {
+    return destroy(hArray);
+}
+
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+    return destroy(hMipmappedArray);
+}

@@ -1,0 +1,362 @@
+/* Simulated driver: contexts, the primary context of each device, the per-thread stack. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_sim.h"
+
+#define STACK_DEPTH 32
+
+pthread_mutex_t sim_driver_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static __thread struct CUctx_st *context_stack[STACK_DEPTH];
+static __thread int stack_depth;
+
+/* Primary contexts by physical device, with their retain counts. */
+static struct CUctx_st *primary[SIM_MAX_DEVICES];
+static unsigned primary_retains[SIM_MAX_DEVICES];
+static unsigned primary_flags[SIM_MAX_DEVICES];
+
+bool sim_valid(const void *object, uint32_t magic) {
+    return object != NULL && *(const uint32_t *)object == magic;
+}
+
+CUresult sim_current_context(struct CUctx_st **context) {
+    struct CUctx_st *top = stack_depth > 0 ? context_stack[stack_depth - 1] : NULL;
+    if (!sim_valid(top, SIM_CONTEXT)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *context = top;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_context_new(int device, bool is_primary, unsigned flags, struct CUctx_st **out) {
+    struct CUctx_st *context = calloc(1, sizeof *context);
+    if (context == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!sim_context_attach(device)) {
+        free(context);
+        return CUDA_ERROR_OUT_OF_MEMORY; /* the device cannot hold another context */
+    }
+    context->magic = SIM_CONTEXT;
+    context->device = device;
+    context->primary = is_primary;
+    context->flags = flags;
+    context->default_stream = sim_stream_new(context, 0);
+    if (context->default_stream == NULL) {
+        sim_context_detach(device);
+        free(context);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = context;
+    return CUDA_SUCCESS;
+}
+
+void sim_context_wait(struct CUctx_st *context) {
+    pthread_mutex_lock(&sim_driver_lock);
+    uint64_t deadline = context->last_end_ns;
+    pthread_mutex_unlock(&sim_driver_lock);
+    sim_sleep_until(deadline);
+    sim_pools_release_unused();
+}
+
+/* Destroying a context waits for its work and gives back everything it owns. */
+void sim_context_free(struct CUctx_st *context) {
+    sim_context_wait(context);
+    pthread_mutex_lock(&sim_driver_lock);
+    sim_allocations_free_context(context);
+    sim_stream_free(context->default_stream);
+    context->magic = 0;
+    pthread_mutex_unlock(&sim_driver_lock);
+    sim_context_detach(context->device);
+    /* Pop it from this thread's stack; other threads holding it see an invalid context. */
+    for (int i = 0; i < stack_depth; i++) {
+        if (context_stack[i] == context) {
+            memmove(&context_stack[i], &context_stack[i + 1],
+                    (size_t)(stack_depth - i - 1) * sizeof context_stack[0]);
+            stack_depth--;
+            i--;
+        }
+    }
+    /* The struct is kept (magic cleared): a stale handle must fail cleanly, not crash. */
+}
+
+static CUresult create(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int device = sim_physical_device(dev);
+    if (device < 0) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (stack_depth == STACK_DEPTH) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct CUctx_st *context = NULL;
+    result = sim_context_new(device, false, flags, &context);
+    if (result == CUDA_SUCCESS) {
+        context_stack[stack_depth++] = context; /* a new context becomes current */
+        *pctx = context;
+    }
+    return result;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    return create(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                        CUdevice dev) {
+    if (ctxCreateParams != NULL &&
+        (ctxCreateParams->numExecAffinityParams != 0 || ctxCreateParams->cigParams != NULL)) {
+        return CUDA_ERROR_NOT_SUPPORTED; /* execution affinity and CIG are not simulated */
+    }
+    return create(pctx, flags, dev);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(ctx, SIM_CONTEXT) || ctx->primary) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    sim_context_free(ctx);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(ctx, SIM_CONTEXT)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (stack_depth == STACK_DEPTH) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    context_stack[stack_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (stack_depth == 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    struct CUctx_st *top = context_stack[--stack_depth];
+    if (pctx != NULL) {
+        *pctx = top;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (ctx == NULL) {
+        if (stack_depth > 0) {
+            stack_depth--;
+        }
+        return CUDA_SUCCESS;
+    }
+    if (!sim_valid(ctx, SIM_CONTEXT)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (stack_depth == 0) {
+        stack_depth = 1;
+    }
+    context_stack[stack_depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pctx = stack_depth > 0 ? context_stack[stack_depth - 1] : NULL;
+    return CUDA_SUCCESS;
+}
+
+/* The CUDA ordinal this process sees for a physical device. */
+static CUdevice ordinal_of(int physical) {
+    for (int i = 0; i < sim_visible_count(); i++) {
+        if (sim_physical_device(i) == physical) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (device == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (ctx == NULL && (result = sim_current_context(&ctx)) != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(ctx, SIM_CONTEXT)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    *device = ordinal_of(ctx->device);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device) {
+    return cuCtxGetDevice_v2(device, NULL);
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (ctx == NULL && (result = sim_current_context(&ctx)) != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(ctx, SIM_CONTEXT)) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    sim_context_wait(ctx);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void) {
+    return cuCtxSynchronize_v2(NULL);
+}
+
+/* The primary context: one per device and process, created by the first retain, destroyed
+ * when the last retain is released or on reset. */
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int device = sim_physical_device(dev);
+    if (device < 0) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct CUctx_st *context = primary[device];
+    pthread_mutex_unlock(&sim_driver_lock);
+    if (context == NULL) {
+        /* Created outside the driver lock (it charges node memory); a racing creator's
+         * context is dropped again. */
+        result = sim_context_new(device, true, primary_flags[device], &context);
+        if (result != CUDA_SUCCESS) {
+            return result;
+        }
+        pthread_mutex_lock(&sim_driver_lock);
+        if (primary[device] == NULL) {
+            primary[device] = context;
+            context = NULL;
+        }
+        pthread_mutex_unlock(&sim_driver_lock);
+        if (context != NULL) {
+            sim_context_free(context);
+        }
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    primary_retains[device]++;
+    *pctx = primary[device];
+    pthread_mutex_unlock(&sim_driver_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult release_primary(CUdevice dev, bool reset) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int device = sim_physical_device(dev);
+    if (device < 0) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct CUctx_st *context = primary[device];
+    bool destroy = false;
+    if (context != NULL) {
+        if (!reset && primary_retains[device] == 0) {
+            pthread_mutex_unlock(&sim_driver_lock);
+            return CUDA_ERROR_INVALID_CONTEXT;
+        }
+        primary_retains[device] = reset ? 0 : primary_retains[device] - 1;
+        destroy = primary_retains[device] == 0;
+        if (destroy) {
+            primary[device] = NULL;
+        }
+    } else if (!reset) {
+        pthread_mutex_unlock(&sim_driver_lock);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    pthread_mutex_unlock(&sim_driver_lock);
+    if (destroy) {
+        sim_context_free(context);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    return release_primary(dev, false);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    return release_primary(dev, true);
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int device = sim_physical_device(dev);
+    if (device < 0) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (flags == NULL || active == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    *flags = primary_flags[device];
+    *active = primary[device] != NULL;
+    pthread_mutex_unlock(&sim_driver_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int device = sim_physical_device(dev);
+    if (device < 0) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    primary_flags[device] = flags;
+    pthread_mutex_unlock(&sim_driver_lock);
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,210 @@
+/* Simulated driver: device, pitched, managed and host memory, and the memory info query.
+ * Device allocations are rounded up to 2 MiB pages and charged to the node state. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "cuda_sim.h"
+
+#define CU_MEM_ATTACH_GLOBAL 0x1
+#define CU_MEM_ATTACH_HOST 0x2
+
+CUresult sim_current_device(int *device, struct CUctx_st **context) {
+    struct CUctx_st *current;
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS || (result = sim_current_context(&current)) != CUDA_SUCCESS) {
+        return result;
+    }
+    *device = current->device;
+    if (context != NULL) {
+        *context = current;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Charge `bytes` (page-rounded) to the current device and record an allocation at a fresh
+ * device address, or at `host` for managed memory. */
+static CUresult allocate(CUdeviceptr *dptr, size_t bytes, enum sim_allocation_kind kind,
+                         void *host) {
+    int device;
+    struct CUctx_st *context;
+    CUresult result = sim_current_device(&device, &context);
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    uint64_t size = sim_round_up(bytes, SIM_PAGE_SIZE);
+    if (size < bytes) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!sim_memory_reserve(device, size)) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct sim_allocation record = {
+        .key = host != NULL ? (uint64_t)(uintptr_t)host : sim_address_space(size, SIM_PAGE_SIZE),
+        .size = size,
+        .requested = bytes,
+        .kind = kind,
+        .device = device,
+        .context = context,
+    };
+    bool stored = sim_allocation_insert(&record);
+    pthread_mutex_unlock(&sim_driver_lock);
+    if (!stored) {
+        sim_memory_release(device, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = record.key;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dptr == NULL || bytesize == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return allocate(dptr, bytesize, SIM_ALLOC_DEVICE, NULL);
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dptr == NULL || pPitch == NULL || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* Rows are padded to 512 bytes: the pitch × height is what the device really holds. */
+    size_t pitch = (size_t)sim_round_up(WidthInBytes, 512);
+    if (pitch < WidthInBytes || Height > SIZE_MAX / pitch) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = allocate(dptr, pitch * Height, SIM_ALLOC_DEVICE, NULL);
+    if (result == CUDA_SUCCESS) {
+        *pPitch = pitch;
+    }
+    return result;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dptr == NULL || bytesize == 0 ||
+        (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* Host-backed so the program may touch it; charged to the device like device memory. */
+    void *host = mmap(NULL, bytesize, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (host == MAP_FAILED) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = allocate(dptr, bytesize, SIM_ALLOC_MANAGED, host);
+    if (result != CUDA_SUCCESS) {
+        munmap(host, bytesize);
+    }
+    return result;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dptr == 0) {
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct sim_allocation *record = sim_allocation_find(dptr);
+    if (record != NULL && (record->kind == SIM_ALLOC_DEVICE || record->kind == SIM_ALLOC_MANAGED ||
+                           record->kind == SIM_ALLOC_POOL)) {
+        sim_allocation_free(record);
+    } else {
+        result = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&sim_driver_lock);
+    return result;
+}
+
+static CUresult host_allocate(void **pp, size_t bytesize) {
+    CUresult result = sim_initialized();
+    struct CUctx_st *context;
+    if (result != CUDA_SUCCESS || (result = sim_current_context(&context)) != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pp == NULL || bytesize == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    void *host = mmap(NULL, bytesize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (host == MAP_FAILED) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct sim_allocation record = {
+        .key = (uint64_t)(uintptr_t)host,
+        .requested = bytesize,
+        .kind = SIM_ALLOC_HOST,
+        .device = -1,
+        .context = context,
+    };
+    pthread_mutex_lock(&sim_driver_lock);
+    bool stored = sim_allocation_insert(&record);
+    pthread_mutex_unlock(&sim_driver_lock);
+    if (!stored) {
+        munmap(host, bytesize);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pp = host;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) {
+    return host_allocate(pp, bytesize);
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+    if (Flags > 0xf) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return host_allocate(pp, bytesize);
+}
+
+CUresult cuMemFreeHost(void *p) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct sim_allocation *record = sim_allocation_find((uint64_t)(uintptr_t)p);
+    if (record != NULL && record->kind == SIM_ALLOC_HOST) {
+        sim_allocation_free(record);
+    } else {
+        result = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&sim_driver_lock);
+    return result;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+    int device;
+    CUresult result = sim_current_device(&device, NULL);
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (free == NULL || total == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct sim_state *state = sim_driver_state();
+    sim_lock(state);
+    const struct sim_device *target = &state->devices[device];
+    *total = target->config.total_memory;
+    *free = target->config.total_memory - target->used_memory;
+    sim_unlock(state);
+    return CUDA_SUCCESS;
+}
