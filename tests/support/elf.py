@@ -44,3 +44,12 @@ def newest_glibc_version(library: Path) -> tuple[int, ...]:
         for v in re.findall(r"GLIBC_(\d+(?:\.\d+)+)", _run("objdump", "-T", str(library)))
     }
     return max(versions, default=(0,))
+
+
+def dynamic_flags(library: Path) -> set[str]:
+    """Words of the FLAGS entry of the dynamic section, e.g. {"SYMBOLIC", "BIND_NOW"}."""
+    flags: set[str] = set()
+    for line in _run("readelf", "-d", str(library)).splitlines():
+        if "(FLAGS)" in line:
+            flags.update(line.split("(FLAGS)", 1)[1].split())
+    return flags
