@@ -70,27 +70,49 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *session.posargs)
 
 
+LIMITER_C = ROOT / "packages/limiter/csrc"
+# C tests built together with the sources they test: (name, sources, include dirs, environment).
+C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
+    (
+        "add_path_test",
+        [ROOT / "tests/c/add_path_test.c", ROOT / "packages/add_path/csrc/add_path.c"],
+        [ROOT / "packages/add_path/csrc"],
+        {"LSAN_OPTIONS": f"suppressions={ROOT / 'tests/c/lsan.supp'}:print_suppressions=0"},
+    ),
+    (
+        "sim_driver_test",
+        [
+            ROOT / "tests/c/sim_driver_test.c",
+            *sorted(LIMITER_C.glob("sim/cuda_*.c")),
+            LIMITER_C / "sim/sim_state.c",
+            LIMITER_C / "sim/sim_config.c",
+            LIMITER_C / "common/vgpu_parse.c",
+        ],
+        [LIMITER_C / "include", LIMITER_C / "common", LIMITER_C / "sim"],
+        # Destroyed driver objects are kept on purpose (a stale handle must fail cleanly).
+        {"ASAN_OPTIONS": "detect_leaks=0"},
+    ),
+]
+
+
 @nox.session(venv_backend="none")
 def sanitize(session: nox.Session) -> None:
-    """The C tests built together with the library sources under ASan and UBSan."""
+    """The C tests built together with the sources they test, under ASan and UBSan."""
     build = ROOT / "build" / "sanitize"
     build.mkdir(parents=True, exist_ok=True)
-    binary = build / "add_path_test"
-    session.run(
-        os.environ.get("CC", "cc"),
-        *SANITIZER_FLAGS,
-        f"-I{ROOT / 'packages/add_path/csrc'}",
-        str(ROOT / "tests/c/add_path_test.c"),
-        str(ROOT / "packages/add_path/csrc/add_path.c"),
-        "-o",
-        str(binary),
-        external=True,
-    )
-    session.run(
-        str(binary),
-        external=True,
-        env={"LSAN_OPTIONS": f"suppressions={ROOT / 'tests/c/lsan.supp'}:print_suppressions=0"},
-    )
+    for name, sources, includes, environment in C_TESTS:
+        binary = build / name
+        session.run(
+            os.environ.get("CC", "cc"),
+            *SANITIZER_FLAGS,
+            *(f"-I{folder}" for folder in includes),
+            *map(str, sources),
+            "-lpthread",
+            "-o",
+            str(binary),
+            external=True,
+        )
+        session.run(str(binary), external=True, env=environment)
 
 
 def _venv(session: nox.Session, folder: Path) -> Path:
