@@ -1,10 +1,14 @@
 import sys
-from glob import glob
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vgpu_build import NativeLibrary, setup_package  # noqa: E402
+from vgpu_build import NativeLibrary, setup_package
+
+
+def sources(pattern: str) -> list[str]:
+    return sorted(str(path) for path in Path().glob(pattern))
+
 
 # The simulated GPU: a driver and NVML that share the node-wide state code.
 SIM_COMMON = ["csrc/sim/sim_state.c", "csrc/sim/sim_config.c", "csrc/common/vgpu_parse.c"]
@@ -19,7 +23,7 @@ def sim_library(soname: str, sources: list[str]) -> NativeLibrary:
     # -Bsymbolic: the library's calls to itself never go back through an interposer, as in
     # the real driver; otherwise tests of the limiter could pass for the wrong reason.
     return NativeLibrary(
-        f"vgpu_limiter.sim.lib.{soname.split('.')[0]}",
+        f"vgpu_limiter.sim.lib.{soname.split('.', maxsplit=1)[0]}",
         sources=[*sources, *SIM_COMMON],
         filename=soname,
         extra_link_args=[f"-Wl,-soname,{soname}", "-Wl,-Bsymbolic"],
@@ -32,11 +36,11 @@ setup_package(
     requires=["typer>=0.12"],
     siblings=["vgpu-common"],
     native=[
-        sim_library("libcuda.so.1", sorted(glob("csrc/sim/cuda_*.c"))),
-        sim_library("libnvidia-ml.so.1", sorted(glob("csrc/sim/nvml_*.c"))),
+        sim_library("libcuda.so.1", sources("csrc/sim/cuda_*.c")),
+        sim_library("libnvidia-ml.so.1", sources("csrc/sim/nvml_*.c")),
         NativeLibrary(
             "vgpu_limiter.sim.bin.workload",
-            sources=sorted(glob("csrc/workload/*.c")),
+            sources=sources("csrc/workload/*.c"),
             filename="vgpu-sim-workload",
             executable=True,
             link_native=("vgpu_limiter.sim.lib.libcuda",),
