@@ -83,8 +83,9 @@ static bool init_lock(pthread_mutex_t *lock) {
 }
 
 /* Build a complete state in a private file, then link it into place: other processes never see
- * a half-written state, and a concurrent creator's file wins without being overwritten. */
-static void create_state(const char *path) {
+ * a half-written state, and a concurrent creator's file wins without being overwritten.
+ * False (after one line on stderr) when it could not. */
+static bool create_state(const char *path) {
     char temporary[4096];
     char error[512] = "";
     snprintf(temporary, sizeof temporary, "%s.%d.tmp", path, (int)getpid());
@@ -93,7 +94,7 @@ static void create_state(const char *path) {
         snprintf(error, sizeof error, "VGPU_SIM_STATE=%.300s: cannot create: %s", path,
                  strerror(errno));
         report(error);
-        return;
+        return false;
     }
     fchmod(fd, 0666); /* shared by every user's processes on the node, as a GPU is */
     struct sim_state *state = NULL;
@@ -122,7 +123,9 @@ static void create_state(const char *path) {
     unlink(temporary);
     if (error[0] != '\0') {
         report(error);
+        return false;
     }
+    return true;
 }
 
 static void map_state(void) {
@@ -136,7 +139,9 @@ static void map_state(void) {
     }
     int fd = open(configured, O_RDWR | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-        create_state(configured);
+        if (!create_state(configured)) {
+            return;
+        }
         fd = open(configured, O_RDWR | O_CLOEXEC);
     }
     if (fd < 0) {

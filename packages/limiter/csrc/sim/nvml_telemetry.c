@@ -1,0 +1,129 @@
+/* Sensors and clocks. The simulator models no physics: each value moves linearly between an
+ * idle and a full-load figure of an H100 SXM with the device's utilization over the last
+ * second, so monitoring code sees numbers that react to work. */
+#define _GNU_SOURCE
+#include "nvml_sim.h"
+
+#define TEMP_IDLE_C 32U
+#define TEMP_FULL_C 72U
+#define TEMP_HOTSPOT_EXTRA_C 6U
+#define POWER_IDLE_MW 72000U
+#define POWER_LIMIT_MW 700000U
+#define FAN_IDLE_PERCENT 30U
+#define FAN_FULL_PERCENT 80U
+
+struct clock_range {
+    unsigned idle_mhz;
+    unsigned max_mhz;
+};
+
+static const struct clock_range clocks[NVML_CLOCK_COUNT] = {
+    [NVML_CLOCK_GRAPHICS] = {345, 1980},
+    [NVML_CLOCK_SM] = {345, 1980},
+    [NVML_CLOCK_MEM] = {2619, 2619},
+    [NVML_CLOCK_VIDEO] = {765, 1755},
+};
+
+static unsigned between(unsigned idle, unsigned full, unsigned percent) {
+    return idle + (unsigned)(((unsigned long long)(full - idle) * percent) / 100U);
+}
+
+/* Checks the call and gives the device's utilization, for functions with one output. */
+static nvmlReturn_t load(nvmlDevice_t device, const void *out, unsigned *percent) {
+    struct sim_state *state;
+    unsigned index;
+    nvmlReturn_t result = nvml_sim_device(device, &state, &index);
+    if (result != NVML_SUCCESS) {
+        return result;
+    }
+    if (out == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *percent = nvml_sim_gpu_percent(state, index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                      unsigned int *temp) {
+    unsigned percent;
+    nvmlReturn_t result = load(device, temp, &percent);
+    if (result != NVML_SUCCESS) {
+        return result;
+    }
+    if (sensorType != NVML_TEMPERATURE_GPU && sensorType != NVML_TEMPERATURE_GPU_MAX) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *temp = between(TEMP_IDLE_C, TEMP_FULL_C, percent) +
+            (sensorType == NVML_TEMPERATURE_GPU_MAX ? TEMP_HOTSPOT_EXTRA_C : 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    unsigned percent;
+    nvmlReturn_t result = load(device, power, &percent);
+    if (result == NVML_SUCCESS) {
+        *power = between(POWER_IDLE_MW, POWER_LIMIT_MW, percent);
+    }
+    return result;
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    unsigned percent;
+    nvmlReturn_t result = load(device, limit, &percent);
+    if (result == NVML_SUCCESS) {
+        *limit = POWER_LIMIT_MW;
+    }
+    return result;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit) {
+    return nvmlDeviceGetEnforcedPowerLimit(device, limit);
+}
+
+static nvmlReturn_t clock_info(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock,
+                               bool current) {
+    unsigned percent;
+    nvmlReturn_t result = load(device, clock, &percent);
+    if (result != NVML_SUCCESS) {
+        return result;
+    }
+    if ((unsigned)type >= NVML_CLOCK_COUNT) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    const struct clock_range *range = &clocks[type];
+    *clock = current ? between(range->idle_mhz, range->max_mhz, percent) : range->max_mhz;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                    unsigned int *clock) {
+    return clock_info(device, type, clock, true);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                       unsigned int *clock) {
+    return clock_info(device, type, clock, false);
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed) {
+    unsigned percent;
+    nvmlReturn_t result = load(device, speed, &percent);
+    if (result == NVML_SUCCESS) {
+        *speed = between(FAN_IDLE_PERCENT, FAN_FULL_PERCENT, percent);
+    }
+    return result;
+}
+
+/* Data-center GPUs in persistence mode stay in P0, busy or not. */
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState) {
+    unsigned percent;
+    nvmlReturn_t result = load(device, pState, &percent);
+    if (result == NVML_SUCCESS) {
+        *pState = NVML_PSTATE_0;
+    }
+    return result;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState) {
+    return nvmlDeviceGetPerformanceState(device, pState);
+}
