@@ -60,7 +60,17 @@ static void select_visible_devices(const struct sim_state *state) {
     }
 }
 
+/* Fork with the driver lock taken, so the child never inherits it held by a thread it lacks. */
+static void lock_for_fork(void) {
+    pthread_mutex_lock(&sim_driver_lock);
+}
+
+static void unlock_after_fork(void) {
+    pthread_mutex_unlock(&sim_driver_lock);
+}
+
 static void initialize(void) {
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
     struct sim_state *state = sim_state();
     if (state == NULL) {
         init_result = CUDA_ERROR_NO_DEVICE; /* sim_state() said why on stderr */
