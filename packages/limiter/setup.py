@@ -40,11 +40,11 @@ setup_package(
         sim_library("libnvidia-ml.so.1", sources("csrc/sim/nvml_*.c")),
         NativeLibrary(
             "vgpu_limiter.sim.bin.workload",
-            sources=sources("csrc/workload/*.c"),
+            sources=[*sources("csrc/workload/*.c"), "csrc/common/vgpu_parse.c"],
             filename="vgpu-sim-workload",
             executable=True,
             link_native=("vgpu_limiter.sim.lib.libcuda",),
-            include_dirs=["csrc/include"],
+            include_dirs=["csrc/include", "csrc/common"],
             libraries=["dl"],
         ),
     ],

@@ -2,12 +2,12 @@
 
 import os
 import shlex
-import shutil
 from collections.abc import Mapping
 from typing import Annotated, NoReturn
 
 import typer
-from vgpu_common.cli import CANNOT_EXECUTE, NOT_FOUND, fail
+from vgpu_common import cli as common_cli
+from vgpu_common.cli import fail
 
 from vgpu_add_path._library import SEPARATORS, library_path, merge
 
@@ -96,22 +96,11 @@ def exec_command(
     """Run CMD with the library preloaded and the given entries added."""
     environment = dict(os.environ)
     environment.update(planned_environment(environment, append, prepend))
-    program = command[0]
-    if "/" not in program:
-        # Look the program up in the PATH it will itself see, so --prepend PATH=… finds it.
-        search_path = merge(
-            environment.get("PATH"),
-            environment.get("TF_PREPEND_PATH"),
-            environment.get("TF_PATH"),
-        )
-        found = shutil.which(program, path=search_path or environment.get("PATH", os.defpath))
-        if found is None:
-            fail(f"{program}: command not found", NOT_FOUND)
-        program = found
-    try:
-        os.execve(program, command, environment)
-    except OSError as error:
-        fail(f"cannot run {command[0]}: {error.strerror}", CANNOT_EXECUTE)
+    # Look the program up in the PATH it will itself see, so --prepend PATH=… finds it.
+    search_path = merge(
+        environment.get("PATH"), environment.get("TF_PREPEND_PATH"), environment.get("TF_PATH")
+    )
+    common_cli.exec_command(command, environment, search_path)
 
 
 def main() -> None:

@@ -202,6 +202,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     }
     struct sim_state *state = sim_driver_state();
     sim_lock(state);
+    sim_reap_locked(state); /* the driver frees a process's memory when it exits */
     const struct sim_device *target = &state->devices[device];
     *total = target->config.total_memory;
     *free = target->config.total_memory - target->used_memory;

@@ -4,18 +4,15 @@ from importlib.metadata import version as distribution_version
 
 import typer
 
+from vgpu_limiter.sim_cli import app as sim_app
+
 app = typer.Typer(
     help="Per-pod GPU memory and compute limits for unmodified CUDA programs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-
-
-@app.callback()
-def _group() -> None:
-    # A callback keeps typer in sub-command mode while there is only one command.
-    pass
+app.add_typer(sim_app, name="sim")
 
 
 @app.command()

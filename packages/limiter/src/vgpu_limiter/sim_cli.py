@@ -1,0 +1,96 @@
+"""tf-limiter sim: the environment of the simulated GPU, programs on it, and its workload."""
+
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from vgpu_common.cli import exec_command, fail
+
+from vgpu_limiter import sim
+
+app = typer.Typer(
+    help="The simulated GPU: a fake libcuda.so.1 and libnvidia-ml.so.1 sharing one node state.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+DevicesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--devices",
+        metavar="SPEC",
+        help=(
+            "The simulated devices (sets VGPU_SIM_DEVICES): a count, or ';'-separated specs "
+            "of key=value such as 'count=2,memory=4GiB'. Used when the state file is created."
+        ),
+    ),
+]
+StateOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state",
+        metavar="PATH",
+        help="The node-wide state file (sets VGPU_SIM_STATE); processes sharing it share the GPUs.",
+    ),
+]
+
+
+def planned_environment(
+    environ: Mapping[str, str], devices: str | None, state: Path | None
+) -> dict[str, str]:
+    """The variables to set so that programs (and pynvml) use the simulated GPU."""
+    try:
+        return sim.environment(
+            devices=devices,
+            # Absolute, so the variable still names the same file after a program changes folder.
+            state=None if state is None else state.absolute(),
+            base=environ,
+        )
+    except FileNotFoundError as error:
+        fail(str(error))
+
+
+@app.command()
+def env(devices: DevicesOption = None, state: StateOption = None) -> None:
+    """Print shell lines that put programs on the simulated GPU: eval "$(tf-limiter sim env)"."""
+    for name, value in planned_environment(os.environ, devices, state).items():
+        print(f"export {name}={shlex.quote(value)}")
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def run(
+    command: Annotated[list[str], typer.Argument(metavar="-- CMD [ARG]...", show_default=False)],
+    devices: DevicesOption = None,
+    state: StateOption = None,
+) -> NoReturn:
+    """Run CMD on the simulated GPU."""
+    exec_command(command, dict(os.environ) | planned_environment(os.environ, devices, state))
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    options_metavar="[--devices SPEC] [--state PATH] [WORKLOAD OPTION]...",
+)
+def workload(
+    ctx: typer.Context, devices: DevicesOption = None, state: StateOption = None
+) -> NoReturn:
+    """Run vgpu-sim-workload on the simulated GPU; it prints one JSON report.
+
+    Options other than --devices and --state go to the workload, as does everything after --.
+
+    Example: tf-limiter sim workload --path dlopen --kernels 100 --kernel-us 10000
+
+    The workload's own options: tf-limiter sim workload -- --help
+    """
+    try:
+        program = sim.workload_path()
+    except FileNotFoundError as error:
+        fail(str(error))
+    environment = dict(os.environ) | planned_environment(os.environ, devices, state)
+    exec_command([str(program), *ctx.args], environment)

@@ -1,0 +1,164 @@
+"""tf-limiter sim env | run | workload, through the installed entry point."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vgpu_limiter import sim
+
+TF_LIMITER = str(Path(sys.executable).with_name("tf-limiter"))
+# No simulator variables: what the programs see comes from the command alone.
+CLEAN = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+DEVICES = "name=CLI GPU,memory=2GiB"
+
+
+def tf_limiter(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TF_LIMITER, *args], env=CLEAN, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    # A name that needs quoting in a shell.
+    return tmp_path / "node's state"
+
+
+def test_env_prints_quoted_exports(state: Path) -> None:
+    result = tf_limiter("sim", "env", "--devices", DEVICES, "--state", str(state))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(line.startswith("export ") for line in lines)
+    values = dict(shlex.split(line.removeprefix("export "))[0].split("=", 1) for line in lines)
+    assert values["VGPU_SIM_DEVICES"] == DEVICES
+    assert values["VGPU_SIM_STATE"] == str(state)
+    assert values["LD_LIBRARY_PATH"] == str(sim.library_dir())
+    assert values["TF_CUDA_LIB_PATH"] == str(sim.library_dir() / "libcuda.so.1")
+
+
+def test_env_can_be_evaluated_by_sh(state: Path) -> None:
+    script = (
+        f'eval "$({shlex.quote(TF_LIMITER)} sim env --devices {shlex.quote(DEVICES)} '
+        f'--state {shlex.quote(str(state))})" && exec {shlex.quote(str(sim.workload_path()))} '
+        "--alloc 1GiB --kernels 2"
+    )
+    result = subprocess.run(
+        ["sh", "-c", script], env=CLEAN, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["device_name"], report["total_bytes"]) == ("CLI GPU", 2 << 30)
+    assert state.is_file()
+
+
+def test_env_keeps_an_existing_library_path(state: Path) -> None:
+    result = subprocess.run(
+        [TF_LIMITER, "sim", "env", "--state", str(state)],
+        env=CLEAN | {"LD_LIBRARY_PATH": "/opt/mine"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"export LD_LIBRARY_PATH={sim.library_dir()}:/opt/mine\n" in result.stdout
+
+
+def test_run_puts_python_and_nvml_on_the_simulated_gpu(state: Path) -> None:
+    probe = (
+        "import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); "
+        "print(pynvml.nvmlDeviceGetCount(), pynvml.nvmlDeviceGetName(h))"
+    )
+    result = tf_limiter(
+        "sim", "run", "--devices", f"count=3,{DEVICES}", "--state", str(state), "--",
+        sys.executable, "-c", probe,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "3 CLI GPU\n"
+
+
+def test_run_passes_options_and_exit_status_through(state: Path) -> None:
+    result = tf_limiter(
+        "sim", "run", "--state", str(state), "--", "sh", "-c", "echo $1; exit 3", "sh", "--state"
+    )
+    assert (result.returncode, result.stdout) == (3, "--state\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "message"),
+    [
+        ("no-such-program-vgpu", 127, "error: no-such-program-vgpu: command not found\n"),
+        ("/nonexistent/program", 127, "error: /nonexistent/program: no such file\n"),
+        ("{data}", 126, "error: cannot run {data}: Permission denied\n"),
+    ],
+)
+def test_run_failures_are_one_line(tmp_path: Path, command: str, code: int, message: str) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("not a program\n")
+    data.chmod(0o644)
+    result = tf_limiter("sim", "run", "--", command.format(data=data))
+    assert (result.returncode, result.stderr, result.stdout) == (
+        code,
+        message.format(data=data),
+        "",
+    )
+
+
+def test_workload_passes_its_options_through(state: Path) -> None:
+    result = tf_limiter(
+        "sim", "workload", "--path", "procaddress", "--devices", DEVICES, "--kernels", "3",
+        "--state", str(state), "--alloc", "1GiB", "--device", "0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["path"], report["kernels"], report["allocated_bytes"]) == (
+        "procaddress", 3, 1 << 30,
+    )  # fmt: skip
+    assert (report["device_name"], report["total_bytes"]) == ("CLI GPU", 2 << 30)
+
+
+def test_workload_reports_cuda_errors_with_its_exit_status(state: Path) -> None:
+    result = tf_limiter(
+        "sim", "workload", "--devices", DEVICES, "--state", str(state), "--alloc", "2GiB"
+    )
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+
+
+def test_workload_help_after_double_dash() -> None:
+    result = tf_limiter("sim", "workload", "--", "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: vgpu-sim-workload")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sim", "workload", "--kernels", "lots"], "vgpu-sim-workload: error: --kernels lots"),
+        (["sim", "workload", "--", "--devices", "1"], "vgpu-sim-workload: error: --devices"),
+    ],
+)
+def test_bad_workload_options_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = tf_limiter(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(message)
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sim", "env", "--bogus"], "No such option: --bogus"),
+        (["sim", "run"], "Missing argument"),
+        (["sim", "env", "--devices"], "Option '--devices' requires an argument"),
+    ],
+)
+def test_bad_cli_usage_exits_2(args: list[str], message: str) -> None:
+    # typer's own usage errors (a framed message, as in every tf-* command).
+    result = tf_limiter(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert message in result.stderr
