@@ -17,7 +17,26 @@ ROOT = Path(__file__).resolve().parent
 PACKAGES: dict[str, tuple[str, tuple[str, ...], list[str]]] = {
     "common": ("vgpu-common", (), ["python", "-c", "import vgpu_common.cli"]),
     "add_path": ("vgpu-add-path", ("common",), ["tf-add-path", "path"]),
-    "limiter": ("vgpu-limiter", ("common",), ["tf-limiter", "version"]),
+    # The simulated GPU from the installed wheel: a workload through cuGetProcAddress_v2.
+    "limiter": (
+        "vgpu-limiter",
+        ("common",),
+        [
+            "tf-limiter",
+            "sim",
+            "workload",
+            "--state",
+            str(ROOT / "build" / "check.state"),
+            "--path",
+            "procaddress",
+            "--alloc",
+            "1GiB",
+            "--kernels",
+            "10",
+            "--kernel-us",
+            "100",
+        ],
+    ),
     "hypervisor": ("vgpu-hypervisor", ("common", "limiter"), ["tf-hypervisor", "version"]),
 }
 SANITIZER_FLAGS = [
@@ -129,6 +148,7 @@ def build(session: nox.Session) -> None:
     # Wheels are built from the sdists, so an sdist that misses a file fails here.
     session.run("uv", "build", "--all-packages", "--out-dir", str(dist), external=True)
     venvs = ROOT / "build" / "venvs"
+    (ROOT / "build" / "check.state").unlink(missing_ok=True)
     for folder, (distribution, needs, command) in PACKAGES.items():
         stem = distribution.replace("-", "_")
         if not list(dist.glob(f"{stem}-*.tar.gz")):
