@@ -53,7 +53,9 @@ class NativeLibrary(Extension):
     is installed as ``vgpu_add_path/libadd_path.so``.
 
     ``filename`` overrides the file name (``libcuda.so.1``); ``executable`` links a program
-    instead; ``link_native`` names earlier NativeLibrary objects the result links against.
+    instead; ``preprocess`` only runs the C preprocessor over the one source (keeping its
+    #defines), e.g. to hand a C header to cffi; ``link_native`` names earlier NativeLibrary
+    objects the result links against.
     """
 
     def __init__(
@@ -63,12 +65,14 @@ class NativeLibrary(Extension):
         *,
         filename: str | None = None,
         executable: bool = False,
+        preprocess: bool = False,
         link_native: tuple[str, ...] = (),
         **options: Any,
     ) -> None:
         super().__init__(name, sources, **options)
         self.filename = filename
         self.executable = executable
+        self.preprocess = preprocess
         self.link_native = link_native
 
 
@@ -86,7 +90,7 @@ class BuildNative(build_ext):
         native = self._native(fullname)
         if native is not None:
             parts = fullname.split(".")
-            default = parts[-1] + ("" if native.executable else ".so")
+            default = parts[-1] + ("" if native.executable or native.preprocess else ".so")
             return str(Path(*parts[:-1], native.filename or default))
         return str(super().get_ext_filename(fullname))  # type: ignore[no-untyped-call]
 
@@ -97,6 +101,10 @@ class BuildNative(build_ext):
             package = self.get_ext_fullname(ext.name).rpartition(".")[0]
             Path(build_py.get_package_dir(package)).mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
         super().copy_extensions_to_source()
+
+    @staticmethod
+    def _defines(ext: Extension) -> list[str]:
+        return [f"-D{name}={value}" if value else f"-D{name}" for name, value in ext.define_macros]
 
     def build_extension(self, ext: Extension) -> None:
         if not isinstance(ext, NativeLibrary):
@@ -110,11 +118,18 @@ class BuildNative(build_ext):
             dependency = Path(self.get_ext_fullpath(name))
             linked += [f"-L{dependency.parent}", f"-l:{dependency.name}"]
         ldflags = [flag for flag in BASE_LDFLAGS if not (ext.executable and flag == "-shared")]
+        if ext.preprocess:
+            command = [*compiler, "-E", "-P", "-dD", *self._defines(ext), *ext.sources]
+            print(" ".join(shlex.quote(str(part)) for part in command), file=sys.stderr)
+            output.write_text(
+                subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            )
+            return
         command = [
             *compiler,
             *BASE_CFLAGS,
             *(f"-I{folder}" for folder in ext.include_dirs),
-            *(f"-D{name}={value}" if value else f"-D{name}" for name, value in ext.define_macros),
+            *self._defines(ext),
             *ext.extra_compile_args,
             *ext.sources,
             "-o",

@@ -31,11 +31,31 @@ def sim_library(soname: str, sources: list[str]) -> NativeLibrary:
     )
 
 
+# The limiter itself: a plain shared object preloaded into any process.
+LIMITER = NativeLibrary(
+    "vgpu_limiter.libcuda_limiter",
+    sources=[*sources("csrc/limiter/*.c"), "csrc/common/vgpu_parse.c"],
+    include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
+    libraries=["dl", "pthread"],
+    # libdl and libpthread stay NEEDED: before glibc 2.34 dlsym and friends live there.
+    extra_link_args=["-Wl,--no-as-needed", "-ldl", "-lpthread", "-Wl,--as-needed"],
+)
+# The region layout for Python's cffi, from the one C header.
+REGION_CDEF = NativeLibrary(
+    "vgpu_limiter.region_cdef",
+    sources=["csrc/include/vgpu_region.h"],
+    filename="region_cdef.h",
+    preprocess=True,
+    define_macros=[("VGPU_REGION_CDEF", None)],
+)
+
 setup_package(
     __file__,
     requires=["typer>=0.12"],
     siblings=["vgpu-common"],
     native=[
+        LIMITER,
+        REGION_CDEF,
         sim_library("libcuda.so.1", sources("csrc/sim/cuda_*.c")),
         sim_library("libnvidia-ml.so.1", sources("csrc/sim/nvml_*.c")),
         NativeLibrary(

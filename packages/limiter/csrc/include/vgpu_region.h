@@ -1,0 +1,90 @@
+/* The pod region: one file per pod, {base}/{namespace}/{pod}/shm, mapped by every process of
+ * the pod (through libcuda_limiter.so) and by the node daemon. It holds the pod's limits and
+ * usage per GPU and one slot per process. This header is the single definition of the layout;
+ * Python reads it through cffi from this very file, preprocessed with VGPU_REGION_CDEF.
+ *
+ * Concurrency: everything shared is lock-free (atomics), so a process that dies at any point
+ * cannot wedge the others.
+ * - Memory: reserve with a compare-and-swap loop on memory_used that never passes the limit,
+ *   then add to the process's slot; give back in the opposite order.
+ * - Limits: a seqlock. The writer makes `generation` odd, stores, makes it even again; readers
+ *   retry while it is odd or changed.
+ * - Slots: claimed by CAS of pid 0 → VGPU_SLOT_CLAIMING, filled, then pid published. A slot
+ *   whose process is gone (pid not alive in the slot's pid namespace, or alive with another
+ *   start time: a reused pid) is reclaimed by CAS pid → VGPU_SLOT_RECLAIMING, its memory given
+ *   back to the devices, then pid 0. */
+#ifndef VGPU_REGION_H
+#define VGPU_REGION_H
+
+#ifdef VGPU_REGION_CDEF
+#define VGPU_ATOMIC(type) type
+#else
+#include <stddef.h>
+#include <stdint.h>
+#define VGPU_ATOMIC(type) _Atomic type
+#endif
+
+#define VGPU_REGION_MAGIC 0x314e4f4947455256ULL /* "VREGION1" */
+#define VGPU_REGION_VERSION 1
+#define VGPU_REGION_MAX_DEVICES 16
+#define VGPU_REGION_MAX_PROCESSES 1024
+#define VGPU_REGION_UUID_SIZE 48
+#define VGPU_REGION_NAME_SIZE 256
+
+#define VGPU_SLOT_FREE 0
+#define VGPU_SLOT_CLAIMING (-2)
+#define VGPU_SLOT_RECLAIMING (-1)
+
+/* compute_limit is in hundredths of a percent; this or 0 means no compute limit. */
+#define VGPU_COMPUTE_UNLIMITED 10000
+
+/* Bits of vgpu_region.flags. */
+#define VGPU_REGION_FROZEN 0x1 /* the daemon asks the pod's processes to hold new GPU work */
+
+struct vgpu_region_device {
+    char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */
+    VGPU_ATOMIC(uint32_t) generation;  /* seqlock of the two limits below */
+    VGPU_ATOMIC(uint32_t) compute_limit;
+    VGPU_ATOMIC(uint64_t) memory_limit; /* bytes; 0 = no memory limit */
+    VGPU_ATOMIC(uint64_t) memory_used;  /* bytes the pod holds on this GPU, contexts included */
+    VGPU_ATOMIC(uint64_t) compute_state[8]; /* owned by the compute limiter */
+};
+
+struct vgpu_region_process {
+    VGPU_ATOMIC(int32_t) pid;      /* in the process's own pid namespace; <= 0: see VGPU_SLOT_* */
+    VGPU_ATOMIC(int32_t) host_pid; /* in the node's namespace when known (the daemon fills it) */
+    uint64_t pid_namespace;        /* inode of the process's /proc/self/ns/pid */
+    uint64_t start_time;           /* clock ticks after boot, /proc/<pid>/stat field 22 */
+    VGPU_ATOMIC(uint64_t) heartbeat_ns; /* CLOCK_REALTIME of its last GPU call */
+    VGPU_ATOMIC(uint64_t) memory[VGPU_REGION_MAX_DEVICES]; /* by device entry */
+};
+
+struct vgpu_region {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size; /* offset of devices[] */
+    uint64_t total_size;  /* sizeof(struct vgpu_region) */
+    VGPU_ATOMIC(uint64_t) created_ns;
+    char pod_namespace[VGPU_REGION_NAME_SIZE];
+    char pod_name[VGPU_REGION_NAME_SIZE];
+    VGPU_ATOMIC(uint32_t) device_count; /* entries of devices[] in use */
+    VGPU_ATOMIC(uint32_t) flags;
+    VGPU_ATOMIC(uint64_t) freeze_epoch;
+    uint64_t reserved[16];
+    struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
+    struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
+};
+
+#ifndef VGPU_REGION_CDEF
+/* The layout is a contract between processes built at different times: pin it. */
+_Static_assert(sizeof(struct vgpu_region_device) == 136, "vgpu_region_device size");
+_Static_assert(sizeof(struct vgpu_region_process) == 160, "vgpu_region_process size");
+_Static_assert(offsetof(struct vgpu_region, devices) == 688, "vgpu_region header size");
+_Static_assert(sizeof(struct vgpu_region) ==
+                   688 + 136 * VGPU_REGION_MAX_DEVICES + 160 * VGPU_REGION_MAX_PROCESSES,
+               "vgpu_region size");
+_Static_assert(sizeof(VGPU_ATOMIC(uint64_t)) == 8 && _Alignof(VGPU_ATOMIC(uint64_t)) == 8,
+               "lock-free 64-bit atomics");
+#endif
+
+#endif

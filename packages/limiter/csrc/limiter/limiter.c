@@ -1,0 +1,1 @@
+/* libcuda_limiter.so: placeholder until the interception core lands. */
