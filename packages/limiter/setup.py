@@ -11,7 +11,13 @@ def sources(pattern: str) -> list[str]:
 
 
 # The simulated GPU: a driver and NVML that share the node-wide state code.
-SIM_COMMON = ["csrc/sim/sim_state.c", "csrc/sim/sim_config.c", "csrc/common/vgpu_parse.c"]
+SIM_COMMON = [
+    "csrc/sim/sim_state.c",
+    "csrc/sim/sim_config.c",
+    "csrc/common/vgpu_parse.c",
+    "csrc/common/vgpu_proc.c",
+    "csrc/common/vgpu_cuda_sizes.c",
+]
 SIM_OPTIONS = {
     "include_dirs": ["csrc/include", "csrc/common", "csrc/sim"],
     "define_macros": [("VGPU_API_VISIBILITY", '__attribute__((visibility("default")))')],
@@ -34,7 +40,7 @@ def sim_library(soname: str, sources: list[str]) -> NativeLibrary:
 # The limiter itself: a plain shared object preloaded into any process.
 LIMITER = NativeLibrary(
     "vgpu_limiter.libcuda_limiter",
-    sources=[*sources("csrc/limiter/*.c"), "csrc/common/vgpu_parse.c"],
+    sources=[*sources("csrc/limiter/*.c"), *sources("csrc/common/*.c")],
     include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
     libraries=["dl", "pthread"],
     # libdl and libpthread stay NEEDED: before glibc 2.34 dlsym and friends live there.

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cuda_sim.h"
+#include "vgpu_cuda_sizes.h"
 
 struct CUarray_st {
     uint32_t magic;
@@ -12,45 +13,6 @@ struct CUmipmappedArray_st {
     uint32_t magic;
 };
 
-static uint64_t element_bytes(CUarray_format format, unsigned channels) {
-    uint64_t size;
-    switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: size = 1; break;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: size = 2; break;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT: size = 4; break;
-    default: return 0;
-    }
-    return channels == 1 || channels == 2 || channels == 4 ? size * channels : 0;
-}
-
-/* One dimension of mip level `level`: halved per level, at least 1; a 0 height or depth means
- * a lower-dimensional array and counts as 1. */
-static uint64_t level_extent(size_t value, unsigned level) {
-    uint64_t shifted = (uint64_t)value >> level;
-    return shifted == 0 ? 1 : shifted;
-}
-
-/* Bytes of `levels` mip levels; 0 on overflow. */
-static uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
-    uint64_t element = element_bytes(desc->Format, desc->NumChannels);
-    uint64_t total = 0;
-    for (unsigned level = 0; level < levels && level < 64; level++) {
-        unsigned __int128 bytes = (unsigned __int128)level_extent(desc->Width, level) *
-                                  level_extent(desc->Height, level) *
-                                  level_extent(desc->Depth, level) * element;
-        if (bytes > UINT64_MAX - total) {
-            return 0;
-        }
-        total += (uint64_t)bytes;
-    }
-    return total;
-}
-
 static CUresult create(void *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels) {
     int device;
     struct CUctx_st *context;
@@ -58,10 +20,11 @@ static CUresult create(void *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsign
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    if (desc->Width == 0 || levels == 0 || element_bytes(desc->Format, desc->NumChannels) == 0) {
+    if (desc->Width == 0 || levels == 0 ||
+        vgpu_array_element_bytes(desc->Format, desc->NumChannels) == 0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    uint64_t bytes = array_bytes(desc, levels);
+    uint64_t bytes = vgpu_array_bytes(desc, levels);
     uint64_t size = sim_round_up(bytes, SIM_PAGE_SIZE);
     if (bytes == 0 || size < bytes) {
         return CUDA_ERROR_OUT_OF_MEMORY;

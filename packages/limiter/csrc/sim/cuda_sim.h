@@ -10,8 +10,10 @@
 #include "cuda_api.h"
 #include "sim_state.h"
 
+#include "vgpu_cuda_sizes.h"
+
 /* Device allocations are rounded to this page size, as the real driver does. */
-#define SIM_PAGE_SIZE (2ULL << 20)
+#define SIM_PAGE_SIZE VGPU_PAGE_SIZE
 /* Launches a stream may have outstanding before the next one blocks (the real queue depth). */
 #define SIM_QUEUE_DEPTH 1024
 
@@ -172,7 +174,7 @@ CUresult sim_current_device(int *device, struct CUctx_st **context);
 uint64_t sim_kernel_duration(void **kernel_params);
 
 static inline uint64_t sim_round_up(uint64_t value, uint64_t unit) {
-    return (value + unit - 1) / unit * unit;
+    return vgpu_round_up(value, unit);
 }
 
 #endif

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "sim_config.h"
+#include "vgpu_proc.h"
 
 static pthread_once_t map_once = PTHREAD_ONCE_INIT;
 static struct sim_state *mapped;
@@ -34,38 +34,8 @@ void sim_sleep_until(uint64_t deadline_ns) {
     }
 }
 
-/* Field 22 of /proc/<pid>/stat: start time in clock ticks since boot; 0 if unreadable. */
-static uint64_t process_start_time(int32_t pid) {
-    char path[64];
-    char buffer[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return 0;
-    }
-    ssize_t length = read(fd, buffer, sizeof buffer - 1);
-    close(fd);
-    if (length <= 0) {
-        return 0;
-    }
-    buffer[length] = '\0';
-    /* The command name may hold spaces and parentheses: fields restart after the last ')'. */
-    char *cursor = strrchr(buffer, ')');
-    if (cursor == NULL) {
-        return 0;
-    }
-    for (int field = 2; field < 22 && cursor != NULL; field++) {
-        cursor = strchr(cursor + 1, ' ');
-    }
-    return cursor == NULL ? 0 : strtoull(cursor + 1, NULL, 10);
-}
-
 bool sim_process_alive(int32_t pid, uint64_t start_time) {
-    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
-        return false;
-    }
-    uint64_t now_start = process_start_time(pid);
-    return now_start == 0 || now_start == start_time;
+    return vgpu_process_alive(pid, start_time);
 }
 
 static void report(const char *message) {
@@ -219,7 +189,7 @@ struct sim_process *sim_self_locked(struct sim_state *state) {
     if (self_slot != NULL && self_pid == pid && self_slot->pid == pid) {
         return self_slot;
     }
-    uint64_t start_time = process_start_time(pid);
+    uint64_t start_time = vgpu_process_start_time(pid);
     struct sim_process *free_slot = NULL;
     for (int pass = 0; pass < 2 && free_slot == NULL; pass++) {
         for (unsigned i = 0; i < SIM_MAX_PROCESSES; i++) {
