@@ -1,0 +1,13 @@
+/* The limiter is loaded into programs on whatever glibc their image has: bind the few symbols
+ * whose default version is newer than 2.17 on the build machine to their old versions. Before
+ * glibc 2.34 these live in libdl, which the library keeps NEEDED. */
+#ifndef VGPU_GLIBC_COMPAT_H
+#define VGPU_GLIBC_COMPAT_H
+
+#if defined(__x86_64__)
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
+__asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
+#endif
+
+#endif

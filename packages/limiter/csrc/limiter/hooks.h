@@ -1,0 +1,90 @@
+/* What the limiter intercepts, defined once. Each hooked symbol is an exported wrapper with the
+ * driver's own prototype (from cuda_api.h / nvml_abi.h); the real functions it forwards to, the
+ * routing of dlsym and cuGetProcAddress, and the coverage test all derive from these lists. */
+#ifndef VGPU_LIMITER_HOOKS_H
+#define VGPU_LIMITER_HOOKS_H
+
+#include <stdbool.h>
+
+#include "cuda_api.h"
+#include "nvml_abi.h"
+
+/* Driver entry points with a wrapper in the limiter. */
+#define VGPU_CUDA_HOOKS(X) \
+    X(cuInit) \
+    X(cuGetProcAddress) \
+    X(cuGetProcAddress_v2) \
+    X(cuDeviceTotalMem_v2) \
+    X(cuMemGetInfo_v2) \
+    X(cuCtxCreate_v2) \
+    X(cuCtxCreate_v4) \
+    X(cuCtxDestroy_v2) \
+    X(cuDevicePrimaryCtxRetain) \
+    X(cuDevicePrimaryCtxRelease_v2) \
+    X(cuDevicePrimaryCtxReset_v2) \
+    X(cuMemAlloc_v2) \
+    X(cuMemAllocPitch_v2) \
+    X(cuMemAllocManaged) \
+    X(cuMemFree_v2) \
+    X(cuMemAllocAsync) \
+    X(cuMemAllocAsync_ptsz) \
+    X(cuMemAllocFromPoolAsync) \
+    X(cuMemAllocFromPoolAsync_ptsz) \
+    X(cuMemFreeAsync) \
+    X(cuMemFreeAsync_ptsz) \
+    X(cuMemPoolTrimTo) \
+    X(cuMemPoolDestroy) \
+    X(cuMemCreate) \
+    X(cuMemRelease) \
+    X(cuMemMap) \
+    X(cuMemUnmap) \
+    X(cuArrayCreate_v2) \
+    X(cuArray3DCreate_v2) \
+    X(cuArrayDestroy) \
+    X(cuMipmappedArrayCreate) \
+    X(cuMipmappedArrayDestroy) \
+    X(cuStreamSynchronize) \
+    X(cuStreamSynchronize_ptsz) \
+    X(cuCtxSynchronize) \
+    X(cuCtxSynchronize_v2) \
+    X(cuEventSynchronize)
+
+/* Driver entry points the limiter calls without wrapping them. */
+#define VGPU_CUDA_CALLS(X) \
+    X(cuDeviceGetCount) \
+    X(cuDeviceGetUuid_v2) \
+    X(cuCtxGetCurrent) \
+    X(cuCtxGetDevice) \
+    X(cuDeviceGetMemPool) \
+    X(cuMemPoolGetAttribute)
+
+/* NVML entry points with a wrapper in the limiter. */
+#define VGPU_NVML_HOOKS(X) \
+    X(nvmlDeviceGetMemoryInfo) \
+    X(nvmlDeviceGetMemoryInfo_v2)
+
+/* NVML entry points the limiter calls without wrapping them. */
+#define VGPU_NVML_CALLS(X) X(nvmlDeviceGetUUID)
+
+/* The real functions, resolved from the real libraries on first use. */
+struct vgpu_real_functions {
+#define VGPU_REAL_POINTER(symbol) __typeof__(symbol) *symbol;
+    VGPU_CUDA_HOOKS(VGPU_REAL_POINTER)
+    VGPU_CUDA_CALLS(VGPU_REAL_POINTER)
+    VGPU_NVML_HOOKS(VGPU_REAL_POINTER)
+    VGPU_NVML_CALLS(VGPU_REAL_POINTER)
+#undef VGPU_REAL_POINTER
+};
+
+extern struct vgpu_real_functions vgpu_real;
+
+/* Load the real driver (TF_CUDA_LIB_PATH, else libcuda.so.1) and fill the CUDA pointers; false
+ * with a logged reason when it cannot. Idempotent and thread-safe. */
+bool vgpu_load_cuda(void);
+/* The same for NVML (TF_NVML_LIB_PATH, else libnvidia-ml.so.1). */
+bool vgpu_load_nvml(void);
+
+/* Our wrapper for an exported driver or NVML symbol name, or NULL when it is not hooked. */
+void *vgpu_hook_for(const char *symbol);
+
+#endif

@@ -1,0 +1,311 @@
+/* See vgpu_region.h for the layout and the lock-free protocols implemented here. Structural
+ * changes (creating the file, adding a device entry) are rare and take flock on the file,
+ * which the kernel releases if the holder dies. */
+#define _GNU_SOURCE
+#include "region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vgpu_proc.h"
+
+static int region_fd = -1;
+static struct vgpu_region_process *self_slot;
+static int32_t self_pid;
+
+static uint64_t realtime_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+/* mkdir -p, tolerant of a concurrent creator. */
+static bool make_folders(const char *folder) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", folder) >= (int)sizeof path) {
+        return false;
+    }
+    for (char *cursor = path + 1; *cursor != '\0'; cursor++) {
+        if (*cursor == '/') {
+            *cursor = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                return false;
+            }
+            *cursor = '/';
+        }
+    }
+    return mkdir(path, 0755) == 0 || errno == EEXIST;
+}
+
+/* A complete region in a private file linked into place: no process sees it half written,
+ * and a concurrent creator's file wins without being replaced. */
+static bool create_file(const char *path, const char *pod_namespace, const char *pod_name,
+                        char *error, size_t error_size) {
+    char temporary[4300];
+    snprintf(temporary, sizeof temporary, "%s.%d.tmp", path, (int)getpid());
+    int fd = open(temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(error, error_size, "%.300s: cannot create the pod region: %s", path,
+                 strerror(errno));
+        return false;
+    }
+    fchmod(fd, 0666); /* the pod's processes may run as different users */
+    struct vgpu_region *region = MAP_FAILED;
+    if (ftruncate(fd, sizeof *region) == 0) {
+        region = mmap(NULL, sizeof *region, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    bool ok = region != MAP_FAILED;
+    if (ok) {
+        region->version = VGPU_REGION_VERSION;
+        region->header_size = (uint32_t)offsetof(struct vgpu_region, devices);
+        region->total_size = sizeof *region;
+        atomic_store(&region->created_ns, realtime_ns());
+        snprintf(region->pod_namespace, sizeof region->pod_namespace, "%s", pod_namespace);
+        snprintf(region->pod_name, sizeof region->pod_name, "%s", pod_name);
+        region->magic = VGPU_REGION_MAGIC;
+        msync(region, sizeof *region, MS_SYNC);
+        munmap(region, sizeof *region);
+        ok = link(temporary, path) == 0 || errno == EEXIST;
+    }
+    if (!ok) {
+        snprintf(error, error_size, "%.300s: cannot create the pod region: %s", path,
+                 strerror(errno));
+    }
+    unlink(temporary);
+    return ok;
+}
+
+struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespace,
+                                     const char *pod_name, char *error, size_t error_size) {
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/shm", folder) >= (int)sizeof path) {
+        snprintf(error, error_size, "%.200s...: the pod folder's path is too long", folder);
+        return NULL;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        if (!make_folders(folder)) {
+            snprintf(error, error_size, "%.300s: cannot create the pod folder: %s", folder,
+                     strerror(errno));
+            return NULL;
+        }
+        if (!create_file(path, pod_namespace, pod_name, error, error_size)) {
+            return NULL;
+        }
+        fd = open(path, O_RDWR | O_CLOEXEC);
+    }
+    if (fd < 0) {
+        snprintf(error, error_size, "%.300s: cannot open the pod region: %s", path,
+                 strerror(errno));
+        return NULL;
+    }
+    struct stat info;
+    struct vgpu_region *region = MAP_FAILED;
+    if (fstat(fd, &info) == 0 && (size_t)info.st_size >= sizeof *region) {
+        region = mmap(NULL, sizeof *region, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    const char *problem = region == MAP_FAILED                        ? "too small or unreadable"
+                          : region->magic != VGPU_REGION_MAGIC        ? "not a pod region"
+                          : region->version != VGPU_REGION_VERSION    ? "another region version"
+                          : region->total_size != sizeof *region      ? "unexpected size"
+                          : atomic_load(&region->device_count) > VGPU_REGION_MAX_DEVICES
+                              ? "corrupt device table"
+                              : NULL;
+    if (problem != NULL) {
+        snprintf(error, error_size, "%.300s: %s", path, problem);
+        if (region != MAP_FAILED) {
+            munmap(region, sizeof *region);
+        }
+        close(fd);
+        return NULL;
+    }
+    region_fd = fd; /* kept for flock */
+    return region;
+}
+
+int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create) {
+    uint32_t count = atomic_load(&region->device_count);
+    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        if (strcasecmp(region->devices[i].uuid, uuid) == 0) {
+            return (int)i;
+        }
+    }
+    if (!create) {
+        return -1;
+    }
+    flock(region_fd, LOCK_EX);
+    int found = -1;
+    count = atomic_load(&region->device_count);
+    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        if (strcasecmp(region->devices[i].uuid, uuid) == 0) {
+            found = (int)i;
+        }
+    }
+    if (found < 0 && count < VGPU_REGION_MAX_DEVICES) {
+        struct vgpu_region_device *device = &region->devices[count];
+        size_t i = 0;
+        for (; uuid[i] != '\0' && i + 1 < sizeof device->uuid; i++) {
+            device->uuid[i] = (char)(uuid[i] >= 'A' && uuid[i] <= 'Z' ? uuid[i] + 32 : uuid[i]);
+        }
+        device->uuid[i] = '\0';
+        atomic_store(&region->device_count, count + 1); /* published after the UUID */
+        found = (int)count;
+    }
+    flock(region_fd, LOCK_UN);
+    return found;
+}
+
+void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
+                        uint32_t *compute_limit) {
+    struct vgpu_region_device *device = (struct vgpu_region_device *)&region->devices[entry];
+    uint32_t before;
+    uint32_t after;
+    do {
+        before = atomic_load(&device->generation);
+        *memory_limit = atomic_load(&device->memory_limit);
+        *compute_limit = atomic_load(&device->compute_limit);
+        after = atomic_load(&device->generation);
+    } while ((before & 1) != 0 || before != after);
+}
+
+void vgpu_region_seed_limits(struct vgpu_region *region, int entry, uint64_t memory_limit,
+                             uint32_t compute_limit) {
+    struct vgpu_region_device *device = &region->devices[entry];
+    flock(region_fd, LOCK_EX); /* one writer at a time, as the seqlock needs */
+    bool memory = memory_limit != 0 && atomic_load(&device->memory_limit) == 0;
+    bool compute = compute_limit != 0 && atomic_load(&device->compute_limit) == 0;
+    if (memory || compute) {
+        atomic_fetch_add(&device->generation, 1);
+        if (memory) {
+            atomic_store(&device->memory_limit, memory_limit);
+        }
+        if (compute) {
+            atomic_store(&device->compute_limit, compute_limit);
+        }
+        atomic_fetch_add(&device->generation, 1);
+    }
+    flock(region_fd, LOCK_UN);
+}
+
+void vgpu_region_forget_self(void) {
+    self_slot = NULL;
+}
+
+struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region) {
+    int32_t pid = (int32_t)getpid();
+    struct vgpu_region_process *slot = self_slot;
+    if (slot != NULL && self_pid == pid) {
+        return slot;
+    }
+    uint64_t start_time = vgpu_process_start_time(pid);
+    uint64_t pid_namespace = vgpu_pid_namespace();
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (unsigned i = 0; i < VGPU_REGION_MAX_PROCESSES; i++) {
+            struct vgpu_region_process *candidate = &region->processes[i];
+            int32_t expected = VGPU_SLOT_FREE;
+            if (!atomic_compare_exchange_strong(&candidate->pid, &expected, VGPU_SLOT_CLAIMING)) {
+                continue;
+            }
+            candidate->pid_namespace = pid_namespace;
+            candidate->start_time = start_time;
+            atomic_store(&candidate->host_pid, 0);
+            for (unsigned d = 0; d < VGPU_REGION_MAX_DEVICES; d++) {
+                atomic_store(&candidate->memory[d], 0);
+            }
+            atomic_store(&candidate->heartbeat_ns, realtime_ns());
+            atomic_store(&candidate->pid, pid); /* published last */
+            self_slot = candidate;
+            self_pid = pid;
+            return candidate;
+        }
+        vgpu_region_reap(region); /* full: make room from processes that are gone */
+    }
+    return NULL;
+}
+
+bool vgpu_region_reclaim_slot(struct vgpu_region *region, unsigned slot, int32_t pid) {
+    if (slot >= VGPU_REGION_MAX_PROCESSES || pid <= 0) {
+        return false;
+    }
+    struct vgpu_region_process *process = &region->processes[slot];
+    int32_t expected = pid;
+    if (!atomic_compare_exchange_strong(&process->pid, &expected, VGPU_SLOT_RECLAIMING)) {
+        return false; /* someone else reclaimed it, or it was reused */
+    }
+    for (unsigned d = 0; d < VGPU_REGION_MAX_DEVICES; d++) {
+        uint64_t held = atomic_exchange(&process->memory[d], 0);
+        if (held != 0) {
+            atomic_fetch_sub(&region->devices[d].memory_used, held);
+        }
+    }
+    atomic_store(&process->pid, VGPU_SLOT_FREE);
+    return true;
+}
+
+unsigned vgpu_region_reap(struct vgpu_region *region) {
+    uint64_t pid_namespace = vgpu_pid_namespace();
+    unsigned reclaimed = 0;
+    for (unsigned i = 0; i < VGPU_REGION_MAX_PROCESSES; i++) {
+        struct vgpu_region_process *process = &region->processes[i];
+        int32_t pid = atomic_load(&process->pid);
+        /* Only processes of our own pid namespace can be judged from here; the daemon judges
+         * the others by their host pid. */
+        if (pid > 0 && process->pid_namespace == pid_namespace &&
+            !vgpu_process_alive(pid, process->start_time) &&
+            vgpu_region_reclaim_slot(region, i, pid)) {
+            reclaimed++;
+        }
+    }
+    return reclaimed;
+}
+
+static bool try_reserve(struct vgpu_region *region, int entry, uint64_t bytes) {
+    uint64_t limit;
+    uint32_t compute;
+    vgpu_region_limits(region, entry, &limit, &compute);
+    struct vgpu_region_device *device = &region->devices[entry];
+    uint64_t used = atomic_load(&device->memory_used);
+    do {
+        if (limit != 0 && (bytes > limit || used > limit - bytes)) {
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak(&device->memory_used, &used, used + bytes));
+    return true;
+}
+
+bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes) {
+    struct vgpu_region_process *self = vgpu_region_self(region);
+    if (self == NULL) {
+        return false;
+    }
+    if (!try_reserve(region, entry, bytes) &&
+        (vgpu_region_reap(region) == 0 || !try_reserve(region, entry, bytes))) {
+        return false;
+    }
+    /* The pod total first, then the slot: a process killed in between leaks its reservation
+     * rather than letting the pod pass its limit. */
+    atomic_fetch_add(&self->memory[entry], bytes);
+    atomic_store(&self->heartbeat_ns, realtime_ns());
+    return true;
+}
+
+void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes) {
+    struct vgpu_region_process *self = vgpu_region_self(region);
+    if (self == NULL) {
+        return;
+    }
+    uint64_t held = atomic_load(&self->memory[entry]);
+    bytes = bytes < held ? bytes : held;
+    atomic_fetch_sub(&self->memory[entry], bytes);
+    atomic_fetch_sub(&region->devices[entry].memory_used, bytes);
+}

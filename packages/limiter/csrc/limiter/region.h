@@ -1,0 +1,49 @@
+/* The C side of the pod region contract (vgpu_region.h): opening or creating the file,
+ * device entries, this process's slot, memory reservation and reclaiming dead slots. */
+#ifndef VGPU_LIMITER_REGION_H
+#define VGPU_LIMITER_REGION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vgpu_region.h"
+
+#define VGPU_EXPORT __attribute__((visibility("default")))
+
+/* Map the region at folder/shm, creating folder and file when missing (namespace and pod name
+ * are recorded in a new file). NULL with a one-line reason in `error`. */
+struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespace,
+                                     const char *pod_name, char *error, size_t error_size);
+
+/* The entry of a GPU (lower-case UUID), added when `create`; -1 when absent or full. */
+int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create);
+
+/* Set a device's limits where the region has none yet (the environment seeds, the region is
+ * the truth from then on). 0 leaves a limit as it is. */
+void vgpu_region_seed_limits(struct vgpu_region *region, int entry, uint64_t memory_limit,
+                             uint32_t compute_limit);
+
+/* A consistent read of a device's limits (seqlock). */
+void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
+                        uint32_t *compute_limit);
+
+/* This process's slot, claimed on first use (a forked child claims its own). NULL if full. */
+struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region);
+
+/* Reserve `bytes` on a device for this process without ever passing the pod's limit; dead
+ * processes' slots are reclaimed first when it would not fit. */
+bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes);
+void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes);
+
+/* Reclaim the slots of processes of this pid namespace that are gone; the number reclaimed. */
+unsigned vgpu_region_reap(struct vgpu_region *region);
+
+/* Reclaim one slot whose process is known to be gone (for the daemon, which judges liveness
+ * by host pid): its memory goes back to the devices exactly once. Exported for Python. */
+VGPU_EXPORT bool vgpu_region_reclaim_slot(struct vgpu_region *region, unsigned slot, int32_t pid);
+
+/* Forget the slot in a forked child. */
+void vgpu_region_forget_self(void);
+
+#endif
