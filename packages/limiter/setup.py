@@ -43,9 +43,11 @@ LIMITER = NativeLibrary(
     "vgpu_limiter.libcuda_limiter",
     sources=[*sources("csrc/limiter/*.c"), *sources("csrc/common/*.c")],
     include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
-    libraries=["dl", "pthread"],
+    # The wrappers carry the driver's own prototypes; this exports the ones defined.
+    define_macros=[("VGPU_API_VISIBILITY", '__attribute__((visibility("default")))')],
+    extra_compile_args=["-include", "glibc_compat.h"],
     # libdl and libpthread stay NEEDED: before glibc 2.34 dlsym and friends live there.
-    extra_link_args=["-Wl,--no-as-needed", "-ldl", "-lpthread", "-Wl,--as-needed"],
+    extra_link_args=["-Wl,--no-as-needed", "-l:libdl.so.2", "-l:libpthread.so.0"],
 )
 # The region layout for Python's cffi, from the one C header.
 REGION_CDEF = NativeLibrary(

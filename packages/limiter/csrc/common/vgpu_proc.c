@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 uint64_t vgpu_process_start_time(int32_t pid) {
@@ -41,6 +40,13 @@ bool vgpu_process_alive(int32_t pid, uint64_t start_time) {
 }
 
 uint64_t vgpu_pid_namespace(void) {
-    struct stat info;
-    return stat("/proc/self/ns/pid", &info) == 0 ? (uint64_t)info.st_ino : 0;
+    /* The link reads "pid:[<inode>]" (readlink rather than stat: no newer glibc symbol). */
+    char target[64];
+    ssize_t length = readlink("/proc/self/ns/pid", target, sizeof target - 1);
+    if (length <= 0) {
+        return 0;
+    }
+    target[length] = '\0';
+    const char *open_bracket = strchr(target, '[');
+    return open_bracket == NULL ? 0 : strtoull(open_bracket + 1, NULL, 10);
 }

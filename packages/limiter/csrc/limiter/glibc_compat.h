@@ -1,6 +1,7 @@
 /* The limiter is loaded into programs on whatever glibc their image has: bind the few symbols
  * whose default version is newer than 2.17 on the build machine to their old versions. Before
- * glibc 2.34 these live in libdl, which the library keeps NEEDED. */
+ * glibc 2.34 these live in libdl and libpthread, which the library keeps NEEDED. Included in
+ * every limiter source by the build (-include), so no file can forget it. */
 #ifndef VGPU_GLIBC_COMPAT_H
 #define VGPU_GLIBC_COMPAT_H
 
@@ -8,6 +9,7 @@
 __asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
 __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
+__asm__(".symver pthread_once,pthread_once@GLIBC_2.2.5");
 #endif
 
 #endif

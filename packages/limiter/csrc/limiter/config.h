@@ -1,0 +1,92 @@
+/* The limiter's configuration, read from the process environment.
+ *
+ * Limits (per device key):
+ *   TENSOR_FUSION_CUDA_MEM_LIMIT   JSON object, key -> bytes (number) or size string ("4GiB")
+ *   TENSOR_FUSION_CUDA_UP_LIMIT    JSON object, key -> percent 1-100 (number or "12.5%")
+ *   CUDA_DEVICE_MEMORY_LIMIT[_i]   HAMi-core compatible size ("4g", "1024m"); no suffix: all devices
+ *   CUDA_DEVICE_SM_LIMIT[_i]       HAMi-core compatible percent; 0 means no limit, as in HAMi-core
+ * Keys are a device index 0-63 (the CUDA ordinal the program sees) or a GPU UUID
+ * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", any case).
+ *
+ * Pod identity: SHM_PATH (the pod's folder), else SHM_BASE_PATH/POD_NAMESPACE/POD_NAME
+ * (base /run/tensor-fusion/shm, namespace "default"); neither: no pod (a private region).
+ * Logging: TF_LOG_LEVEL (error, warn, info, debug; default warn), TF_LOG_PATH (default stderr).
+ *
+ * Nothing here allocates, keeps state or aborts; it reads the environment with getenv and
+ * environ, so it must not race with setenv in another thread (as every getenv user). */
+#ifndef VGPU_LIMITER_CONFIG_H
+#define VGPU_LIMITER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VGPU_CONFIG_MAX_SETTINGS 64
+#define VGPU_CONFIG_MAX_INDEX 63
+#define VGPU_CONFIG_UUID_SIZE 48
+#define VGPU_CONFIG_SOURCE_SIZE 64
+#define VGPU_CONFIG_PATH_SIZE 4096
+#define VGPU_CONFIG_NAME_SIZE 256
+/* Room for any message about printable ASCII values; a longer message is cut. */
+#define VGPU_CONFIG_ERROR_SIZE 1024
+#define VGPU_CONFIG_DEFAULT_BASE "/run/tensor-fusion/shm"
+/* The region file inside the pod folder. */
+#define VGPU_CONFIG_REGION_FILE "shm"
+
+enum vgpu_key_kind { VGPU_KEY_ALL, VGPU_KEY_INDEX, VGPU_KEY_UUID };
+
+enum vgpu_pod_source {
+    VGPU_POD_PRIVATE,  /* neither SHM_PATH nor POD_NAME: the core makes a private region */
+    VGPU_POD_SHM_PATH, /* pod_folder is SHM_PATH */
+    VGPU_POD_NAME,     /* pod_folder is {SHM_BASE_PATH}/{POD_NAMESPACE}/{POD_NAME} */
+};
+
+/* One device key with the limits given for it; each (kind, index or uuid) appears once. */
+struct vgpu_device_setting {
+    enum vgpu_key_kind kind;
+    int index;                            /* VGPU_KEY_INDEX: 0-63; otherwise -1 */
+    char uuid[VGPU_CONFIG_UUID_SIZE];     /* VGPU_KEY_UUID: all lower case, "gpu-…" as the region */
+    uint64_t memory_limit;                /* bytes; 0 = not set */
+    uint32_t compute_limit;               /* hundredths of a percent, 1-10000; 0 = not set */
+    char memory_source[VGPU_CONFIG_SOURCE_SIZE];  /* variable that set it, for messages */
+    char compute_source[VGPU_CONFIG_SOURCE_SIZE];
+};
+
+struct vgpu_config {
+    struct vgpu_device_setting settings[VGPU_CONFIG_MAX_SETTINGS];
+    unsigned count;
+    enum vgpu_pod_source pod_source;
+    char pod_folder[VGPU_CONFIG_PATH_SIZE]; /* "" = no pod; never ends in '/' */
+    char pod_namespace[VGPU_CONFIG_NAME_SIZE]; /* "" when POD_NAME is not set */
+    char pod_name[VGPU_CONFIG_NAME_SIZE];
+    int log_level;                        /* VGPU_LOG_ERROR … VGPU_LOG_DEBUG of log.h */
+    char log_path[VGPU_CONFIG_PATH_SIZE]; /* "" = stderr */
+};
+
+/* The limits that apply to one device, from the most specific setting that gives each: UUID,
+ * then index, then all devices. Sources point into the config. */
+struct vgpu_device_limits {
+    uint64_t memory_limit;  /* 0 = none */
+    uint32_t compute_limit; /* hundredths of a percent; 0 = none */
+    const char *memory_source;  /* "" when not set */
+    const char *compute_source;
+};
+
+/* Reads the environment into `config`. On an invalid or contradictory value returns false with
+ * one line in `error` naming the variable and the value (and `config` partly filled). */
+bool vgpu_config_load(struct vgpu_config *config, char *error, size_t error_size);
+
+/* The limits for the device the program sees as `index` whose physical UUID is `uuid` (any
+ * case; NULL or "" when unknown). False with one line in `error` when an index key and a UUID
+ * key both name this device with different values: only the driver can see that conflict. */
+bool vgpu_config_device_limits(const struct vgpu_config *config, int index, const char *uuid,
+                               struct vgpu_device_limits *limits, char *error,
+                               size_t error_size);
+
+/* Exported for tf-limiter check-config and the tests: reads the environment and writes a JSON
+ * document, {"ok":true,"devices":[...],"pod":{...},"log":{...}} or {"ok":false,"error":"..."}.
+ * Returns the length written, or needed when it is >= size (as snprintf); out may be NULL when
+ * size is 0. */
+int vgpu_limiter_describe_config(char *out, size_t size);
+
+#endif

@@ -1,0 +1,177 @@
+/* Hooks of initialization and contexts. Each context holds device memory of its own before
+ * any allocation; the pod is charged for it so that the device never holds more than the limit.
+ * Destroying a context frees what was allocated in it, and so does the pod's charge. */
+#define _GNU_SOURCE
+#include <pthread.h>
+
+#include "core.h"
+#include "ledger.h"
+#include "log.h"
+
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned primary_retains[VGPU_MAX_ORDINALS];
+static CUcontext primary_context[VGPU_MAX_ORDINALS];
+
+CUresult cuInit(unsigned int Flags) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    result = VGPU_REAL(cuInit, Flags);
+    return result == CUDA_SUCCESS ? vgpu_map_devices() : result;
+}
+
+static bool owned_by(const struct vgpu_record *record, void *context) {
+    return record->context == context &&
+           (record->kind == VGPU_RECORD_MEMORY || record->kind == VGPU_RECORD_ARRAY ||
+            record->kind == VGPU_RECORD_CONTEXT);
+}
+
+/* Give back the context's overhead and everything allocated in it. */
+static void forget_context(CUcontext context) {
+    struct vgpu_record records[256];
+    unsigned taken;
+    do {
+        taken = vgpu_ledger_take_if(owned_by, context, records, 256);
+        for (unsigned i = 0; i < taken; i++) {
+            vgpu_uncharge(records[i].entry, records[i].bytes);
+        }
+    } while (taken == 256);
+}
+
+static void remember_context(CUcontext context, int entry) {
+    struct vgpu_record record = {
+        .key = (uint64_t)(uintptr_t)context,
+        .kind = VGPU_RECORD_CONTEXT,
+        .entry = entry,
+        .bytes = vgpu_state.context_overhead,
+        .context = context,
+    };
+    if (!vgpu_ledger_put(&record)) {
+        vgpu_log(VGPU_LOG_WARN, "out of memory recording a context");
+    }
+}
+
+static CUresult create(CUcontext *pctx, CUdevice dev, CUresult (*call)(void *), void *arguments) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int entry = vgpu_entry_of(dev);
+    if (!vgpu_charge(entry, vgpu_state.context_overhead)) {
+        vgpu_log(VGPU_LOG_INFO, "a new context on device %d does not fit the pod's limit", dev);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = call(arguments);
+    if (result != CUDA_SUCCESS || pctx == NULL || entry < 0) {
+        vgpu_uncharge(entry, vgpu_state.context_overhead);
+        return result;
+    }
+    remember_context(*pctx, entry);
+    return CUDA_SUCCESS;
+}
+
+struct create_v2 {
+    CUcontext *pctx;
+    unsigned int flags;
+    CUdevice dev;
+};
+
+static CUresult call_create_v2(void *arguments) {
+    struct create_v2 *a = arguments;
+    return VGPU_REAL(cuCtxCreate_v2, a->pctx, a->flags, a->dev);
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    struct create_v2 arguments = {pctx, flags, dev};
+    return create(pctx, dev, call_create_v2, &arguments);
+}
+
+struct create_v4 {
+    CUcontext *pctx;
+    CUctxCreateParams *params;
+    unsigned int flags;
+    CUdevice dev;
+};
+
+static CUresult call_create_v4(void *arguments) {
+    struct create_v4 *a = arguments;
+    return VGPU_REAL(cuCtxCreate_v4, a->pctx, a->params, a->flags, a->dev);
+}
+
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                        CUdevice dev) {
+    struct create_v4 arguments = {pctx, ctxCreateParams, flags, dev};
+    return create(pctx, dev, call_create_v4, &arguments);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    result = VGPU_REAL(cuCtxDestroy_v2, ctx);
+    if (result == CUDA_SUCCESS) {
+        forget_context(ctx);
+    }
+    return result;
+}
+
+static CUresult call_retain(void *arguments) {
+    struct create_v2 *a = arguments;
+    return VGPU_REAL(cuDevicePrimaryCtxRetain, a->pctx, a->dev);
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dev < 0 || dev >= VGPU_MAX_ORDINALS) {
+        return VGPU_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
+    }
+    /* Only the first retain creates the context and its overhead. */
+    pthread_mutex_lock(&primary_lock);
+    if (primary_retains[dev] > 0) {
+        result = VGPU_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
+    } else {
+        struct create_v2 arguments = {pctx, 0, dev};
+        result = create(pctx, dev, call_retain, &arguments);
+        if (result == CUDA_SUCCESS) {
+            primary_context[dev] = *pctx;
+        }
+    }
+    primary_retains[dev] += result == CUDA_SUCCESS;
+    pthread_mutex_unlock(&primary_lock);
+    return result;
+}
+
+static CUresult release_primary(CUdevice dev, bool reset) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    result = reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
+                   : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+    if (result != CUDA_SUCCESS || dev < 0 || dev >= VGPU_MAX_ORDINALS) {
+        return result;
+    }
+    pthread_mutex_lock(&primary_lock);
+    if (primary_retains[dev] > 0) {
+        primary_retains[dev] = reset ? 0 : primary_retains[dev] - 1;
+        if (primary_retains[dev] == 0) {
+            forget_context(primary_context[dev]);
+            primary_context[dev] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&primary_lock);
+    return result;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    return release_primary(dev, false);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    return release_primary(dev, true);
+}

@@ -1,0 +1,215 @@
+/* Setup of the limiter on the first CUDA or NVML call, and the mapping of devices to the pod
+ * region. Loading the library does nothing: bash, python or any non-CUDA process that has it
+ * preloaded is unaffected. */
+#define _GNU_SOURCE
+#include "core.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ledger.h"
+#include "log.h"
+#include "region.h"
+#include "vgpu_parse.h"
+#include "vgpu_proc.h"
+
+/* What a CUDA context holds on the device before any allocation (measured on an H100 with
+ * CUDA 13: about 518 MiB), rounded up; TF_CUDA_CONTEXT_OVERHEAD overrides it. */
+#define DEFAULT_CONTEXT_OVERHEAD (544ULL << 20)
+
+struct vgpu_state vgpu_state;
+
+static pthread_once_t ready_once = PTHREAD_ONCE_INIT;
+static CUresult ready_result = CUDA_ERROR_NOT_INITIALIZED;
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool mapped;
+static CUresult map_result = CUDA_SUCCESS;
+
+static void forget_in_child(void) {
+    /* A forked child is another process: its own slot, none of the parent's allocations. */
+    vgpu_region_forget_self();
+    vgpu_ledger_clear();
+}
+
+/* Without SHM_PATH or POD_NAME: a region private to this process tree. Children started from
+ * here find it through SHM_PATH. */
+static bool private_folder(char *folder, size_t size) {
+    const char *tmp = getenv("TMPDIR");
+    int pid = (int)getpid();
+    int length = snprintf(folder, size, "%s/vgpu-%d/private-%d-%llu",
+                          tmp != NULL && tmp[0] == '/' ? tmp : "/tmp", (int)getuid(), pid,
+                          (unsigned long long)vgpu_process_start_time(pid));
+    if (length < 0 || (size_t)length >= size) {
+        return false;
+    }
+    setenv("SHM_PATH", folder, 1);
+    return true;
+}
+
+static void setup(void) {
+    char error[VGPU_CONFIG_ERROR_SIZE];
+    struct vgpu_config *config = &vgpu_state.config;
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        vgpu_state.entries[i] = -1;
+    }
+    if (!vgpu_config_load(config, error, sizeof error)) {
+        vgpu_log(VGPU_LOG_ERROR, "%s", error);
+        ready_result = CUDA_ERROR_NOT_INITIALIZED;
+        return;
+    }
+    vgpu_log_configure(config->log_level, config->log_path);
+    const char *overhead = getenv("TF_CUDA_CONTEXT_OVERHEAD");
+    vgpu_state.context_overhead = DEFAULT_CONTEXT_OVERHEAD;
+    if (overhead != NULL && overhead[0] != '\0' &&
+        !vgpu_parse_size(overhead, &vgpu_state.context_overhead)) {
+        vgpu_log(VGPU_LOG_ERROR, "TF_CUDA_CONTEXT_OVERHEAD=%.200s: not a size", overhead);
+        ready_result = CUDA_ERROR_NOT_INITIALIZED;
+        return;
+    }
+    char folder[VGPU_CONFIG_PATH_SIZE];
+    snprintf(folder, sizeof folder, "%s", config->pod_folder);
+    if (folder[0] == '\0' && !private_folder(folder, sizeof folder)) {
+        vgpu_log(VGPU_LOG_ERROR, "TMPDIR: path too long for a private region");
+        ready_result = CUDA_ERROR_NOT_INITIALIZED;
+        return;
+    }
+    vgpu_state.region =
+        vgpu_region_open(folder, config->pod_namespace, config->pod_name, error, sizeof error);
+    if (vgpu_state.region == NULL) {
+        vgpu_log(VGPU_LOG_ERROR, "%s", error);
+        ready_result = CUDA_ERROR_NOT_INITIALIZED;
+        return;
+    }
+    pthread_atfork(NULL, NULL, forget_in_child);
+    ready_result = CUDA_SUCCESS;
+}
+
+CUresult vgpu_ready(void) {
+    pthread_once(&ready_once, setup);
+    return ready_result;
+}
+
+CUresult vgpu_cuda_ready(void) {
+    CUresult result = vgpu_ready();
+    return result != CUDA_SUCCESS ? result
+           : vgpu_load_cuda()     ? CUDA_SUCCESS
+                                  : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static void format_uuid(const CUuuid *uuid, char *text, size_t size) {
+    const unsigned char *b = (const unsigned char *)uuid->bytes;
+    snprintf(text, size,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+/* Seed one device's entry; false (after a logged error) on an index/UUID conflict. */
+static bool seed(int ordinal, const char *uuid, int *entry_out) {
+    struct vgpu_device_limits limits;
+    char error[VGPU_CONFIG_ERROR_SIZE];
+    if (!vgpu_config_device_limits(&vgpu_state.config, ordinal, uuid, &limits, error,
+                                   sizeof error)) {
+        vgpu_log(VGPU_LOG_ERROR, "%s", error);
+        return false;
+    }
+    int entry = vgpu_region_device(vgpu_state.region, uuid, true);
+    if (entry < 0) {
+        vgpu_log(VGPU_LOG_ERROR, "the pod region has no room for %s", uuid);
+        return limits.memory_limit == 0 && limits.compute_limit == 0;
+    }
+    vgpu_region_seed_limits(vgpu_state.region, entry, limits.memory_limit, limits.compute_limit);
+    uint64_t memory;
+    uint32_t compute;
+    vgpu_region_limits(vgpu_state.region, entry, &memory, &compute);
+    if (limits.memory_limit != 0 && memory != limits.memory_limit) {
+        vgpu_log(VGPU_LOG_INFO, "%s: the pod region's memory limit %llu replaces %s's %llu",
+                 uuid, (unsigned long long)memory, limits.memory_source,
+                 (unsigned long long)limits.memory_limit);
+    }
+    vgpu_log(VGPU_LOG_DEBUG, "device %d is %s: memory limit %llu bytes", ordinal, uuid,
+             (unsigned long long)memory);
+    *entry_out = entry;
+    return true;
+}
+
+CUresult vgpu_map_devices(void) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    pthread_mutex_lock(&map_lock);
+    if (!mapped) {
+        int count = 0;
+        map_result = VGPU_REAL(cuDeviceGetCount, &count);
+        for (int ordinal = 0; map_result == CUDA_SUCCESS && ordinal < count &&
+                              ordinal < VGPU_MAX_ORDINALS;
+             ordinal++) {
+            CUuuid uuid;
+            char text[64];
+            map_result = VGPU_REAL(cuDeviceGetUuid_v2, &uuid, ordinal);
+            if (map_result != CUDA_SUCCESS) {
+                break;
+            }
+            format_uuid(&uuid, text, sizeof text);
+            if (!seed(ordinal, text, &vgpu_state.entries[ordinal])) {
+                map_result = CUDA_ERROR_INVALID_VALUE; /* fail closed on a contradiction */
+            }
+        }
+        /* UUID limits of GPUs this process does not see still belong to the pod. */
+        for (unsigned i = 0; map_result == CUDA_SUCCESS && i < vgpu_state.config.count; i++) {
+            const struct vgpu_device_setting *setting = &vgpu_state.config.settings[i];
+            int entry;
+            if (setting->kind == VGPU_KEY_UUID &&
+                vgpu_region_device(vgpu_state.region, setting->uuid, false) < 0 &&
+                !seed(-1, setting->uuid, &entry)) {
+                map_result = CUDA_ERROR_INVALID_VALUE;
+            }
+        }
+        vgpu_state.ordinal_count = count;
+        mapped = map_result == CUDA_SUCCESS;
+    }
+    result = map_result;
+    pthread_mutex_unlock(&map_lock);
+    return result;
+}
+
+int vgpu_entry_of(int ordinal) {
+    if (!__atomic_load_n(&mapped, __ATOMIC_ACQUIRE) && vgpu_map_devices() != CUDA_SUCCESS) {
+        return -1;
+    }
+    return ordinal >= 0 && ordinal < vgpu_state.ordinal_count ? vgpu_state.entries[ordinal] : -1;
+}
+
+int vgpu_current_entry(void) {
+    CUdevice device;
+    if (VGPU_REAL(cuCtxGetDevice, &device) != CUDA_SUCCESS) {
+        return -1;
+    }
+    return vgpu_entry_of(device);
+}
+
+uint64_t vgpu_memory_limit(int entry) {
+    uint64_t memory;
+    uint32_t compute;
+    vgpu_region_limits(vgpu_state.region, entry, &memory, &compute);
+    return memory;
+}
+
+uint64_t vgpu_memory_used(int entry) {
+    return atomic_load(&vgpu_state.region->devices[entry].memory_used);
+}
+
+bool vgpu_charge(int entry, uint64_t bytes) {
+    return entry < 0 || bytes == 0 || vgpu_region_reserve(vgpu_state.region, entry, bytes);
+}
+
+void vgpu_uncharge(int entry, uint64_t bytes) {
+    if (entry >= 0 && bytes != 0) {
+        vgpu_region_release(vgpu_state.region, entry, bytes);
+    }
+}

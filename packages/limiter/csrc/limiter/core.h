@@ -1,0 +1,52 @@
+/* The limiter's per-process state: configuration, the pod region, and which region entry each
+ * device the program sees maps to. Set up on the first CUDA or NVML call, never at load. */
+#ifndef VGPU_LIMITER_CORE_H
+#define VGPU_LIMITER_CORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "hooks.h"
+#include "vgpu_region.h"
+
+#define VGPU_MAX_ORDINALS 64
+
+struct vgpu_state {
+    struct vgpu_config config;
+    struct vgpu_region *region;
+    int entries[VGPU_MAX_ORDINALS]; /* region entry by CUDA ordinal, -1 when none */
+    int ordinal_count;
+    uint64_t context_overhead; /* device memory each context is charged */
+};
+
+extern struct vgpu_state vgpu_state;
+
+/* Setup on first use: configuration, log, region. CUDA_SUCCESS, or the error that every hooked
+ * call then returns (fail closed: a bad limit never silently disappears). */
+CUresult vgpu_ready(void);
+
+/* vgpu_ready and the real driver loaded. */
+CUresult vgpu_cuda_ready(void);
+
+/* Call a real driver function that an old driver may lack. */
+#define VGPU_REAL(symbol, ...) \
+    (vgpu_real.symbol != NULL ? vgpu_real.symbol(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
+
+/* After the real cuInit succeeded: map the visible devices to region entries and seed their
+ * limits from the environment. Idempotent; returns the failure to report from cuInit. */
+CUresult vgpu_map_devices(void);
+
+/* Region entry of a CUDA ordinal, or of the current context's device; -1 when unknown. */
+int vgpu_entry_of(int ordinal);
+int vgpu_current_entry(void);
+
+/* The memory limit of an entry (0 = none) and what the pod holds there. */
+uint64_t vgpu_memory_limit(int entry);
+uint64_t vgpu_memory_used(int entry);
+
+/* Charge or give back device memory of this process to the pod. */
+bool vgpu_charge(int entry, uint64_t bytes);
+void vgpu_uncharge(int entry, uint64_t bytes);
+
+#endif

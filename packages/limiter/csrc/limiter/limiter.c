@@ -1,1 +1,0 @@
-/* libcuda_limiter.so: placeholder until the interception core lands. */

@@ -1,0 +1,140 @@
+/* Finding the real libraries and routing the three ways a program reaches the driver:
+ *   1. linked against libcuda.so.1: the dynamic linker resolves to our exported wrappers;
+ *   2. dlopen + dlsym: our dlsym returns our wrapper for a hooked name found in the library;
+ *   3. cuGetProcAddress(_v2), as the CUDA runtime uses: the real call picks the symbol for the
+ *      caller's version and flags, and a hooked one is swapped for our wrapper. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hooks.h"
+#include "log.h"
+
+#define VGPU_EXPORT __attribute__((visibility("default")))
+
+struct vgpu_real_functions vgpu_real;
+
+static void *(*real_dlsym)(void *, const char *);
+static void *cuda_handle;
+static void *nvml_handle;
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+
+/* The libc dlsym, found with dlvsym so that our own dlsym is never called for it. */
+static void *lookup(void *handle, const char *name) {
+    void *(*found)(void *, const char *) = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
+    if (found == NULL) {
+        found = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (found == NULL) {
+            found = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        }
+        __atomic_store_n(&real_dlsym, found, __ATOMIC_RELEASE);
+    }
+    return found == NULL ? NULL : found(handle, name);
+}
+
+static void *open_library(const char *variable, const char *soname) {
+    const char *configured = getenv(variable);
+    const char *path = configured != NULL && configured[0] != '\0' ? configured : soname;
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        vgpu_log(VGPU_LOG_ERROR, "%s: cannot load %s: %s", variable, path, dlerror());
+    }
+    return handle;
+}
+
+static void load_cuda(void) {
+    cuda_handle = open_library("TF_CUDA_LIB_PATH", "libcuda.so.1");
+    if (cuda_handle == NULL) {
+        return;
+    }
+#define VGPU_RESOLVE(symbol) vgpu_real.symbol = (__typeof__(symbol) *)lookup(cuda_handle, #symbol);
+    VGPU_CUDA_HOOKS(VGPU_RESOLVE)
+    VGPU_CUDA_CALLS(VGPU_RESOLVE)
+}
+
+static void load_nvml(void) {
+    nvml_handle = open_library("TF_NVML_LIB_PATH", "libnvidia-ml.so.1");
+    if (nvml_handle == NULL) {
+        return;
+    }
+    VGPU_NVML_HOOKS(VGPU_RESOLVE)
+    VGPU_NVML_CALLS(VGPU_RESOLVE)
+#undef VGPU_RESOLVE
+}
+
+bool vgpu_load_cuda(void) {
+    pthread_once(&cuda_once, load_cuda);
+    return cuda_handle != NULL && vgpu_real.cuInit != NULL;
+}
+
+bool vgpu_load_nvml(void) {
+    pthread_once(&nvml_once, load_nvml);
+    return nvml_handle != NULL;
+}
+
+static const struct {
+    const char *name;
+    void *hook;
+} hooks[] = {
+#define VGPU_HOOK_ENTRY(symbol) {#symbol, (void *)symbol},
+    VGPU_CUDA_HOOKS(VGPU_HOOK_ENTRY)
+    VGPU_NVML_HOOKS(VGPU_HOOK_ENTRY)
+#undef VGPU_HOOK_ENTRY
+};
+
+void *vgpu_hook_for(const char *symbol) {
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        if (strcmp(hooks[i].name, symbol) == 0) {
+            return hooks[i].hook;
+        }
+    }
+    return NULL;
+}
+
+/* Path 2. Cheap for the names no one hooks: only "cu…" and "nvml…" are looked at. */
+VGPU_EXPORT void *dlsym(void *handle, const char *name) {
+    void *found = lookup(handle, name);
+    if (found != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
+        void *hook = vgpu_hook_for(name);
+        return hook != NULL ? hook : found;
+    }
+    return found;
+}
+
+/* Path 3: the wrapper of whichever real symbol the driver handed out. */
+static void *route(void *real_function) {
+#define VGPU_ROUTE(symbol)                                                                 \
+    if (real_function != NULL && real_function == (void *)vgpu_real.symbol) {             \
+        return (void *)symbol;                                                             \
+    }
+    VGPU_CUDA_HOOKS(VGPU_ROUTE)
+#undef VGPU_ROUTE
+    return real_function;
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus) {
+    if (!vgpu_load_cuda() || vgpu_real.cuGetProcAddress_v2 == NULL) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    CUresult result =
+        vgpu_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (result == CUDA_SUCCESS && pfn != NULL) {
+        *pfn = route(*pfn);
+    }
+    return result;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+    if (!vgpu_load_cuda() || vgpu_real.cuGetProcAddress == NULL) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    CUresult result = vgpu_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    if (result == CUDA_SUCCESS && pfn != NULL) {
+        *pfn = route(*pfn);
+    }
+    return result;
+}

@@ -1,0 +1,223 @@
+/* Hooks of allocation and free. Every allocation is charged to the pod before the real call
+ * (so concurrent allocations can never pass the limit together) and given back when the call
+ * fails or the memory is freed. Charges are what the device really holds: sizes rounded up to
+ * the driver's 2 MiB pages, a pitched allocation's real pitch × height. */
+#define _GNU_SOURCE
+#include "core.h"
+#include "ledger.h"
+#include "log.h"
+#include "vgpu_cuda_sizes.h"
+
+static CUcontext current_context(void) {
+    CUcontext context = NULL;
+    if (VGPU_REAL(cuCtxGetCurrent, &context) != CUDA_SUCCESS) {
+        context = NULL;
+    }
+    return context;
+}
+
+/* Charge `bytes` to `entry` before an allocation; CUDA_ERROR_OUT_OF_MEMORY past the limit. */
+static CUresult charge(int entry, uint64_t bytes) {
+    if (!vgpu_charge(entry, bytes)) {
+        vgpu_log(VGPU_LOG_INFO, "an allocation of %llu bytes does not fit the pod's limit",
+                 (unsigned long long)bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* After the real call: record what was charged, or give it back when the call failed. */
+static CUresult settle(CUresult result, int entry, uint64_t bytes, uint64_t key,
+                       enum vgpu_record_kind kind) {
+    if (result != CUDA_SUCCESS) {
+        vgpu_uncharge(entry, bytes);
+        return result;
+    }
+    struct vgpu_record record = {
+        .key = key, .kind = kind, .entry = entry, .bytes = bytes, .context = current_context()};
+    if (entry >= 0 && !vgpu_ledger_put(&record)) {
+        vgpu_log(VGPU_LOG_WARN, "out of memory recording an allocation; it stays charged");
+    }
+    return result;
+}
+
+static uint64_t pages(uint64_t bytes) {
+    uint64_t rounded = vgpu_round_up(bytes, VGPU_PAGE_SIZE);
+    return rounded < bytes ? UINT64_MAX : rounded;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int entry = vgpu_current_entry();
+    uint64_t bytes = pages(bytesize);
+    if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
+        return result;
+    }
+    result = VGPU_REAL(cuMemAlloc_v2, dptr, bytesize);
+    return settle(result, entry, bytes, result == CUDA_SUCCESS ? *dptr : 0, VGPU_RECORD_MEMORY);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int entry = vgpu_current_entry();
+    uint64_t bytes = pages(bytesize);
+    if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
+        return result;
+    }
+    result = VGPU_REAL(cuMemAllocManaged, dptr, bytesize, flags);
+    return settle(result, entry, bytes, result == CUDA_SUCCESS ? *dptr : 0, VGPU_RECORD_MEMORY);
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int entry = vgpu_current_entry();
+    /* The driver pads rows (to 512 bytes on current GPUs): charge that estimate first, then
+     * correct it to the pitch the driver chose. */
+    unsigned __int128 estimate = (unsigned __int128)vgpu_round_up(WidthInBytes, 512) * Height;
+    uint64_t bytes = estimate > UINT64_MAX ? UINT64_MAX : pages((uint64_t)estimate);
+    if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
+        return result;
+    }
+    result = VGPU_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (result == CUDA_SUCCESS) {
+        uint64_t actual = pages((uint64_t)*pPitch * Height);
+        if (actual > bytes && !vgpu_charge(entry, actual - bytes)) {
+            VGPU_REAL(cuMemFree_v2, *dptr);
+            vgpu_uncharge(entry, bytes);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (actual < bytes) {
+            vgpu_uncharge(entry, bytes - actual);
+        }
+        bytes = actual;
+    }
+    return settle(result, entry, bytes, result == CUDA_SUCCESS ? *dptr : 0, VGPU_RECORD_MEMORY);
+}
+
+/* Give back what a freed record was charged. Memory from a pool stays with the pool. */
+static void give_back(const struct vgpu_record *record) {
+    if (record->kind != VGPU_RECORD_POOLED) {
+        vgpu_uncharge(record->entry, record->bytes);
+    }
+}
+
+/* Free through `call`: the record is taken first so that an address the driver hands out again
+ * in another thread is never confused with it, and put back if the free fails. */
+static CUresult free_recorded(uint64_t key, CUresult (*call)(void *), void *arguments) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    struct vgpu_record record;
+    bool known = vgpu_ledger_take(key, &record);
+    result = call(arguments);
+    if (known && result != CUDA_SUCCESS) {
+        vgpu_ledger_put(&record);
+    } else if (known) {
+        give_back(&record);
+    }
+    return result;
+}
+
+static CUresult call_free(void *arguments) {
+    return VGPU_REAL(cuMemFree_v2, *(CUdeviceptr *)arguments);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    return free_recorded(dptr, call_free, &dptr);
+}
+
+/* --- arrays --------------------------------------------------------------------------------- */
+
+static CUresult create_array(void *handle_out, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                             unsigned levels, CUresult (*call)(void *), void *arguments) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int entry = vgpu_current_entry();
+    uint64_t bytes = desc != NULL ? pages(vgpu_array_bytes(desc, levels)) : 0;
+    if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
+        return result;
+    }
+    result = call(arguments);
+    uint64_t key = result == CUDA_SUCCESS ? (uint64_t)(uintptr_t) * (void **)handle_out : 0;
+    return settle(result, entry, bytes, key, VGPU_RECORD_ARRAY);
+}
+
+struct array_call {
+    CUarray *handle;
+    const CUDA_ARRAY_DESCRIPTOR *desc;
+    const CUDA_ARRAY3D_DESCRIPTOR *desc3d;
+    CUmipmappedArray *mipmapped;
+    unsigned levels;
+};
+
+static CUresult call_array(void *arguments) {
+    struct array_call *a = arguments;
+    return VGPU_REAL(cuArrayCreate_v2, a->handle, a->desc);
+}
+
+static CUresult call_array3d(void *arguments) {
+    struct array_call *a = arguments;
+    return VGPU_REAL(cuArray3DCreate_v2, a->handle, a->desc3d);
+}
+
+static CUresult call_mipmapped(void *arguments) {
+    struct array_call *a = arguments;
+    return VGPU_REAL(cuMipmappedArrayCreate, a->mipmapped, a->desc3d, a->levels);
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    CUDA_ARRAY3D_DESCRIPTOR desc = {0};
+    if (pAllocateArray != NULL) {
+        desc.Width = pAllocateArray->Width;
+        desc.Height = pAllocateArray->Height;
+        desc.Format = pAllocateArray->Format;
+        desc.NumChannels = pAllocateArray->NumChannels;
+    }
+    struct array_call arguments = {.handle = pHandle, .desc = pAllocateArray};
+    return create_array(pHandle, pAllocateArray != NULL ? &desc : NULL, 1, call_array,
+                        &arguments);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+    struct array_call arguments = {.handle = pHandle, .desc3d = pAllocateArray};
+    return create_array(pHandle, pAllocateArray, 1, call_array3d, &arguments);
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                unsigned int numMipmapLevels) {
+    struct array_call arguments = {
+        .mipmapped = pHandle, .desc3d = pMipmappedArrayDesc, .levels = numMipmapLevels};
+    return create_array(pHandle, pMipmappedArrayDesc, numMipmapLevels, call_mipmapped,
+                        &arguments);
+}
+
+static CUresult call_array_destroy(void *arguments) {
+    return VGPU_REAL(cuArrayDestroy, *(CUarray *)arguments);
+}
+
+static CUresult call_mipmapped_destroy(void *arguments) {
+    return VGPU_REAL(cuMipmappedArrayDestroy, *(CUmipmappedArray *)arguments);
+}
+
+CUresult cuArrayDestroy(CUarray hArray) {
+    return free_recorded((uint64_t)(uintptr_t)hArray, call_array_destroy, &hArray);
+}
+
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+    return free_recorded((uint64_t)(uintptr_t)hMipmappedArray, call_mipmapped_destroy,
+                         &hMipmappedArray);
+}
