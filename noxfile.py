@@ -114,6 +114,16 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         # Destroyed driver objects are kept on purpose (a stale handle must fail cleanly).
         {"ASAN_OPTIONS": "detect_leaks=0"},
     ),
+    (
+        "limiter_config_test",
+        [
+            ROOT / "tests/c/limiter_config_test.c",
+            LIMITER_C / "limiter/config.c",
+            LIMITER_C / "common/vgpu_parse.c",
+        ],
+        [LIMITER_C / "common", LIMITER_C / "limiter"],
+        {},
+    ),
 ]
 
 

@@ -60,7 +60,7 @@ REGION_CDEF = NativeLibrary(
 
 setup_package(
     __file__,
-    requires=["typer>=0.12"],
+    requires=["cffi>=1.16", "rich>=13", "typer>=0.12"],
     siblings=["vgpu-common"],
     native=[
         LIMITER,

@@ -130,9 +130,10 @@ static bool parse_uuid(const char *text, char *uuid) {
             return false;
         }
     }
+    /* Stored as NVML prints it: "GPU-" and lower-case hex. */
     for (size_t i = 0; i < sizeof UUID_SHAPE; i++) {
         char c = text[i];
-        uuid[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+        uuid[i] = i < 4 ? "GPU-"[i] : (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
     }
     return true;
 }

@@ -3,8 +3,8 @@
  * Limits (per device key):
  *   TENSOR_FUSION_CUDA_MEM_LIMIT   JSON object, key -> bytes (number) or size string ("4GiB")
  *   TENSOR_FUSION_CUDA_UP_LIMIT    JSON object, key -> percent 1-100 (number or "12.5%")
- *   CUDA_DEVICE_MEMORY_LIMIT[_i]   HAMi-core compatible size ("4g", "1024m"); no suffix: all devices
- *   CUDA_DEVICE_SM_LIMIT[_i]       HAMi-core compatible percent; 0 means no limit, as in HAMi-core
+ *   CUDA_DEVICE_MEMORY_LIMIT[_i]   HAMi-core size ("4g", "1024m"); without _i: every device
+ *   CUDA_DEVICE_SM_LIMIT[_i]       HAMi-core percent; 0 means no limit, as in HAMi-core
  * Keys are a device index 0-63 (the CUDA ordinal the program sees) or a GPU UUID
  * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", any case).
  *
@@ -45,7 +45,7 @@ enum vgpu_pod_source {
 struct vgpu_device_setting {
     enum vgpu_key_kind kind;
     int index;                            /* VGPU_KEY_INDEX: 0-63; otherwise -1 */
-    char uuid[VGPU_CONFIG_UUID_SIZE];     /* VGPU_KEY_UUID: all lower case, "gpu-…" as the region */
+    char uuid[VGPU_CONFIG_UUID_SIZE];     /* VGPU_KEY_UUID: "gpu-...", lower case (as the region) */
     uint64_t memory_limit;                /* bytes; 0 = not set */
     uint32_t compute_limit;               /* hundredths of a percent, 1-10000; 0 = not set */
     char memory_source[VGPU_CONFIG_SOURCE_SIZE];  /* variable that set it, for messages */
@@ -59,7 +59,7 @@ struct vgpu_config {
     char pod_folder[VGPU_CONFIG_PATH_SIZE]; /* "" = no pod; never ends in '/' */
     char pod_namespace[VGPU_CONFIG_NAME_SIZE]; /* "" when POD_NAME is not set */
     char pod_name[VGPU_CONFIG_NAME_SIZE];
-    int log_level;                        /* VGPU_LOG_ERROR … VGPU_LOG_DEBUG of log.h */
+    int log_level;                        /* VGPU_LOG_ERROR ... VGPU_LOG_DEBUG of log.h */
     char log_path[VGPU_CONFIG_PATH_SIZE]; /* "" = stderr */
 };
 

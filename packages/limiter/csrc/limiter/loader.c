@@ -11,6 +11,7 @@
 
 #include "hooks.h"
 #include "log.h"
+#include "vgpu_cuda_table.h"
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 
@@ -35,6 +36,17 @@ static void *lookup(void *handle, const char *name) {
     return found == NULL ? NULL : found(handle, name);
 }
 
+/* A real function must never be one of our wrappers (a lookup that found our own export, or a
+ * TF_*_LIB_PATH naming this library): that would recurse forever. */
+static void *checked(void *function, const char *name) {
+    if (function != NULL && function == vgpu_hook_for(name)) {
+        vgpu_log(VGPU_LOG_ERROR, "%s resolves to the limiter itself; check TF_CUDA_LIB_PATH and "
+                 "TF_NVML_LIB_PATH", name);
+        return NULL;
+    }
+    return function;
+}
+
 static void *open_library(const char *variable, const char *soname) {
     const char *configured = getenv(variable);
     const char *path = configured != NULL && configured[0] != '\0' ? configured : soname;
@@ -50,9 +62,11 @@ static void load_cuda(void) {
     if (cuda_handle == NULL) {
         return;
     }
-#define VGPU_RESOLVE(symbol) vgpu_real.symbol = (__typeof__(symbol) *)lookup(cuda_handle, #symbol);
-    VGPU_CUDA_HOOKS(VGPU_RESOLVE)
-    VGPU_CUDA_CALLS(VGPU_RESOLVE)
+#define VGPU_RESOLVE_CUDA(symbol) \
+    vgpu_real.symbol = (__typeof__(symbol) *)checked(lookup(cuda_handle, #symbol), #symbol);
+    VGPU_CUDA_HOOKS(VGPU_RESOLVE_CUDA)
+    VGPU_CUDA_CALLS(VGPU_RESOLVE_CUDA)
+#undef VGPU_RESOLVE_CUDA
 }
 
 static void load_nvml(void) {
@@ -60,9 +74,11 @@ static void load_nvml(void) {
     if (nvml_handle == NULL) {
         return;
     }
-    VGPU_NVML_HOOKS(VGPU_RESOLVE)
-    VGPU_NVML_CALLS(VGPU_RESOLVE)
-#undef VGPU_RESOLVE
+#define VGPU_RESOLVE_NVML(symbol) \
+    vgpu_real.symbol = (__typeof__(symbol) *)checked(lookup(nvml_handle, #symbol), #symbol);
+    VGPU_NVML_HOOKS(VGPU_RESOLVE_NVML)
+    VGPU_NVML_CALLS(VGPU_RESOLVE_NVML)
+#undef VGPU_RESOLVE_NVML
 }
 
 bool vgpu_load_cuda(void) {
@@ -104,14 +120,24 @@ VGPU_EXPORT void *dlsym(void *handle, const char *name) {
     return found;
 }
 
-/* Path 3: the wrapper of whichever real symbol the driver handed out. */
-static void *route(void *real_function) {
+/* Path 3: the wrapper of whichever real symbol the driver handed out, recognized by address;
+ * a driver whose entry points are not its exported symbols is routed by the same version and
+ * stream rule the driver applies, so a hooked call can never escape. */
+static void *route(const char *base, void *real_function, int cuda_version, cuuint64_t flags) {
 #define VGPU_ROUTE(symbol)                                                                 \
     if (real_function != NULL && real_function == (void *)vgpu_real.symbol) {             \
         return (void *)symbol;                                                             \
     }
     VGPU_CUDA_HOOKS(VGPU_ROUTE)
 #undef VGPU_ROUTE
+    bool known;
+    int chosen = vgpu_cuda_select(base, cuda_version, flags, &known);
+    void *hook = chosen >= 0 ? vgpu_hook_for(vgpu_cuda_entries[chosen].symbol) : NULL;
+    if (hook != NULL && real_function != NULL) {
+        vgpu_log(VGPU_LOG_DEBUG, "cuGetProcAddress(%s): routed by name to %s", base,
+                 vgpu_cuda_entries[chosen].symbol);
+        return hook;
+    }
     return real_function;
 }
 
@@ -122,8 +148,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     }
     CUresult result =
         vgpu_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
-    if (result == CUDA_SUCCESS && pfn != NULL) {
-        *pfn = route(*pfn);
+    if (result == CUDA_SUCCESS && pfn != NULL && symbol != NULL) {
+        *pfn = route(symbol, *pfn, cudaVersion, flags);
     }
     return result;
 }
@@ -133,8 +159,8 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
         return CUDA_ERROR_NOT_INITIALIZED;
     }
     CUresult result = vgpu_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
-    if (result == CUDA_SUCCESS && pfn != NULL) {
-        *pfn = route(*pfn);
+    if (result == CUDA_SUCCESS && pfn != NULL && symbol != NULL) {
+        *pfn = route(symbol, *pfn, cudaVersion, flags);
     }
     return result;
 }

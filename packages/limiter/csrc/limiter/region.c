@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
@@ -21,6 +22,16 @@
 static int region_fd = -1;
 static struct vgpu_region_process *self_slot;
 static int32_t self_pid;
+
+/* The writers' lock; retried on EINTR so that no writer ever runs without it. */
+static void lock_writers(void) {
+    while (flock(region_fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+}
+
+static void unlock_writers(void) {
+    flock(region_fd, LOCK_UN);
+}
 
 static uint64_t realtime_ns(void) {
     struct timespec now;
@@ -51,8 +62,9 @@ static bool make_folders(const char *folder) {
 static bool create_file(const char *path, const char *pod_namespace, const char *pod_name,
                         char *error, size_t error_size) {
     char temporary[4300];
-    snprintf(temporary, sizeof temporary, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    /* A unique name: two containers of a pod may both be pid 1. */
+    snprintf(temporary, sizeof temporary, "%s.XXXXXX", path);
+    int fd = mkostemp(temporary, O_CLOEXEC);
     if (fd < 0) {
         snprintf(error, error_size, "%.300s: cannot create the pod region: %s", path,
                  strerror(errno));
@@ -143,7 +155,7 @@ int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create
     if (!create) {
         return -1;
     }
-    flock(region_fd, LOCK_EX);
+    lock_writers();
     int found = -1;
     count = atomic_load(&region->device_count);
     for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
@@ -152,49 +164,57 @@ int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create
         }
     }
     if (found < 0 && count < VGPU_REGION_MAX_DEVICES) {
+        /* "GPU-" and lower-case hex, as NVML prints it (the callers pass that form). */
         struct vgpu_region_device *device = &region->devices[count];
-        size_t i = 0;
-        for (; uuid[i] != '\0' && i + 1 < sizeof device->uuid; i++) {
-            device->uuid[i] = (char)(uuid[i] >= 'A' && uuid[i] <= 'Z' ? uuid[i] + 32 : uuid[i]);
-        }
-        device->uuid[i] = '\0';
+        snprintf(device->uuid, sizeof device->uuid, "%s", uuid);
         atomic_store(&region->device_count, count + 1); /* published after the UUID */
         found = (int)count;
     }
-    flock(region_fd, LOCK_UN);
+    unlock_writers();
     return found;
 }
 
 void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
                         uint32_t *compute_limit) {
     struct vgpu_region_device *device = (struct vgpu_region_device *)&region->devices[entry];
-    uint32_t before;
-    uint32_t after;
-    do {
-        before = atomic_load(&device->generation);
+    /* Bounded: a writer that died mid-change leaves the generation odd, and the limits it was
+     * writing are each still whole values; the next writer makes the generation even again. */
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        uint32_t before = atomic_load(&device->generation);
         *memory_limit = atomic_load(&device->memory_limit);
         *compute_limit = atomic_load(&device->compute_limit);
-        after = atomic_load(&device->generation);
-    } while ((before & 1) != 0 || before != after);
+        uint32_t after = atomic_load(&device->generation);
+        if ((before & 1) == 0 && before == after) {
+            return;
+        }
+    }
+}
+
+void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry, uint64_t memory_limit,
+                              uint32_t compute_limit) {
+    if (entry >= VGPU_REGION_MAX_DEVICES) {
+        return;
+    }
+    struct vgpu_region_device *device = &region->devices[entry];
+    uint32_t generation = atomic_load(&device->generation);
+    /* Odd under the writers' lock: left by a writer that died; start from even. */
+    atomic_store(&device->generation, (generation | 1U));
+    atomic_store(&device->memory_limit, memory_limit);
+    atomic_store(&device->compute_limit, compute_limit);
+    atomic_store(&device->generation, (generation | 1U) + 1U);
 }
 
 void vgpu_region_seed_limits(struct vgpu_region *region, int entry, uint64_t memory_limit,
                              uint32_t compute_limit) {
     struct vgpu_region_device *device = &region->devices[entry];
-    flock(region_fd, LOCK_EX); /* one writer at a time, as the seqlock needs */
-    bool memory = memory_limit != 0 && atomic_load(&device->memory_limit) == 0;
-    bool compute = compute_limit != 0 && atomic_load(&device->compute_limit) == 0;
-    if (memory || compute) {
-        atomic_fetch_add(&device->generation, 1);
-        if (memory) {
-            atomic_store(&device->memory_limit, memory_limit);
-        }
-        if (compute) {
-            atomic_store(&device->compute_limit, compute_limit);
-        }
-        atomic_fetch_add(&device->generation, 1);
+    lock_writers(); /* one writer at a time, as the seqlock needs */
+    uint64_t memory = atomic_load(&device->memory_limit);
+    uint32_t compute = atomic_load(&device->compute_limit);
+    if ((memory_limit != 0 && memory == 0) || (compute_limit != 0 && compute == 0)) {
+        vgpu_region_store_limits(region, (unsigned)entry, memory != 0 ? memory : memory_limit,
+                                 compute != 0 ? compute : compute_limit);
     }
-    flock(region_fd, LOCK_UN);
+    unlock_writers();
 }
 
 void vgpu_region_forget_self(void) {
@@ -233,14 +253,19 @@ struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region) {
     return NULL;
 }
 
-bool vgpu_region_reclaim_slot(struct vgpu_region *region, unsigned slot, int32_t pid) {
+bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot, int32_t pid,
+                                 uint64_t pid_namespace, uint64_t start_time) {
     if (slot >= VGPU_REGION_MAX_PROCESSES || pid <= 0) {
         return false;
     }
     struct vgpu_region_process *process = &region->processes[slot];
     int32_t expected = pid;
     if (!atomic_compare_exchange_strong(&process->pid, &expected, VGPU_SLOT_RECLAIMING)) {
-        return false; /* someone else reclaimed it, or it was reused */
+        return false; /* someone else reclaimed it */
+    }
+    if (process->pid_namespace != pid_namespace || process->start_time != start_time) {
+        atomic_store(&process->pid, pid); /* another process with that pid number: leave it */
+        return false;
     }
     for (unsigned d = 0; d < VGPU_REGION_MAX_DEVICES; d++) {
         uint64_t held = atomic_exchange(&process->memory[d], 0);
@@ -258,11 +283,12 @@ unsigned vgpu_region_reap(struct vgpu_region *region) {
     for (unsigned i = 0; i < VGPU_REGION_MAX_PROCESSES; i++) {
         struct vgpu_region_process *process = &region->processes[i];
         int32_t pid = atomic_load(&process->pid);
+        uint64_t start_time = process->start_time;
         /* Only processes of our own pid namespace can be judged from here; the daemon judges
          * the others by their host pid. */
         if (pid > 0 && process->pid_namespace == pid_namespace &&
-            !vgpu_process_alive(pid, process->start_time) &&
-            vgpu_region_reclaim_slot(region, i, pid)) {
+            !vgpu_process_alive(pid, start_time) &&
+            vgpu_region_reclaim_process(region, i, pid, pid_namespace, start_time)) {
             reclaimed++;
         }
     }

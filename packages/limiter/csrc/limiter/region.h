@@ -39,9 +39,18 @@ void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes);
 /* Reclaim the slots of processes of this pid namespace that are gone; the number reclaimed. */
 unsigned vgpu_region_reap(struct vgpu_region *region);
 
-/* Reclaim one slot whose process is known to be gone (for the daemon, which judges liveness
- * by host pid): its memory goes back to the devices exactly once. Exported for Python. */
-VGPU_EXPORT bool vgpu_region_reclaim_slot(struct vgpu_region *region, unsigned slot, int32_t pid);
+/* Reclaim one slot whose process is known to be gone: its memory goes back to the devices
+ * exactly once. The slot must still be that process (pid, pid namespace and start time); a
+ * slot reused meanwhile by another process with the same pid number is left alone. Exported
+ * for the daemon, which judges liveness by host pid. */
+VGPU_EXPORT bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot,
+                                             int32_t pid, uint64_t pid_namespace,
+                                             uint64_t start_time);
+
+/* Store both limits of a device through the seqlock. The caller holds the writers' flock on
+ * the region file. Exported for the daemon on machines without x86-64's store ordering. */
+VGPU_EXPORT void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry,
+                                          uint64_t memory_limit, uint32_t compute_limit);
 
 /* Forget the slot in a forked child. */
 void vgpu_region_forget_self(void);

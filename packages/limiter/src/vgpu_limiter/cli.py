@@ -4,6 +4,9 @@ from importlib.metadata import version as distribution_version
 
 import typer
 
+from vgpu_limiter.config_cli import check_config
+from vgpu_limiter.region_cli import inspect
+from vgpu_limiter.run_cli import path, run
 from vgpu_limiter.sim_cli import app as sim_app
 
 app = typer.Typer(
@@ -12,6 +15,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+app.command()(path)
+app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
+    run
+)
+app.command()(inspect)
+app.command("check-config")(check_config)
 app.add_typer(sim_app, name="sim")
 
 

@@ -1,0 +1,143 @@
+"""The limiter's configuration exactly as libcuda_limiter.so reads it from the environment.
+
+The parsing lives in C (csrc/limiter/config.c) so that Python never disagrees with what is
+enforced; this module calls the library's exported ``vgpu_limiter_describe_config`` through
+cffi in ABI mode (``ffi.dlopen``), which keeps the library a plain shared object. The library
+reads the C environment, which ``os.environ`` assignments update (they call putenv).
+"""
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from vgpu_limiter import library_path
+
+_CDEF = "int vgpu_limiter_describe_config(char *out, size_t size);"
+
+KeyKind = Literal["all", "index", "uuid"]
+PodSource = Literal["private", "SHM_PATH", "POD_NAME"]
+LogLevel = Literal["error", "warn", "info", "debug"]
+
+# compute_limit is in hundredths of a percent, as in the pod region.
+COMPUTE_UNLIMITED = 10000
+
+
+class ConfigError(ValueError):
+    """An invalid or contradictory configuration; the message is the library's one line,
+    which starts with NAME=VALUE of the offending variable."""
+
+
+@dataclass(frozen=True)
+class DeviceSetting:
+    """The limits given for one device key. Index keys mean the CUDA ordinal the program sees;
+    UUID keys the physical GPU; "all" comes from CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT.
+    For each limit the most specific key that sets it wins: UUID, then index, then all."""
+
+    key: str
+    kind: KeyKind
+    index: int | None
+    uuid: str | None
+    memory_limit: int | None  # bytes
+    memory_source: str | None  # the variable that set it
+    compute_limit: int | None  # hundredths of a percent, 1-10000
+    compute_source: str | None
+
+    @property
+    def compute_percent(self) -> float | None:
+        return None if self.compute_limit is None else self.compute_limit / 100
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    """Where the pod's region lives; source "private" means no pod (a private region)."""
+
+    source: PodSource
+    folder: Path | None
+    region_file: Path | None
+    namespace: str | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: LogLevel
+    path: Path | None  # None: stderr
+
+
+@dataclass(frozen=True)
+class LimiterConfig:
+    devices: tuple[DeviceSetting, ...]
+    pod: PodIdentity
+    log: LogSettings
+
+
+@cache
+def _native() -> tuple[Any, Any]:
+    from cffi import FFI
+
+    ffi = FFI()
+    ffi.cdef(_CDEF)
+    return ffi, ffi.dlopen(str(library_path()))
+
+
+def describe_json() -> str:
+    """The library's JSON document for the current environment:
+    ``{"ok": true, "devices": [...], "pod": {...}, "log": {...}}`` or
+    ``{"ok": false, "error": "..."}``."""
+    ffi, lib = _native()
+    size = 4096
+    while True:
+        buffer = ffi.new("char[]", size)
+        needed = int(lib.vgpu_limiter_describe_config(buffer, size))
+        if needed < size:
+            # Paths and names are bytes in C: decode them as os.fsdecode would.
+            return bytes(ffi.buffer(buffer, needed)).decode("utf-8", "surrogateescape")
+        # The environment may grow between the two calls: ask again with what it said.
+        size = needed + 1
+
+
+def _optional_path(value: str | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def load_config() -> LimiterConfig:
+    """The configuration the library would enforce; ConfigError when it would refuse it."""
+    document = json.loads(describe_json())
+    if not document["ok"]:
+        raise ConfigError(document["error"])
+    pod = document["pod"]
+    log = document["log"]
+    return LimiterConfig(
+        devices=tuple(DeviceSetting(**device) for device in document["devices"]),
+        pod=PodIdentity(
+            source=pod["source"],
+            folder=_optional_path(pod["folder"]),
+            region_file=_optional_path(pod["region_file"]),
+            namespace=pod["namespace"],
+            name=pod["name"],
+        ),
+        log=LogSettings(level=log["level"], path=_optional_path(log["path"])),
+    )
+
+
+def environment_names(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The variables of `environ` (default: this process's) that the configuration reads."""
+    environ = os.environ if environ is None else environ
+    fixed = {
+        "TENSOR_FUSION_CUDA_MEM_LIMIT",
+        "TENSOR_FUSION_CUDA_UP_LIMIT",
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_SM_LIMIT",
+        "SHM_PATH",
+        "SHM_BASE_PATH",
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "TF_LOG_LEVEL",
+        "TF_LOG_PATH",
+    }
+    prefixes = ("CUDA_DEVICE_MEMORY_LIMIT_", "CUDA_DEVICE_SM_LIMIT_")
+    return sorted(name for name in environ if name in fixed or name.startswith(prefixes))

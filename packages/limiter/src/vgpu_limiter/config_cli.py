@@ -1,0 +1,142 @@
+"""tf-limiter check-config: validate the limiter's environment and show what it would enforce.
+
+The answer comes from libcuda_limiter.so itself, so it is what a CUDA program started with this
+environment would get: the same limits, or the same one-line error (and failed CUDA calls).
+"""
+
+import json
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from vgpu_common.cli import fail
+
+from vgpu_limiter.config import COMPUTE_UNLIMITED, describe_json
+
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the library's JSON document instead of a table (still exit 2 when invalid).",
+    ),
+]
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_size(size: int) -> str:
+    """Bytes in the largest binary unit that keeps a number >= 1: exact when it divides
+    ("4 GiB"), else with two decimals ("1.46 GiB")."""
+    if size < 1024:
+        return f"{size} B"
+    unit = 0
+    while unit + 1 < len(_UNITS) and size >= 1024 ** (unit + 2):
+        unit += 1
+    factor = 1024 ** (unit + 1)
+    if size % factor == 0:
+        return f"{size // factor} {_UNITS[unit]}"
+    return f"{size / factor:.2f} {_UNITS[unit]}"
+
+
+def format_percent(hundredths: int) -> str:
+    """Hundredths of a percent as the shortest exact text: 5000 → "50 %", 1250 → "12.5 %"."""
+    text = f"{hundredths // 100}.{hundredths % 100:02d}".rstrip("0").rstrip(".")
+    return f"{text} %" + (" (no limit)" if hundredths == COMPUTE_UNLIMITED else "")
+
+
+def _device_name(device: dict[str, Any]) -> str:
+    if device["kind"] == "all":
+        return "all devices"
+    if device["kind"] == "index":
+        return f"index {device['index']}"
+    return str(device["uuid"])
+
+
+def _sort_key(device: dict[str, Any]) -> tuple[int, int, str]:
+    order = {"all": 0, "index": 1, "uuid": 2}
+    return order[device["kind"]], device["index"] or 0, device["uuid"] or ""
+
+
+def _console() -> Console:
+    # Off a terminal (a pipe, a log) rich would assume 80 columns and squeeze the table.
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)
+    return console
+
+
+def _print_table(document: dict[str, Any]) -> None:
+    console = _console()
+    devices = sorted(document["devices"], key=_sort_key)
+    if devices:
+        # One row per limit: narrow enough for a terminal, a UUID and a variable name per row.
+        table = Table(box=box.SIMPLE_HEAD, title="Limits per device", title_justify="left")
+        table.add_column("Device", overflow="fold")
+        table.add_column("Limit", no_wrap=True)
+        table.add_column("Value", justify="right", no_wrap=True)
+        table.add_column("Bytes", justify="right", no_wrap=True)
+        table.add_column("From", overflow="fold")
+        for device in devices:
+            name = _device_name(device)
+            memory = device["memory_limit"]
+            compute = device["compute_limit"]
+            if memory is not None:
+                table.add_row(
+                    name, "memory", format_size(memory), str(memory), device["memory_source"]
+                )
+                name = ""
+            if compute is not None:
+                table.add_row(
+                    name, "compute", format_percent(compute), "", device["compute_source"]
+                )
+        console.print(table)
+        console.print(
+            "Index keys are CUDA ordinals as the program sees them; UUID keys bind the physical "
+            "GPU. For each limit a UUID key wins over an index key, which wins over all devices.",
+            markup=False,
+        )
+    else:
+        console.print("Limits: none; every device is passed through untouched.")
+    pod = document["pod"]
+    if pod["source"] == "private":
+        console.print("Pod: none (private region): each process tree gets a region of its own.")
+    else:
+        console.print(
+            f"Pod folder: {pod['folder']} (from {pod['source']})", markup=False, soft_wrap=True
+        )
+        console.print(f"Region file: {pod['region_file']}", markup=False, soft_wrap=True)
+        if pod["name"] is not None:
+            console.print(f"Pod: {pod['namespace']}/{pod['name']}", markup=False, soft_wrap=True)
+    log = document["log"]
+    target = log["path"] if log["path"] is not None else "stderr"
+    console.print(f"Log: level {log['level']}, to {target}", markup=False, soft_wrap=True)
+
+
+def check_config(json_output: JsonOption = False) -> None:
+    """Check the limiter's environment variables and show what would be enforced.
+
+    Reads TENSOR_FUSION_CUDA_MEM_LIMIT, TENSOR_FUSION_CUDA_UP_LIMIT, CUDA_DEVICE_MEMORY_LIMIT[_i],
+    CUDA_DEVICE_SM_LIMIT[_i], SHM_PATH, SHM_BASE_PATH, POD_NAMESPACE, POD_NAME, TF_LOG_LEVEL and
+    TF_LOG_PATH. An invalid or contradictory value: one line on stderr and exit code 2.
+    """
+    try:
+        text = describe_json()
+    except OSError as error:
+        fail(f"cannot load the limiter library: {error}")
+    document = json.loads(text)
+    if json_output:
+        # Bytes as the library wrote them (a path need not be UTF-8).
+        sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape") + b"\n")
+        sys.stdout.flush()
+    if not document["ok"]:
+        fail(document["error"])
+    if not json_output:
+        _print_table(document)
+
+
+if __name__ == "__main__":
+    typer.run(check_config)

@@ -1,0 +1,111 @@
+"""tf-limiter path and run: locate the library, and run a program under it with limits."""
+
+import json
+import os
+from typing import Annotated, NoReturn
+
+import typer
+from vgpu_common.cli import exec_command, fail
+
+from vgpu_limiter import library_path
+from vgpu_limiter.config import ConfigError, load_config
+
+MemOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mem",
+        metavar="DEV=SIZE",
+        help="Memory limit of a device (index or GPU UUID), e.g. 0=4GiB. Repeatable.",
+    ),
+]
+ComputeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--compute",
+        metavar="DEV=PCT",
+        help="Compute limit of a device in percent, e.g. 0=50. Repeatable.",
+    ),
+]
+PodOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pod",
+        metavar="[NAMESPACE/]NAME",
+        help="The pod whose quota the program shares (default: a region private to it).",
+    ),
+]
+
+
+def _library() -> str:
+    try:
+        return str(library_path())
+    except FileNotFoundError as error:
+        fail(str(error))
+
+
+def _limits(flag: str, specs: list[str] | None) -> str | None:
+    """["0=4GiB", "1=2GiB"] → '{"0": "4GiB", "1": "2GiB"}' (the library checks the values)."""
+    if not specs:
+        return None
+    limits: dict[str, str] = {}
+    for spec in specs:
+        device, has_value, value = spec.partition("=")
+        if not has_value or not device or not value:
+            fail(f"{flag} {spec!r}: expected DEV=VALUE, e.g. {flag} 0=…")
+        limits[device] = value
+    return json.dumps(limits)
+
+
+def planned_environment(
+    mem: list[str] | None, compute: list[str] | None, pod: str | None
+) -> dict[str, str]:
+    """This process's environment with the library preloaded and the flags applied."""
+    environment = dict(os.environ)
+    library = _library()
+    preload = environment.get("LD_PRELOAD", "")
+    if library not in preload.replace(" ", ":").split(":"):
+        # First, so that its dlsym is the one programs reach.
+        environment["LD_PRELOAD"] = f"{library}:{preload}" if preload else library
+    for variable, value in (
+        ("TENSOR_FUSION_CUDA_MEM_LIMIT", _limits("--mem", mem)),
+        ("TENSOR_FUSION_CUDA_UP_LIMIT", _limits("--compute", compute)),
+    ):
+        if value is not None:
+            environment[variable] = value
+    if pod is not None:
+        namespace, _, name = pod.rpartition("/")
+        environment.pop("SHM_PATH", None)
+        environment["POD_NAME"] = name
+        environment["POD_NAMESPACE"] = namespace or "default"
+    return environment
+
+
+def _validate(environment: dict[str, str]) -> None:
+    """Reject what the library would refuse, with its own one-line message, before running."""
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(environment)
+        load_config()
+    except ConfigError as error:
+        fail(str(error))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def path() -> None:
+    """Print the absolute path of libcuda_limiter.so."""
+    print(_library())
+
+
+def run(
+    command: Annotated[list[str], typer.Argument(metavar="-- CMD [ARG]...", show_default=False)],
+    mem: MemOption = None,
+    compute: ComputeOption = None,
+    pod: PodOption = None,
+) -> NoReturn:
+    """Run CMD with the limiter preloaded and the given limits."""
+    environment = planned_environment(mem, compute, pod)
+    _validate(environment)
+    exec_command(command, environment)

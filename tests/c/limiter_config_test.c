@@ -1,0 +1,801 @@
+/* The limiter's configuration parsing, built with its source under ASan/UBSan (nox -s sanitize).
+ * Prints "N passed, M failed" and exits non-zero on failure. */
+#define _GNU_SOURCE
+#include "config.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int passed;
+static int failed;
+
+/* Large: a file-scope object rather than one on the stack of every case. */
+static struct vgpu_config config;
+static char error[VGPU_CONFIG_ERROR_SIZE];
+
+#define GIB (1ULL << 30)
+#define MIB (1ULL << 20)
+#define UUID_A "gpu-abcdef01-2345-6789-abcd-ef0123456789"
+#define UUID_A_UPPER "GPU-ABCDEF01-2345-6789-ABCD-EF0123456789"
+#define ZEROS_47 "00000000000000000000000000000000000000000000000"
+#define UUID_B "gpu-00000000-1111-2222-3333-444444444444"
+
+static void check(int ok, int line, const char *format, const char *detail) {
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    fprintf(stderr, "line %d: ", line);
+    fprintf(stderr, format, detail);
+    fputc('\n', stderr);
+}
+
+/* Removes every variable the configuration reads, including all CUDA_DEVICE_*_LIMIT_<i>. */
+static void clear_environment(void) {
+    static const char *const names[] = {
+        "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_SM_LIMIT", "SHM_PATH", "SHM_BASE_PATH", "POD_NAME", "POD_NAMESPACE",
+        "TF_LOG_LEVEL", "TF_LOG_PATH",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        unsetenv(names[i]);
+    }
+    for (;;) {
+        char name[512] = "";
+        for (char **entry = environ; *entry != NULL; entry++) {
+            if (strncmp(*entry, "CUDA_DEVICE_", 12) == 0) {
+                size_t length = strcspn(*entry, "=");
+                if (length >= sizeof name) {
+                    length = sizeof name - 1;
+                }
+                memcpy(name, *entry, length);
+                name[length] = '\0';
+                break;
+            }
+        }
+        if (name[0] == '\0') {
+            return;
+        }
+        unsetenv(name);
+    }
+}
+
+/* A failure message: starts with `variable`=, is one printable line, fits the buffer. */
+static void check_error_line(const char *variable, int line) {
+    size_t length = strlen(variable);
+    check(strncmp(error, variable, length) == 0 && error[length] == '=', line,
+          "error does not start with the variable: %s", error);
+    int printable = 1;
+    for (const char *c = error; *c != '\0'; c++) {
+        printable &= *c >= 0x20 && *c < 0x7f;
+    }
+    check(printable, line, "error is not one printable line: %s", error);
+    check(strlen(error) < sizeof error - 1, line, "error was cut: %s", error);
+}
+
+static int load(void) {
+    memset(error, 'x', sizeof error);
+    error[sizeof error - 1] = '\0';
+    return vgpu_config_load(&config, error, sizeof error);
+}
+
+#define EXPECT_OK()                                                                              \
+    do {                                                                                         \
+        int ok_ = load();                                                                        \
+        check(ok_, __LINE__, "unexpected error: %s", error);                                     \
+    } while (0)
+
+/* Fails with an error that names `variable` and contains `expected`. */
+#define EXPECT_ERROR(variable, expected)                                                         \
+    do {                                                                                         \
+        int ok_ = load();                                                                        \
+        check(!ok_, __LINE__, "accepted; expected an error with %s", expected);                 \
+        if (!ok_) {                                                                              \
+            check_error_line(variable, __LINE__);                                                \
+            check(strstr(error, expected) != NULL, __LINE__, "error: %s", error);                \
+        }                                                                                        \
+    } while (0)
+
+#define EXPECT_EQ(got, expected)                                                                 \
+    check((got) == (expected), __LINE__, "%s differs", #got " == " #expected)
+#define EXPECT_STR(got, expected)                                                                \
+    check(strcmp((got), (expected)) == 0, __LINE__, "got \"%s\", expected " #expected, (got))
+
+static const struct vgpu_device_setting *find(enum vgpu_key_kind kind, int index,
+                                              const char *uuid) {
+    for (unsigned i = 0; i < config.count; i++) {
+        const struct vgpu_device_setting *setting = &config.settings[i];
+        if (setting->kind == kind && (kind != VGPU_KEY_INDEX || setting->index == index) &&
+            (kind != VGPU_KEY_UUID || strcmp(setting->uuid, uuid) == 0)) {
+            return setting;
+        }
+    }
+    return NULL;
+}
+
+/* The memory (or compute) limit set for a key; UINT64_MAX when the key is missing. */
+static uint64_t memory_of(enum vgpu_key_kind kind, int index, const char *uuid) {
+    const struct vgpu_device_setting *setting = find(kind, index, uuid);
+    return setting == NULL ? UINT64_MAX : setting->memory_limit;
+}
+
+static uint64_t compute_of(enum vgpu_key_kind kind, int index, const char *uuid) {
+    const struct vgpu_device_setting *setting = find(kind, index, uuid);
+    return setting == NULL ? UINT64_MAX : setting->compute_limit;
+}
+
+static void set_memory(const char *json) {
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", json, 1);
+}
+
+static void set_compute(const char *json) {
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", json, 1);
+}
+
+static void defaults(void) {
+    clear_environment();
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 0u);
+    EXPECT_EQ(config.pod_source, VGPU_POD_PRIVATE);
+    EXPECT_STR(config.pod_folder, "");
+    EXPECT_STR(config.pod_name, "");
+    EXPECT_EQ(config.log_level, VGPU_LOG_WARN);
+    EXPECT_STR(config.log_path, "");
+    /* Empty values are unset. */
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "", 1);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT", "", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT_3", "", 1);
+    setenv("TF_LOG_LEVEL", "", 1);
+    setenv("SHM_PATH", "", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 0u);
+    set_memory("{}");
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 0u);
+    set_memory(" \t\n{ \r\n}\n ");
+    EXPECT_OK();
+}
+
+static void memory_json(void) {
+    set_memory("{\"0\":\"4GiB\"}");
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 1u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), 4 * GIB);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 0, NULL), 0u);
+    EXPECT_STR(config.settings[0].memory_source, "TENSOR_FUSION_CUDA_MEM_LIMIT");
+    EXPECT_STR(config.settings[0].compute_source, "");
+    EXPECT_STR(config.settings[0].uuid, "");
+
+    set_memory("{\"0\": 1073741824, \"" UUID_A_UPPER "\": \"512MiB\", \"63\": \"1.5g\"}");
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 3u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), GIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_UUID, -1, UUID_A), 512 * MIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 63, NULL), 3 * GIB / 2);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_A)->index, -1);
+
+    /* Unit spellings from vgpu_parse_size; blanks everywhere JSON allows them. */
+    set_memory("  {\n \"1\" :\t\"4 g\" ,\"2\":\"1024m\",\"3\":\"2KB\",\"4\":\"7\", "
+               "\"5\":\"1TiB\"}  ");
+    EXPECT_OK();
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 1, NULL), 4 * GIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 2, NULL), GIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 3, NULL), 2000u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 4, NULL), 7u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 5, NULL), 1ULL << 40);
+
+    /* Escapes in keys and values. */
+    set_memory("{\"\\u0030\":\"1\\u0067\", \"\\u0047PU-abcdef01-2345-6789-abcd-ef0123456789\":1}");
+    EXPECT_OK();
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), GIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_UUID, -1, UUID_A), 1u);
+
+    /* The same key twice with the same value, in two spellings. */
+    set_memory("{\"0\":\"1GiB\",\"0\":1073741824,\"" UUID_A "\":5,\"" UUID_A_UPPER "\":\"5\"}");
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 2u);
+
+    set_memory("{\"0\": 18446744073709551615}");
+    EXPECT_OK();
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), UINT64_MAX);
+}
+
+static void memory_json_errors(void) {
+    set_memory("{\"0\":\"4XB\"}");
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "");
+    static const char message[] =
+        "TENSOR_FUSION_CUDA_MEM_LIMIT={\"0\":\"4XB\"}: bad size \"4XB\" for key \"0\" (";
+    check(strncmp(error, message, sizeof message - 1) == 0, __LINE__, "message: %s", error);
+
+    static const struct {
+        const char *json;
+        const char *expected;
+    } cases[] = {
+        {"{\"0\":0}", "bad size 0 for key \"0\" (a limit of 0 is not allowed)"},
+        {"{\"0\":\"0GiB\"}", "bad size \"0GiB\""},
+        {"{\"0\":\"0.1B\"}", "a limit of 0"},
+        {"{\"0\":-1}", "bad size -1"},
+        {"{\"0\":1.5}", "bad size 1.5"},
+        {"{\"0\":1e9}", "bad size 1e9"},
+        {"{\"0\":18446744073709551616}", "bad size 18446744073709551616"},
+        {"{\"0\":\"16EiB\"}", "bad size \"16EiB\""},
+        {"{\"0\":\"99999999999TiB\"}", "bad size"},
+        {"{\"0\":\"\"}", "bad size \"\""},
+        {"{\"0\":true}", "key \"0\" needs a number or a string"},
+        {"{\"0\":null}", "needs a number or a string"},
+        {"{\"0\":{}}", "key \"0\" has a nested object"},
+        {"{\"0\":[1]}", "key \"0\" has a nested array"},
+        {"[]", "expected a JSON object"},
+        {"\"4GiB\"", "expected a JSON object"},
+        {"4GiB", "expected a JSON object"},
+        {" ", "expected a JSON object"},
+        {"{\"0\":\"1g\",}", "trailing comma"},
+        {"{\"0\":\"1g\"} x", "unexpected text after the object at offset 11"},
+        {"{\"0\":\"1g\"}}", "unexpected text after the object"},
+        {"{\"0\":\"1g\"}{}", "unexpected text after the object"},
+        {"{,}", "expected a string key at offset 1"},
+        {"{\"0\" \"1g\"}", "expected ':' at offset 5"},
+        {"{\"0\":}", "needs a number or a string at offset 5"},
+        {"{\"0\":", "value missing for key \"0\""},
+        {"{\"0\":\"1g\"", "expected ',' or '}'"},
+        {"{\"0\":\"1g\" \"1\":\"1g\"}", "expected ',' or '}'"},
+        {"{", "expected a string key"},
+        {"{0:1}", "expected a string key"},
+        {"{'0':1}", "expected a string key"},
+        {"{\"0\":01}", "bad number (leading zero) at offset 5"},
+        {"{\"0\":-01}", "bad number (leading zero)"},
+        {"{\"0\":-}", "bad number"},
+        {"{\"0\":1.}", "bad number"},
+        {"{\"0\":1e}", "bad number"},
+        {"{\"\":\"1g\"}", "empty key"},
+        {"{\"gpu0\":\"1g\"}", "bad device key \"gpu0\""},
+        {"{\"MIG-abcdef01-2345-6789-abcd-ef0123456789\":\"1g\"}", "bad device key \"MIG-"},
+        {"{\"GPU-abcdef01-2345-6789-abcd-ef012345678\":\"1g\"}", "bad device key"},
+        {"{\"GPU-abcdef01-2345-6789-abcd-ef012345678g\":\"1g\"}", "bad device key"},
+        {"{\"GPU_abcdef01-2345-6789-abcd-ef0123456789\":\"1g\"}", "bad device key"},
+        {"{\" 0\":\"1g\"}", "bad device key \" 0\""},
+        {"{\"-1\":\"1g\"}", "bad device key \"-1\""},
+        {"{\"64\":\"1g\"}", "device index \"64\" is out of range"},
+        {"{\"01\":\"1g\"}", "device index \"01\" is out of range"},
+        {"{\"99999999999999999999999\":\"1g\"}", "is out of range"},
+        {"{\"0\":\"1g\",\"0\":\"2g\"}",
+         "key \"0\" is given twice with different values (1073741824 bytes and 2147483648 bytes)"},
+        {"{\"" UUID_A "\":\"1g\",\"" UUID_A_UPPER "\":\"2g\"}",
+         "key \"" UUID_A_UPPER "\" is given twice"},
+        {"{\"\\u00e9\":1}", "\\u00e9 at offset 2: only ASCII"},
+        {"{\"\\u0000\":1}", "\\u0000 at offset 2"},
+        {"{\"\\x\":1}", "bad escape in a string at offset 2"},
+        {"{\"\\u12G4\":1}", "bad \\u escape at offset 2"},
+        {"{\"\\u12", "bad \\u escape"},
+        {"{\"0\":\"1g", "unterminated string at offset 5"},
+        {"{\"0\":\"1g\\", "unterminated string at offset 5"},
+        {"{\"0\":\"4\nGiB\"}", "control character in a string at offset 7"},
+        {"{\"0\":\"\xc3\xa9\"}", "bad size \"\\xc3\\xa9\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        set_memory(cases[i].json);
+        EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", cases[i].expected);
+    }
+    /* The newline of the value is shown escaped. */
+    set_memory("{\"0\":\"4\nGiB\"}");
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "={\"0\":\"4\\nGiB\"}: ");
+}
+
+static void long_values(void) {
+    /* A long value is cut in the message, which stays one line. */
+    static char text[20000];
+    memset(text, 'x', sizeof text - 1);
+    text[sizeof text - 1] = '\0';
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "...: expected a JSON object");
+
+    /* A long key and a long value inside the object. */
+    snprintf(text, sizeof text, "{\"%0500d\":1}", 7);
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "...\" is out of range");
+    snprintf(text, sizeof text, "{\"0\":\"%0500d\"}", 7);
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "...\" for key \"0\"");
+    /* A number longer than the token buffer is never taken for its first digits. */
+    snprintf(text, sizeof text, "{\"0\":1%099d}", 0);
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "bad size 1" ZEROS_47 "... for key \"0\"");
+    snprintf(text, sizeof text, "{\"0\":\"%s\"}",
+             "1                                                                 g");
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "bad size");
+    /* Non-ASCII and control bytes are escaped. */
+    set_memory("{\"\xff\x7f\":1}");
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT",
+                 "={\"\\xff\\x7f\":1}: bad device key \"\\xff\\x7f\"");
+    set_memory("{\"\x01\":1}");
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT",
+                 "={\"\\x01\":1}: control character in a string at offset 2");
+    /* Deep nesting is refused at the first level. */
+    memset(text, '[', 10000);
+    text[10000] = '\0';
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "expected a JSON object");
+    text[0] = '{';
+    memcpy(text + 1, "\"0\":", 4);
+    set_memory(text);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "nested array");
+}
+
+static void too_many_keys(void) {
+    static char text[4096];
+    size_t used = (size_t)snprintf(text, sizeof text, "{");
+    for (int i = 0; i <= VGPU_CONFIG_MAX_INDEX; i++) {
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s\"%d\":%d", i ? "," : "", i,
+                                 i + 1);
+    }
+    snprintf(text + used, sizeof text - used, "}");
+    set_memory(text);
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 64u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 63, NULL), 64u);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT", "1g", 1);
+    EXPECT_ERROR("CUDA_DEVICE_MEMORY_LIMIT", "more than 64 device keys");
+    /* A compute limit for a key that exists takes no new entry. */
+    unsetenv("CUDA_DEVICE_MEMORY_LIMIT");
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"5\":20}", 1);
+    EXPECT_OK();
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 5, NULL), 2000u);
+}
+
+static void compute_json(void) {
+    set_compute("{\"0\":50,\"1\":\"12.5%\",\"2\":\"100\",\"3\":0.01,\"4\":12.50,\"5\":\"7.100\","
+                "\"6\":\" 33 % \",\"7\":1,\"" UUID_B "\":99.99}");
+    EXPECT_OK();
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 0, NULL), 5000u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 1, NULL), 1250u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 2, NULL), 10000u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 3, NULL), 1u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 4, NULL), 1250u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 5, NULL), 710u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 6, NULL), 3300u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 7, NULL), 100u);
+    EXPECT_EQ(compute_of(VGPU_KEY_UUID, -1, UUID_B), 9999u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), 0u);
+    EXPECT_STR(find(VGPU_KEY_INDEX, 0, NULL)->compute_source, "TENSOR_FUSION_CUDA_UP_LIMIT");
+
+    static const struct {
+        const char *json;
+        const char *expected;
+    } cases[] = {
+        {"{\"0\":0}", "bad percent 0 for key \"0\""},
+        {"{\"0\":\"0%\"}", "bad percent \"0%\""},
+        {"{\"0\":0.001}", "bad percent 0.001"},
+        {"{\"0\":101}", "bad percent 101"},
+        {"{\"0\":100.01}", "bad percent 100.01"},
+        {"{\"0\":1000000000000000000000}", "bad percent"},
+        {"{\"0\":\"50%%\"}", "bad percent \"50%%\""},
+        {"{\"0\":\"%50\"}", "bad percent"},
+        {"{\"0\":12.345}", "bad percent 12.345"},
+        {"{\"0\":\"abc\"}", "bad percent \"abc\""},
+        {"{\"0\":\"\"}", "bad percent \"\""},
+        {"{\"0\":-5}", "bad percent -5"},
+        {"{\"0\":1e2}", "bad percent 1e2"},
+        {"{\"0\":\"50.\"}", "bad percent"},
+        {"{\"0\":\".5\"}", "bad percent"},
+        {"{\"0\":50,\"0\":60}", "given twice with different values (50.00% and 60.00%)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        set_compute(cases[i].json);
+        EXPECT_ERROR("TENSOR_FUSION_CUDA_UP_LIMIT", cases[i].expected);
+    }
+    /* The memory variable is checked first. */
+    set_compute("{\"0\":0}");
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":0}", 1);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_MEM_LIMIT", "bad size");
+}
+
+static void merged(void) {
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"2GiB\",\"" UUID_A "\":\"3GiB\"}", 1);
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":25,\"1\":75}", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 3u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), 2 * GIB);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 0, NULL), 2500u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 1, NULL), 0u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 1, NULL), 7500u);
+    EXPECT_EQ(compute_of(VGPU_KEY_UUID, -1, UUID_A), 0u);
+}
+
+static void compatibility(void) {
+    clear_environment();
+    setenv("CUDA_DEVICE_MEMORY_LIMIT", "4g", 1);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT_1", "1024m", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT_0", "0", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT_2", "12.5", 1);
+    EXPECT_OK();
+    EXPECT_EQ(memory_of(VGPU_KEY_ALL, -1, NULL), 4 * GIB);
+    EXPECT_EQ(compute_of(VGPU_KEY_ALL, -1, NULL), 3000u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 1, NULL), GIB);
+    /* HAMi-core's 0: no limit, kept as 100 % so that it overrides the 30 % for device 0. */
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 0, NULL), 10000u);
+    EXPECT_EQ(compute_of(VGPU_KEY_INDEX, 2, NULL), 1250u);
+    EXPECT_STR(find(VGPU_KEY_ALL, -1, NULL)->memory_source, "CUDA_DEVICE_MEMORY_LIMIT");
+    EXPECT_STR(find(VGPU_KEY_INDEX, 1, NULL)->memory_source, "CUDA_DEVICE_MEMORY_LIMIT_1");
+    EXPECT_STR(find(VGPU_KEY_INDEX, 0, NULL)->compute_source, "CUDA_DEVICE_SM_LIMIT_0");
+
+    struct vgpu_device_limits limits;
+    check(vgpu_config_device_limits(&config, 0, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.memory_limit, 4 * GIB);
+    EXPECT_EQ(limits.compute_limit, 10000u);
+    EXPECT_STR(limits.memory_source, "CUDA_DEVICE_MEMORY_LIMIT");
+    check(vgpu_config_device_limits(&config, 1, NULL, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.memory_limit, GIB);
+    EXPECT_EQ(limits.compute_limit, 3000u);
+
+    /* Agreeing values from both families. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"2GiB\"}", 1);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "2g", 1);
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"3\":40}", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT_3", "40%", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 2u);
+    EXPECT_STR(find(VGPU_KEY_INDEX, 0, NULL)->memory_source, "TENSOR_FUSION_CUDA_MEM_LIMIT");
+
+    /* Contradictions name the compatibility variable and the JSON one. */
+    setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "1g", 1);
+    EXPECT_ERROR("CUDA_DEVICE_MEMORY_LIMIT_0",
+                 "CUDA_DEVICE_MEMORY_LIMIT_0=1g: device 0 memory limit 1073741824 bytes "
+                 "contradicts 2147483648 bytes from TENSOR_FUSION_CUDA_MEM_LIMIT");
+    setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "2g", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT_3", "41", 1);
+    EXPECT_ERROR("CUDA_DEVICE_SM_LIMIT_3",
+                 "device 3 compute limit 41.00% contradicts 40.00% from "
+                 "TENSOR_FUSION_CUDA_UP_LIMIT");
+    /* The all-devices value does not contradict an index: it is overridden. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"2GiB\"}", 1);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT", "8g", 1);
+    EXPECT_OK();
+
+    static const struct {
+        const char *name;
+        const char *value;
+        const char *expected;
+    } cases[] = {
+        {"CUDA_DEVICE_MEMORY_LIMIT", "4x", "CUDA_DEVICE_MEMORY_LIMIT=4x: bad size"},
+        {"CUDA_DEVICE_MEMORY_LIMIT", "0", "a limit of 0 is not allowed"},
+        {"CUDA_DEVICE_MEMORY_LIMIT", "-1g", "bad size"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_1", "0m", "CUDA_DEVICE_MEMORY_LIMIT_1=0m: bad size"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_64", "1g", "\"64\" is not a device index 0-63"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_01", "1g", "\"01\" is not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_x", "1g", "CUDA_DEVICE_MEMORY_LIMIT_x=1g: \"x\" is not"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_", "1g", "\"\" is not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_0000000000000000000000000000000000000000000000000000", "1g",
+         "is not a device index"},
+        {"CUDA_DEVICE_SM_LIMIT", "101", "CUDA_DEVICE_SM_LIMIT=101: bad percent"},
+        {"CUDA_DEVICE_SM_LIMIT", "half", "bad percent"},
+        {"CUDA_DEVICE_SM_LIMIT_0", "-1", "CUDA_DEVICE_SM_LIMIT_0=-1: bad percent"},
+        {"CUDA_DEVICE_SM_LIMIT_0", "12.345", "bad percent"},
+        {"CUDA_DEVICE_SM_LIMIT_99", "10", "\"99\" is not a device index"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_environment();
+        setenv(cases[i].name, cases[i].value, 1);
+        /* The message names the variable as far as it is shown. */
+        char shown[VGPU_CONFIG_SOURCE_SIZE];
+        snprintf(shown, sizeof shown, "%.32s", cases[i].name);
+        int ok = load();
+        check(!ok, __LINE__, "%s accepted", cases[i].name);
+        check(strncmp(error, shown, strlen(shown)) == 0 && strstr(error, cases[i].expected),
+              __LINE__, "error: %s", error);
+    }
+}
+
+static void device_limits(void) {
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"1GiB\",\"" UUID_A "\":\"2GiB\"}", 1);
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"" UUID_A "\":50}", 1);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT", "8g", 1);
+    EXPECT_OK();
+    struct vgpu_device_limits limits;
+    /* Device 0 is GPU A: the two keys disagree, only the driver can tell. */
+    check(!vgpu_config_device_limits(&config, 0, UUID_A_UPPER, &limits, error, sizeof error),
+          __LINE__, "%s", "conflict accepted");
+    check(strstr(error, "TENSOR_FUSION_CUDA_MEM_LIMIT: memory limit 2147483648 bytes for " UUID_A
+                        " contradicts 1073741824 bytes for device 0 (from "
+                        "TENSOR_FUSION_CUDA_MEM_LIMIT)") == error,
+          __LINE__, "error: %s", error);
+    /* GPU A as device 1: its UUID limit; device 0 on another GPU: the index limit. */
+    check(vgpu_config_device_limits(&config, 1, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.memory_limit, 2 * GIB);
+    EXPECT_EQ(limits.compute_limit, 5000u);
+    EXPECT_STR(limits.compute_source, "TENSOR_FUSION_CUDA_UP_LIMIT");
+    check(vgpu_config_device_limits(&config, 0, UUID_B, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.memory_limit, GIB);
+    EXPECT_EQ(limits.compute_limit, 0u);
+    EXPECT_STR(limits.compute_source, "");
+    check(vgpu_config_device_limits(&config, 5, "", &limits, error, sizeof error), __LINE__, "%s",
+          error);
+    EXPECT_EQ(limits.memory_limit, 8 * GIB);
+    EXPECT_STR(limits.memory_source, "CUDA_DEVICE_MEMORY_LIMIT");
+    /* Agreeing index and UUID keys are fine. */
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"2GiB\",\"" UUID_A "\":\"2GiB\"}", 1);
+    EXPECT_OK();
+    check(vgpu_config_device_limits(&config, 0, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.memory_limit, 2 * GIB);
+    /* No settings at all. */
+    clear_environment();
+    EXPECT_OK();
+    check(vgpu_config_device_limits(&config, 0, NULL, &limits, NULL, 0), __LINE__, "%s", "none");
+    EXPECT_EQ(limits.memory_limit, 0u);
+}
+
+static void pod(void) {
+    clear_environment();
+    setenv("SHM_PATH", "/tmp/pods/a//", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.pod_source, VGPU_POD_SHM_PATH);
+    EXPECT_STR(config.pod_folder, "/tmp/pods/a");
+    EXPECT_STR(config.pod_name, "");
+
+    clear_environment();
+    setenv("POD_NAME", "trainer-0", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.pod_source, VGPU_POD_NAME);
+    EXPECT_STR(config.pod_folder, "/run/tensor-fusion/shm/default/trainer-0");
+    EXPECT_STR(config.pod_namespace, "default");
+    EXPECT_STR(config.pod_name, "trainer-0");
+    setenv("POD_NAMESPACE", "team-a", 1);
+    setenv("SHM_BASE_PATH", "/var/shm/", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/var/shm/team-a/trainer-0");
+    setenv("SHM_BASE_PATH", "/", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/team-a/trainer-0");
+    setenv("SHM_BASE_PATH", "", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/run/tensor-fusion/shm/team-a/trainer-0");
+    /* SHM_PATH wins; the names are still kept for the region. */
+    setenv("SHM_PATH", "/elsewhere", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.pod_source, VGPU_POD_SHM_PATH);
+    EXPECT_STR(config.pod_folder, "/elsewhere");
+    EXPECT_STR(config.pod_name, "trainer-0");
+    EXPECT_STR(config.pod_namespace, "team-a");
+
+    /* A namespace alone is no pod. */
+    clear_environment();
+    setenv("POD_NAMESPACE", "team-a", 1);
+    setenv("SHM_BASE_PATH", "relative/ignored", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.pod_source, VGPU_POD_PRIVATE);
+    EXPECT_STR(config.pod_folder, "");
+
+    static char long_text[6000];
+    memset(long_text, 'n', 300);
+    long_text[300] = '\0';
+    static const struct {
+        const char *name;
+        const char *value;
+        const char *expected;
+    } cases[] = {
+        {"SHM_PATH", "pods/a", "SHM_PATH=pods/a: must be an absolute path"},
+        {"SHM_PATH", "/", "SHM_PATH=/: the root folder"},
+        {"SHM_PATH", "///", "the root folder"},
+        {"POD_NAME", "a/b", "POD_NAME=a/b: not a usable folder name"},
+        {"POD_NAME", "..", "POD_NAME=..: not a usable folder name"},
+        {"POD_NAME", ".", "not a usable folder name"},
+        {"POD_NAME", "", "POD_NAME=: not a usable folder name"},
+        {"POD_NAME", long_text, "(1 to 255 bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_environment();
+        setenv(cases[i].name, cases[i].value, 1);
+        EXPECT_ERROR(cases[i].name, cases[i].expected);
+    }
+    clear_environment();
+    setenv("POD_NAME", "p", 1);
+    setenv("POD_NAMESPACE", ".", 1);
+    EXPECT_ERROR("POD_NAMESPACE", "POD_NAMESPACE=.: not a usable folder name");
+    setenv("POD_NAMESPACE", "", 1);
+    EXPECT_ERROR("POD_NAMESPACE", "not a usable folder name");
+    setenv("POD_NAMESPACE", "ns", 1);
+    setenv("SHM_BASE_PATH", "shm", 1);
+    EXPECT_ERROR("SHM_BASE_PATH", "SHM_BASE_PATH=shm: must be an absolute path");
+    /* Names with SHM_PATH are checked too. */
+    setenv("SHM_PATH", "/pods/p", 1);
+    setenv("POD_NAME", "a/b", 1);
+    EXPECT_ERROR("POD_NAME", "not a usable folder name");
+
+    /* Lengths: folder + "/shm" must fit the buffer. */
+    clear_environment();
+    long_text[0] = '/';
+    memset(long_text + 1, 'p', 4090);
+    long_text[4091] = '\0';
+    setenv("SHM_PATH", long_text, 1);
+    EXPECT_OK();
+    EXPECT_EQ(strlen(config.pod_folder), 4091u);
+    long_text[4091] = 'p';
+    long_text[4092] = '\0';
+    setenv("SHM_PATH", long_text, 1);
+    EXPECT_ERROR("SHM_PATH", "...: path longer than 4091 bytes");
+    clear_environment();
+    setenv("POD_NAME", "p", 1);
+    long_text[4091] = '\0';
+    setenv("SHM_BASE_PATH", long_text, 1);
+    EXPECT_ERROR("SHM_BASE_PATH", "the pod folder under it is longer than 4091 bytes");
+    long_text[4091 - 10] = '\0';
+    setenv("SHM_BASE_PATH", long_text, 1);
+    EXPECT_OK();
+    EXPECT_EQ(strlen(config.pod_folder), 4091u);
+}
+
+static void logging(void) {
+    static const struct {
+        const char *value;
+        int level;
+    } levels[] = {{"error", 0}, {"WARN", 1}, {"Warning", 1}, {"info", 2}, {"DeBuG", 3}};
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
+        clear_environment();
+        setenv("TF_LOG_LEVEL", levels[i].value, 1);
+        EXPECT_OK();
+        EXPECT_EQ(config.log_level, levels[i].level);
+    }
+    setenv("TF_LOG_PATH", "/var/log/limiter.log", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.log_path, "/var/log/limiter.log");
+    setenv("TF_LOG_LEVEL", "verbose", 1);
+    EXPECT_ERROR("TF_LOG_LEVEL",
+                 "TF_LOG_LEVEL=verbose: unknown level (error, warn, info or debug)");
+    setenv("TF_LOG_LEVEL", " info", 1);
+    EXPECT_ERROR("TF_LOG_LEVEL", "unknown level");
+    static char long_path[5000];
+    memset(long_path, 'l', sizeof long_path - 1);
+    clear_environment();
+    setenv("TF_LOG_PATH", long_path, 1);
+    EXPECT_ERROR("TF_LOG_PATH", "path longer than 4095 bytes");
+}
+
+static void small_error_buffers(void) {
+    set_memory("{\"0\":\"4XB\"}");
+    char tiny[8];
+    check(!vgpu_config_load(&config, tiny, sizeof tiny), __LINE__, "%s", "accepted");
+    EXPECT_STR(tiny, "TENSOR_");
+    check(!vgpu_config_load(&config, NULL, 0), __LINE__, "%s", "accepted");
+}
+
+static void describe(void) {
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"4GiB\",\"" UUID_A_UPPER "\":\"1g\"}", 1);
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":12.5}", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT", "50", 1);
+    setenv("POD_NAME", "p\"q", 1);
+    setenv("TF_LOG_PATH", "/tmp/a\tb", 1);
+    int needed = vgpu_limiter_describe_config(NULL, 0);
+    static char out[8192];
+    check(needed > 0 && (size_t)needed < sizeof out, __LINE__, "%s", "length");
+    int written = vgpu_limiter_describe_config(out, sizeof out);
+    EXPECT_EQ(written, needed);
+    EXPECT_EQ(strlen(out), (size_t)needed);
+    EXPECT_STR(out,
+               "{\"ok\":true,\"devices\":["
+               "{\"key\":\"0\",\"kind\":\"index\",\"index\":0,\"uuid\":null,"
+               "\"memory_limit\":4294967296,\"memory_source\":\"TENSOR_FUSION_CUDA_MEM_LIMIT\","
+               "\"compute_limit\":1250,\"compute_source\":\"TENSOR_FUSION_CUDA_UP_LIMIT\"},"
+               "{\"key\":\"" UUID_A "\",\"kind\":\"uuid\",\"index\":null,\"uuid\":\"" UUID_A "\","
+               "\"memory_limit\":1073741824,\"memory_source\":\"TENSOR_FUSION_CUDA_MEM_LIMIT\","
+               "\"compute_limit\":null,\"compute_source\":null},"
+               "{\"key\":\"all\",\"kind\":\"all\",\"index\":null,\"uuid\":null,"
+               "\"memory_limit\":null,\"memory_source\":null,"
+               "\"compute_limit\":5000,\"compute_source\":\"CUDA_DEVICE_SM_LIMIT\"}],"
+               "\"pod\":{\"source\":\"POD_NAME\","
+               "\"folder\":\"/run/tensor-fusion/shm/default/p\\\"q\","
+               "\"region_file\":\"/run/tensor-fusion/shm/default/p\\\"q/shm\","
+               "\"namespace\":\"default\",\"name\":\"p\\\"q\"},"
+               "\"log\":{\"level\":\"warn\",\"path\":\"/tmp/a\\u0009b\"}}");
+    /* Cut output stays NUL-terminated and the length is still the whole. */
+    memset(out, 'z', sizeof out);
+    EXPECT_EQ(vgpu_limiter_describe_config(out, 10), needed);
+    EXPECT_STR(out, "{\"ok\":tru");
+    EXPECT_EQ(vgpu_limiter_describe_config(out, 1), needed);
+    EXPECT_STR(out, "");
+
+    clear_environment();
+    written = vgpu_limiter_describe_config(out, sizeof out);
+    EXPECT_STR(out, "{\"ok\":true,\"devices\":[],\"pod\":{\"source\":\"private\",\"folder\":null,"
+                    "\"region_file\":null,\"namespace\":null,\"name\":null},"
+                    "\"log\":{\"level\":\"warn\",\"path\":null}}");
+    EXPECT_EQ((size_t)written, strlen(out));
+
+    set_memory("{\"0\":\"4\\\\XB\"}");
+    written = vgpu_limiter_describe_config(out, sizeof out);
+    EXPECT_STR(out, "{\"ok\":false,\"error\":\"TENSOR_FUSION_CUDA_MEM_LIMIT="
+                    "{\\\"0\\\":\\\"4\\\\\\\\XB\\\"}: bad size \\\"4\\\\XB\\\" for key \\\"0\\\" "
+                    "(a whole number of bytes, or "
+                    "a string such as \\\"4GiB\\\" or \\\"512MiB\\\")\"}");
+    EXPECT_EQ((size_t)written, strlen(out));
+}
+
+/* Random text made of JSON pieces: no crash, no sanitizer report, and either a success or one
+ * line naming the variable. */
+static void random_inputs(void) {
+    static const char *const pieces[] = {
+        "{", "}", "[", "]", ",", ":", "\"", "\\", "\"0\"", "\"63\"", "\"64\"", "\"" UUID_A "\"",
+        "\"4GiB\"", "\"12.5%\"", "1", "0", "-", ".", "e", "100", "18446744073709551616", " ",
+        "\n", "\\u00", "\\u0041", "\xc3\xa9", "\x01", "true", "\"\"", "\"1g\"",
+    };
+    static const char *const variables[] = {
+        "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_SM_LIMIT_7", "SHM_PATH", "POD_NAME", "TF_LOG_LEVEL",
+    };
+    unsigned seed = 20240611;
+    char text[256];
+    static char out[16384];
+    int consistent = 1;
+    for (int round = 0; round < 30000; round++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t count = (seed >> 16) % 16;
+        size_t used = 0;
+        if (round % 2 == 0) {
+            text[used++] = '{';
+        }
+        for (size_t i = 0; i < count; i++) {
+            seed = seed * 1103515245u + 12345u;
+            const char *piece = pieces[(seed >> 16) % (sizeof pieces / sizeof pieces[0])];
+            size_t length = strlen(piece);
+            if (used + length + 1 >= sizeof text) {
+                break;
+            }
+            memcpy(text + used, piece, length);
+            used += length;
+        }
+        text[used] = '\0';
+        const char *variable = variables[round % (sizeof variables / sizeof variables[0])];
+        clear_environment();
+        setenv(variable, text, 1);
+        int ok = load();
+        if (!ok) {
+            int before = failed;
+            check_error_line(variable, __LINE__);
+            if (failed != before) {
+                fprintf(stderr, "  input: %s=%s\n", variable, text);
+            }
+        } else {
+            passed++;
+        }
+        int length = vgpu_limiter_describe_config(out, sizeof out);
+        consistent &= length > 0 && (size_t)length == strlen(out) &&
+                      strncmp(out, ok ? "{\"ok\":true," : "{\"ok\":false,", ok ? 11 : 12) == 0;
+    }
+    check(consistent, __LINE__, "%s", "describe disagrees with load");
+}
+
+int main(void) {
+    defaults();
+    memory_json();
+    memory_json_errors();
+    long_values();
+    too_many_keys();
+    compute_json();
+    merged();
+    compatibility();
+    device_limits();
+    pod();
+    logging();
+    small_error_buffers();
+    describe();
+    random_inputs();
+    clear_environment();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}

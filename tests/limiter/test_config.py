@@ -1,0 +1,495 @@
+"""The limiter's configuration, through the library's own parser (vgpu_limiter.config calls the
+exported vgpu_limiter_describe_config), and tf-limiter check-config.
+
+The library reads the C environment; os.environ assignments reach it (putenv), so most tests
+run in this process inside `configured`, which leaves no limiter variable behind.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from vgpu_limiter.config import (
+    ConfigError,
+    DeviceSetting,
+    LimiterConfig,
+    describe_json,
+    environment_names,
+    load_config,
+)
+from vgpu_limiter.config_cli import format_percent, format_size
+
+MEM = "TENSOR_FUSION_CUDA_MEM_LIMIT"
+UP = "TENSOR_FUSION_CUDA_UP_LIMIT"
+GIB = 1 << 30
+MIB = 1 << 20
+UUID = "GPU-abcdef01-2345-6789-abcd-ef0123456789"
+UINT64_MAX = (1 << 64) - 1
+
+
+@contextmanager
+def configured(values: Mapping[str, str]) -> Iterator[None]:
+    """Exactly `values` among the variables the limiter reads, for the duration."""
+    saved = {name: os.environ[name] for name in environment_names()}
+    for name in saved:
+        del os.environ[name]
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name in environment_names():
+            del os.environ[name]
+        os.environ.update(saved)
+
+
+def config_of(values: Mapping[str, str]) -> LimiterConfig:
+    with configured(values):
+        return load_config()
+
+
+def error_of(values: Mapping[str, str]) -> str:
+    with configured(values), pytest.raises(ConfigError) as raised:
+        load_config()
+    message = str(raised.value)
+    assert "\n" not in message
+    return message
+
+
+def by_key(config: LimiterConfig) -> dict[str, DeviceSetting]:
+    return {device.key: device for device in config.devices}
+
+
+# --- valid configurations ---------------------------------------------------------------------
+
+
+def test_nothing_set_means_no_limits_and_a_private_region() -> None:
+    config = config_of({})
+    assert config.devices == ()
+    assert config.pod.source == "private"
+    assert config.pod.folder is None
+    assert config.log.level == "warn"
+    assert config.log.path is None
+
+
+def test_empty_values_are_unset() -> None:
+    empty = {name: "" for name in (MEM, UP, "CUDA_DEVICE_MEMORY_LIMIT", "SHM_PATH")}
+    assert config_of(empty | {"TF_LOG_LEVEL": ""}).devices == ()
+
+
+def test_the_issue_example() -> None:
+    (device,) = config_of({MEM: '{"0":"4GiB"}'}).devices
+    assert device == DeviceSetting(
+        key="0",
+        kind="index",
+        index=0,
+        uuid=None,
+        memory_limit=4 * GIB,
+        memory_source=MEM,
+        compute_limit=None,
+        compute_source=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('"4GiB"', 4 * GIB),
+        ('"512MiB"', 512 * MIB),
+        ('"4g"', 4 * GIB),
+        ('"1024m"', GIB),
+        ('"1.5 GiB"', 3 * GIB // 2),
+        ('"2KB"', 2000),
+        ('"7"', 7),
+        ("4294967296", 4 * GIB),
+        ("18446744073709551615", UINT64_MAX),
+    ],
+)
+def test_memory_values(value: str, expected: int) -> None:
+    (device,) = config_of({MEM: f'{{"1": {value}}}'}).devices
+    assert (device.index, device.memory_limit) == (1, expected)
+
+
+def test_uuid_keys_match_any_case_and_are_kept_lower_case() -> None:
+    config = config_of({MEM: f'{{"{UUID.upper()}": "1GiB", "{UUID}": 1073741824}}'})
+    (device,) = config.devices
+    assert (device.kind, device.key, device.uuid, device.index) == ("uuid", UUID, UUID, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "hundredths"),
+    [("50", 5000), ('"12.5%"', 1250), ("100", 10000), ("0.01", 1), ('" 7.10 % "', 710)],
+)
+def test_compute_values(value: str, hundredths: int) -> None:
+    (device,) = config_of({UP: f'{{"0": {value}}}'}).devices
+    assert device.compute_limit == hundredths
+    assert device.compute_percent == hundredths / 100
+    assert device.compute_source == UP
+
+
+def test_memory_and_compute_for_one_key_are_merged() -> None:
+    config = config_of({MEM: '{"0": "2GiB"}', UP: '{"0": 25, "1": 75}'})
+    devices = by_key(config)
+    assert (devices["0"].memory_limit, devices["0"].compute_limit) == (2 * GIB, 2500)
+    assert (devices["1"].memory_limit, devices["1"].compute_limit) == (None, 7500)
+
+
+def test_hami_variables() -> None:
+    config = config_of(
+        {
+            "CUDA_DEVICE_MEMORY_LIMIT": "4g",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "1024m",
+            "CUDA_DEVICE_SM_LIMIT": "30",
+            "CUDA_DEVICE_SM_LIMIT_0": "0",
+        }
+    )
+    devices = by_key(config)
+    assert (devices["all"].kind, devices["all"].memory_limit) == ("all", 4 * GIB)
+    assert devices["all"].compute_limit == 3000
+    assert (devices["1"].memory_limit, devices["1"].memory_source) == (
+        GIB,
+        "CUDA_DEVICE_MEMORY_LIMIT_1",
+    )
+    # HAMi-core's 0 is "no limit": kept as 100 %, so it overrides the 30 % for device 0.
+    assert devices["0"].compute_limit == 10000
+
+
+def test_the_same_value_twice_is_fine() -> None:
+    config = config_of(
+        {MEM: '{"0": "2GiB", "0": 2147483648}', "CUDA_DEVICE_MEMORY_LIMIT_0": "2048m"}
+    )
+    (device,) = config.devices
+    assert (device.memory_limit, device.memory_source) == (2 * GIB, MEM)
+
+
+def test_pod_from_name_and_namespace() -> None:
+    pod = config_of({"POD_NAME": "trainer-0"}).pod
+    assert (pod.source, pod.namespace, pod.name) == ("POD_NAME", "default", "trainer-0")
+    assert pod.folder == Path("/run/tensor-fusion/shm/default/trainer-0")
+    assert pod.region_file == Path("/run/tensor-fusion/shm/default/trainer-0/shm")
+    values = {"POD_NAME": "p", "POD_NAMESPACE": "team", "SHM_BASE_PATH": "/var/shm/"}
+    assert config_of(values).pod.folder == Path("/var/shm/team/p")
+
+
+def test_shm_path_wins_and_a_namespace_alone_is_no_pod() -> None:
+    pod = config_of({"SHM_PATH": "/pods/a/", "POD_NAME": "p"}).pod
+    assert (pod.source, pod.folder, pod.name) == ("SHM_PATH", Path("/pods/a"), "p")
+    assert config_of({"POD_NAMESPACE": "team"}).pod.source == "private"
+
+
+def test_log_settings() -> None:
+    log = config_of({"TF_LOG_LEVEL": "DEBUG", "TF_LOG_PATH": "/tmp/limiter.log"}).log
+    assert (log.level, log.path) == ("debug", Path("/tmp/limiter.log"))
+    assert config_of({"TF_LOG_LEVEL": "Warning"}).log.level == "warn"
+
+
+# --- invalid configurations: one line naming the variable and the value ----------------------
+
+INVALID = [
+    ({MEM: '{"0":"4XB"}'}, 'TENSOR_FUSION_CUDA_MEM_LIMIT={"0":"4XB"}: bad size "4XB" for key "0"'),
+    ({MEM: '{"0":0}'}, 'bad size 0 for key "0" (a limit of 0 is not allowed)'),
+    ({MEM: '{"0":-1}'}, "bad size -1"),
+    ({MEM: '{"0":1.5}'}, "bad size 1.5"),
+    ({MEM: '{"0":18446744073709551616}'}, "bad size 18446744073709551616"),
+    ({MEM: '{"0":"1g",}'}, "trailing comma"),
+    ({MEM: '{"0":"1g"} x'}, "unexpected text after the object at offset 11"),
+    ({MEM: '{"0":{"a":1}}'}, 'key "0" has a nested object'),
+    ({MEM: '{"0":[1]}'}, 'key "0" has a nested array'),
+    ({MEM: '["0"]'}, "expected a JSON object"),
+    ({MEM: '{"":1}'}, "empty key"),
+    ({MEM: '{"gpu0":1}'}, 'bad device key "gpu0"'),
+    ({MEM: '{"MIG-abcdef01-2345-6789-abcd-ef0123456789":1}'}, 'bad device key "MIG-'),
+    ({MEM: '{"64":1}'}, 'device index "64" is out of range'),
+    ({MEM: '{"0":"1g","0":"2g"}'}, 'key "0" is given twice with different values'),
+    ({MEM: '{"\\u00e9":1}'}, "only ASCII characters"),
+    ({UP: '{"0":0}'}, 'TENSOR_FUSION_CUDA_UP_LIMIT={"0":0}: bad percent 0 for key "0"'),
+    ({UP: '{"0":101}'}, "bad percent 101"),
+    ({UP: '{"0":12.345}'}, "bad percent 12.345"),
+    ({"CUDA_DEVICE_MEMORY_LIMIT": "4x"}, "CUDA_DEVICE_MEMORY_LIMIT=4x: bad size"),
+    ({"CUDA_DEVICE_MEMORY_LIMIT_64": "1g"}, '"64" is not a device index 0-63'),
+    ({"CUDA_DEVICE_SM_LIMIT_0": "150"}, "CUDA_DEVICE_SM_LIMIT_0=150: bad percent"),
+    (
+        {MEM: '{"0":"2GiB"}', "CUDA_DEVICE_MEMORY_LIMIT_0": "1g"},
+        "CUDA_DEVICE_MEMORY_LIMIT_0=1g: device 0 memory limit 1073741824 bytes contradicts "
+        "2147483648 bytes from TENSOR_FUSION_CUDA_MEM_LIMIT",
+    ),
+    (
+        {UP: '{"3":40}', "CUDA_DEVICE_SM_LIMIT_3": "41"},
+        "device 3 compute limit 41.00% contradicts 40.00% from TENSOR_FUSION_CUDA_UP_LIMIT",
+    ),
+    ({"SHM_PATH": "pods/a"}, "SHM_PATH=pods/a: must be an absolute path"),
+    ({"POD_NAME": "a/b"}, "POD_NAME=a/b: not a usable folder name"),
+    ({"POD_NAME": ".."}, "POD_NAME=..: not a usable folder name"),
+    ({"POD_NAME": "p", "POD_NAMESPACE": ""}, "POD_NAMESPACE=: not a usable folder name"),
+    ({"POD_NAME": "p", "SHM_BASE_PATH": "shm"}, "SHM_BASE_PATH=shm: must be an absolute path"),
+    ({"TF_LOG_LEVEL": "verbose"}, "TF_LOG_LEVEL=verbose: unknown level"),
+]
+
+
+@pytest.mark.parametrize(("values", "expected"), INVALID)
+def test_invalid(values: dict[str, str], expected: str) -> None:
+    message = error_of(values)
+    assert expected in message
+    assert message.isascii()
+    assert message.isprintable()
+
+
+def test_long_and_odd_values_stay_one_short_line() -> None:
+    message = error_of({MEM: "{" + '"0":"1g",' * 5000 + "\n\x01\u00e9"})
+    assert message.startswith(f'{MEM}={{"0":"1g","0":"1g"')
+    assert "..." in message
+    assert len(message) < 1024
+    assert error_of({MEM: '{"0":"4\\nX\\u0001"}'}).startswith(f'{MEM}={{"0":"4\\nX\\u0001"}}: ')
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+# vgpu_parse_size's units (case-insensitive): binary k/ki/kib..., decimal kb/mb/gb/tb.
+UNITS = {
+    "": 1,
+    "b": 1,
+    **{f"{p}{s}": 1 << (10 * n) for n, p in enumerate("kmgt", 1) for s in ("", "i", "ib")},
+    **{f"{p}b": 1000**n for n, p in enumerate("kmgt", 1)},
+}
+
+
+def spell_case(text: str, flips: list[bool]) -> str:
+    """`text` with the letters whose flip is set in upper case."""
+    return "".join(c.upper() if i < len(flips) and flips[i] else c for i, c in enumerate(text))
+
+
+@st.composite
+def sizes(draw: st.DrawFn) -> tuple[str, int]:
+    """(JSON value text, bytes): a number of bytes or a string with a unit in some spelling."""
+    if draw(st.booleans()):
+        number = draw(st.integers(1, UINT64_MAX))
+        return str(number), number
+    unit = draw(st.sampled_from(sorted(UNITS)))
+    factor = UNITS[unit]
+    whole = draw(st.integers(0, 1 << 20))
+    decimals = draw(st.text("0123456789", max_size=3))
+    expected = whole * factor + factor * int(decimals or "0") // 10 ** len(decimals)
+    text = str(whole) + (f".{decimals}" if decimals else "")
+    text += draw(st.sampled_from(["", " "])) + spell_case(unit, draw(st.lists(st.booleans())))
+    if expected == 0:
+        text, expected = "1", 1
+    return json.dumps(text), expected
+
+
+@st.composite
+def percents(draw: st.DrawFn) -> tuple[str, int]:
+    """(JSON value text, hundredths of a percent)."""
+    hundredths = draw(st.integers(1, 10000))
+    text = str(hundredths // 100)
+    if hundredths % 100 or draw(st.booleans()):
+        text += f".{hundredths % 100:02d}"
+        if draw(st.booleans()):
+            text = text.rstrip("0").rstrip(".")
+    if draw(st.booleans()):
+        return text, hundredths
+    return json.dumps(text + draw(st.sampled_from(["", "%", " %"]))), hundredths
+
+
+uuids = st.uuids().map(lambda value: f"GPU-{value}")
+keys = st.one_of(st.integers(0, 63).map(str), uuids)
+
+
+@st.composite
+def json_object(draw: st.DrawFn, values: dict[str, str]) -> str:
+    """Keys spelled in any case (UUIDs), random blanks; the value texts as they are."""
+    blank = st.sampled_from(["", " ", "\n", "\t "])
+    members = [
+        f"{draw(blank)}{json.dumps(key.upper() if draw(st.booleans()) else key)}{draw(blank)}:"
+        f"{draw(blank)}{value}{draw(blank)}"
+        for key, value in values.items()
+    ]
+    return draw(blank) + "{" + ",".join(members) + "}" + draw(blank)
+
+
+@settings(max_examples=300)
+@given(st.data(), st.dictionaries(keys, sizes(), max_size=12))
+def test_generated_memory_objects_parse_to_their_bytes(
+    data: st.DataObject, limits: dict[str, tuple[str, int]]
+) -> None:
+    text = data.draw(json_object({key: value for key, (value, _) in limits.items()}))
+    config = config_of({MEM: text})
+    assert {d.key: d.memory_limit for d in config.devices} == {
+        key: expected for key, (_, expected) in limits.items()
+    }
+    assert all(d.memory_source == MEM and d.compute_limit is None for d in config.devices)
+
+
+@settings(max_examples=300)
+@given(st.data(), st.dictionaries(keys, percents(), max_size=12))
+def test_generated_compute_objects_parse_to_their_percent(
+    data: st.DataObject, limits: dict[str, tuple[str, int]]
+) -> None:
+    text = data.draw(json_object({key: value for key, (value, _) in limits.items()}))
+    config = config_of({UP: text})
+    assert {d.key: d.compute_limit for d in config.devices} == {
+        key: expected for key, (_, expected) in limits.items()
+    }
+
+
+@given(
+    st.integers(1, 1 << 30),
+    st.dictionaries(st.integers(0, 63), st.tuples(st.integers(1, 1 << 20), st.sampled_from("kmg"))),
+)
+def test_generated_hami_variables(all_devices: int, per_index: dict[int, tuple[int, str]]) -> None:
+    values = {"CUDA_DEVICE_MEMORY_LIMIT": f"{all_devices}m"}
+    values |= {f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{n}{unit}" for i, (n, unit) in per_index.items()}
+    devices = by_key(config_of(values))
+    assert devices.pop("all").memory_limit == all_devices * MIB
+    factor = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    assert {int(key): d.memory_limit for key, d in devices.items()} == {
+        i: n * factor[unit] for i, (n, unit) in per_index.items()
+    }
+
+
+VARIABLES = [
+    MEM,
+    UP,
+    "CUDA_DEVICE_MEMORY_LIMIT",
+    "CUDA_DEVICE_SM_LIMIT_7",
+    "SHM_PATH",
+    "POD_NAME",
+    "TF_LOG_LEVEL",
+]
+# Environment values cannot hold NUL or lone surrogates.
+any_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
+PIECES = ["{", "}", "[", "]", ",", ":", '"', "\\", '"0"', '"63"', f'"{UUID}"', '"4GiB"', "1.5"]
+PIECES += ["-", "e", "100", "18446744073709551616", " ", "\n", "\\u00", "\\u0041", "é", "%", "null"]
+json_like = st.lists(st.sampled_from(PIECES), max_size=24).map("".join)
+
+
+@settings(max_examples=500)
+@given(st.sampled_from(VARIABLES), st.one_of(any_text, json_like, json_like.map("{{{}}}".format)))
+def test_any_text_gives_a_configuration_or_one_line_naming_the_variable(
+    name: str, text: str
+) -> None:
+    with configured({name: text}):
+        document = json.loads(describe_json())
+    if not document["ok"]:
+        message = document["error"]
+        assert message.startswith(f"{name}=")
+        assert message.isascii()
+        assert message.isprintable()
+
+
+# --- tf-limiter check-config ---------------------------------------------------------------------
+
+TF_LIMITER = Path(sys.executable).with_name("tf-limiter")
+CLEAN = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def check_config(*args: str, **values: str) -> subprocess.CompletedProcess[str]:
+    """check-config in a fresh process, as its module (tf-limiter registers the same function)."""
+    return subprocess.run(
+        [sys.executable, "-m", "vgpu_limiter.config_cli", *args],
+        env=CLEAN | values,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_check_config_table() -> None:
+    result = check_config(
+        TENSOR_FUSION_CUDA_MEM_LIMIT=f'{{"0":"4GiB","{UUID.upper()}":"1.5GiB"}}',
+        TENSOR_FUSION_CUDA_UP_LIMIT='{"0":12.5}',
+        CUDA_DEVICE_SM_LIMIT="100",
+        POD_NAME="trainer",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    row = next(line for line in lines if "index 0" in line).split()
+    assert row == ["index", "0", "memory", "4", "GiB", "4294967296", MEM]
+    row = next(line for line in lines if UUID in line).split()
+    assert row == [UUID, "memory", "1.50", "GiB", "1610612736", MEM]
+    assert any(line.split() == ["compute", "12.5", "%", UP] for line in lines)
+    assert "100 % (no limit)" in result.stdout
+    assert "Pod folder: /run/tensor-fusion/shm/default/trainer (from POD_NAME)" in lines
+    assert "Log: level warn, to stderr" in lines
+
+
+def test_check_config_without_anything() -> None:
+    result = check_config()
+    assert result.returncode == 0, result.stderr
+    assert "Limits: none" in result.stdout
+    assert "private region" in result.stdout
+
+
+def test_check_config_json() -> None:
+    result = check_config("--json", TENSOR_FUSION_CUDA_MEM_LIMIT='{"1":"2g"}', SHM_PATH="/pods/a")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["ok"] is True
+    assert document["devices"][0]["memory_limit"] == 2 * GIB
+    assert document["pod"] == {
+        "source": "SHM_PATH",
+        "folder": "/pods/a",
+        "region_file": "/pods/a/shm",
+        "namespace": None,
+        "name": None,
+    }
+
+
+@pytest.mark.parametrize("args", [(), ("--json",)])
+def test_check_config_invalid_is_one_line_and_exit_2(args: tuple[str, ...]) -> None:
+    result = check_config(*args, TENSOR_FUSION_CUDA_MEM_LIMIT='{"0":"4XB"}')
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        'error: TENSOR_FUSION_CUDA_MEM_LIMIT={"0":"4XB"}: bad size "4XB" for key "0"'
+    )
+    assert result.stderr.count("\n") == 1
+    if args:
+        assert json.loads(result.stdout)["ok"] is False
+    else:
+        assert result.stdout == ""
+
+
+def test_tf_limiter_check_config_entry_point() -> None:
+    registered = subprocess.run(
+        [TF_LIMITER, "check-config", "--help"], env=CLEAN, capture_output=True, check=False
+    )
+    if registered.returncode != 0:
+        pytest.skip("check-config is not registered in tf-limiter yet")
+    result = subprocess.run(
+        [TF_LIMITER, "check-config"],
+        env=CLEAN | {"TF_LOG_LEVEL": "loud"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        "error: TF_LOG_LEVEL=loud: unknown level (error, warn, info or debug)\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1 KiB"), (4 * GIB, "4 GiB"), (3 * GIB // 2, "1.50 GiB")],
+)
+def test_format_size(size: int, text: str) -> None:
+    assert format_size(size) == text
+
+
+def test_format_size_largest() -> None:
+    assert format_size(UINT64_MAX) == "16.00 EiB"
+
+
+@pytest.mark.parametrize(
+    ("hundredths", "text"),
+    [(5000, "50 %"), (1250, "12.5 %"), (1, "0.01 %"), (10000, "100 % (no limit)")],
+)
+def test_format_percent(hundredths: int, text: str) -> None:
+    assert format_percent(hundredths) == text
