@@ -18,10 +18,10 @@ static char error[VGPU_CONFIG_ERROR_SIZE];
 
 #define GIB (1ULL << 30)
 #define MIB (1ULL << 20)
-#define UUID_A "gpu-abcdef01-2345-6789-abcd-ef0123456789"
+#define UUID_A "GPU-abcdef01-2345-6789-abcd-ef0123456789"
 #define UUID_A_UPPER "GPU-ABCDEF01-2345-6789-ABCD-EF0123456789"
 #define ZEROS_47 "00000000000000000000000000000000000000000000000"
-#define UUID_B "gpu-00000000-1111-2222-3333-444444444444"
+#define UUID_B "GPU-00000000-1111-2222-3333-444444444444"
 
 static void check(int ok, int line, const char *format, const char *detail) {
     if (ok) {
