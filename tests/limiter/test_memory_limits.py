@@ -176,6 +176,25 @@ def test_eight_threads_in_two_processes_never_pass_the_limit(limited_env: Limite
             worker.communicate(timeout=30)
 
 
+def test_a_killed_process_is_gone_from_the_view_within_two_seconds(
+    limited_env: LimitedEnv,
+) -> None:
+    environment = limited_env('{"0": "4GiB"}')
+    holder = subprocess.Popen(
+        [WORKLOAD, "--kernels", "1", "--alloc", "2GiB", "--hold", "60"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    holder.stdout.readline()
+    assert nvml(environment)["used"] == 2 * GiB + 512 * MiB
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    time.sleep(1.1)  # the sweep runs at most once a second per process
+    assert nvml(environment)["used"] == 0
+
+
 def test_a_killed_process_gives_its_memory_back(limited_env: LimitedEnv) -> None:
     environment = limited_env('{"0": "4GiB"}')
     holder = subprocess.Popen(

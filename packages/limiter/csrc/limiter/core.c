@@ -201,6 +201,7 @@ uint64_t vgpu_memory_limit(int entry) {
 }
 
 uint64_t vgpu_memory_used(int entry) {
+    vgpu_region_sweep(vgpu_state.region); /* what the view shows excludes dead processes */
     return atomic_load(&vgpu_state.region->devices[entry].memory_used);
 }
 

@@ -295,6 +295,17 @@ unsigned vgpu_region_reap(struct vgpu_region *region) {
     return reclaimed;
 }
 
+void vgpu_region_sweep(struct vgpu_region *region) {
+    static _Atomic uint64_t next_ns;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+    uint64_t due = atomic_load(&next_ns);
+    if (now_ns >= due && atomic_compare_exchange_strong(&next_ns, &due, now_ns + 1000000000ULL)) {
+        vgpu_region_reap(region);
+    }
+}
+
 static bool try_reserve(struct vgpu_region *region, int entry, uint64_t bytes) {
     uint64_t limit;
     uint32_t compute;
@@ -314,6 +325,7 @@ bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes) 
     if (self == NULL) {
         return false;
     }
+    vgpu_region_sweep(region);
     if (!try_reserve(region, entry, bytes) &&
         (vgpu_region_reap(region) == 0 || !try_reserve(region, entry, bytes))) {
         return false;

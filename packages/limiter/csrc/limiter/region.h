@@ -39,6 +39,11 @@ void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes);
 /* Reclaim the slots of processes of this pid namespace that are gone; the number reclaimed. */
 unsigned vgpu_region_reap(struct vgpu_region *region);
 
+/* vgpu_region_reap at most once a second per process: called from every memory view and
+ * allocation, so a dead process's memory is back within about a second of the pod's next
+ * GPU call (the daemon sweeps pods that make none). */
+void vgpu_region_sweep(struct vgpu_region *region);
+
 /* Reclaim one slot whose process is known to be gone: its memory goes back to the devices
  * exactly once. The slot must still be that process (pid, pid namespace and start time); a
  * slot reused meanwhile by another process with the same pid number is left alone. Exported
