@@ -75,7 +75,29 @@ struct vgpu_region {
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };
 
+/* The device lease: one file per GPU for the whole node, {base}/.devices/{uuid}. The compute
+ * limiter runs a pod's work on a GPU in epochs, each holding the lease, so that the GPU time it
+ * measures with events is its own and not another pod's time slice. A holder that stops launching
+ * for VGPU_LEASE_STALE_NS (or dies) loses the lease to the next process that wants it. */
+#define VGPU_LEASE_MAGIC 0x3145534145454c56ULL /* "VLEASE1" */
+#define VGPU_LEASE_VERSION 1
+#define VGPU_LEASE_STALE_NS 10000000ULL
+
+struct vgpu_device_lease {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t reserved;
+    VGPU_ATOMIC(uint64_t) owner;       /* 0: free; else the holding process's token */
+    VGPU_ATOMIC(uint64_t) activity_ns; /* CLOCK_MONOTONIC of the holder's last GPU call */
+    VGPU_ATOMIC(uint64_t) waiters;     /* processes waiting for it now */
+    VGPU_ATOMIC(uint64_t) epochs;      /* epochs run (a statistic) */
+    VGPU_ATOMIC(uint64_t) takeovers;   /* leases taken from a stale holder (a statistic) */
+    uint64_t spare[9];
+};
+
 #ifndef VGPU_REGION_CDEF
+_Static_assert(sizeof(struct vgpu_device_lease) == 128, "vgpu_device_lease size");
+
 /* The layout is a contract between processes built at different times: pin it. */
 _Static_assert(sizeof(struct vgpu_region_device) == 136, "vgpu_region_device size");
 _Static_assert(sizeof(struct vgpu_region_process) == 160, "vgpu_region_process size");

@@ -47,7 +47,15 @@
     X(cuStreamSynchronize_ptsz) \
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \
-    X(cuEventSynchronize)
+    X(cuEventSynchronize) \
+    X(cuLaunchKernel) \
+    X(cuLaunchKernel_ptsz) \
+    X(cuLaunchKernelEx) \
+    X(cuLaunchKernelEx_ptsz) \
+    X(cuLaunchCooperativeKernel) \
+    X(cuLaunchCooperativeKernel_ptsz) \
+    X(cuGraphLaunch) \
+    X(cuGraphLaunch_ptsz)
 
 /* Driver entry points the limiter calls without wrapping them. */
 #define VGPU_CUDA_CALLS(X) \
@@ -56,7 +64,13 @@
     X(cuCtxGetCurrent) \
     X(cuCtxGetDevice) \
     X(cuDeviceGetMemPool) \
-    X(cuMemPoolGetAttribute)
+    X(cuMemPoolGetAttribute) \
+    X(cuEventCreate) \
+    X(cuEventRecord) \
+    X(cuEventQuery) \
+    X(cuEventElapsedTime) \
+    X(cuEventElapsedTime_v2) \
+    X(cuStreamIsCapturing)
 
 /* NVML entry points with a wrapper in the limiter. */
 #define VGPU_NVML_HOOKS(X) \

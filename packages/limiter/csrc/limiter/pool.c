@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "compute.h"
 #include "core.h"
 #include "ledger.h"
 #include "log.h"
@@ -213,6 +214,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
         }                                                                                      \
         result = VGPU_REAL(symbol, VGPU_UNPACK args);                                          \
         sync_all_pools();                                                                      \
+        vgpu_compute_quiesce();                                                                \
         return result;                                                                         \
     }
 #define VGPU_UNPACK(...) __VA_ARGS__
@@ -230,5 +232,6 @@ CUresult cuCtxSynchronize(void) {
     result = vgpu_real.cuCtxSynchronize != NULL ? vgpu_real.cuCtxSynchronize()
                                                 : CUDA_ERROR_NOT_FOUND;
     sync_all_pools();
+    vgpu_compute_quiesce();
     return result;
 }

@@ -1,0 +1,430 @@
+/* The compute limiter. A pod at limit L may use L of each GPU's wall-clock time, whatever its
+ * kernels' lengths and however many processes it has.
+ *
+ * Metering, not guessing: a process runs its work on a limited GPU in epochs. An epoch takes the
+ * node-wide device lease (lease.c), so no other limited pod's work runs meanwhile, records an
+ * event before its first launch and a marker event after every launch, and ends after about
+ * QUANTUM_NS of GPU time (or when the program synchronizes or pauses). Its GPU time E is the
+ * time from the start event to the last marker, measured by the GPU itself. E is debited from
+ * the pod's token bucket in the region, which every process of the pod shares and which refills
+ * at L; a process starts an epoch only when the bucket is not in debt. So the pod's GPU time is
+ * L of wall time, and nothing depends on NVML seeing the pod's processes.
+ *
+ * Pacing: launches may run ahead of the GPU by at most BACKLOG_NS of estimated GPU time (markers
+ * tell how long kernels take), so epochs stay short for 2 µs kernels and 100 ms ones alike.
+ *
+ * Every wait here has a deadline: a kernel that waits on another process (NCCL) never deadlocks
+ * the pod; the limiter then gives up exclusivity and charges the wall time it waited. */
+#define _GNU_SOURCE
+#include "compute.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+#include "lease.h"
+#include "log.h"
+#include "region.h"
+
+#define QUANTUM_NS 4000000ULL     /* GPU time per epoch */
+#define BACKLOG_NS 2000000ULL     /* GPU time launches may run ahead of the GPU */
+#define BURST_NS 100000000ULL     /* the bucket holds at most L of this much wall time */
+#define PAUSE_NS 2000000ULL       /* a launch after this long without one starts a new epoch */
+#define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
+#define MARKERS 64
+
+enum { BUCKET = 0, REFILLED = 1 }; /* compute_state words of a region device entry */
+
+struct marker {
+    CUevent event;
+    bool pending;
+};
+
+struct device {
+    pthread_mutex_t lock;
+    bool ready;   /* events and lease set up */
+    bool open;    /* an epoch is running */
+    int entry;
+    CUcontext context;
+    struct vgpu_device_lease *lease;
+    CUevent start;
+    struct marker markers[MARKERS];
+    unsigned head;    /* oldest pending marker */
+    unsigned pending;
+    uint64_t done_ns;     /* GPU time from the epoch's start to its newest finished marker */
+    uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
+    uint64_t last_launch_ns;
+    uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
+};
+
+static struct device devices[VGPU_MAX_ORDINALS];
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+
+static void init_devices(void) {
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        pthread_mutex_init(&devices[i].lock, NULL);
+    }
+}
+
+static void pause_for(uint64_t nanoseconds) {
+    struct timespec delay = {(time_t)(nanoseconds / 1000000000ULL),
+                             (long)(nanoseconds % 1000000000ULL)};
+    while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
+    }
+}
+
+/* --- the pod's token bucket (region, shared by the pod's processes) ------------------------- */
+
+static uint32_t compute_limit(int entry) {
+    uint64_t memory;
+    uint32_t compute;
+    vgpu_region_limits(vgpu_state.region, entry, &memory, &compute);
+    return compute;
+}
+
+static bool limited(uint32_t compute) {
+    return compute != 0 && compute < VGPU_COMPUTE_UNLIMITED;
+}
+
+/* Add what accrued since the last refill at `compute` (hundredths of a percent), capped. */
+static int64_t refill(struct vgpu_region_device *device, uint32_t compute) {
+    _Atomic uint64_t *bucket = &device->compute_state[BUCKET];
+    _Atomic uint64_t *refilled = &device->compute_state[REFILLED];
+    uint64_t now = vgpu_monotonic_ns();
+    uint64_t last = atomic_load(refilled);
+    int64_t cap = (int64_t)(BURST_NS * compute / VGPU_COMPUTE_UNLIMITED);
+    if (last == 0 || now - last > 10ULL * 1000000000ULL) {
+        /* First use, or idle for long: start from a full-burst-free, debt-free bucket. */
+        if (atomic_compare_exchange_strong(refilled, &last, now)) {
+            atomic_store(bucket, 0);
+        }
+    } else if (now > last && atomic_compare_exchange_strong(refilled, &last, now)) {
+        int64_t accrued = (int64_t)((now - last) * compute / VGPU_COMPUTE_UNLIMITED);
+        uint64_t current = atomic_load(bucket);
+        int64_t next;
+        do {
+            next = (int64_t)current + accrued;
+            next = next > cap ? cap : next;
+        } while (!atomic_compare_exchange_weak(bucket, &current, (uint64_t)next));
+    }
+    return (int64_t)atomic_load(bucket);
+}
+
+/* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once). */
+static void wait_for_budget(struct vgpu_region_device *device, int entry) {
+    for (;;) {
+        uint32_t compute = compute_limit(entry);
+        if (!limited(compute)) {
+            return;
+        }
+        int64_t balance = refill(device, compute);
+        if (balance >= 0) {
+            return;
+        }
+        uint64_t wait = (uint64_t)(-balance) * VGPU_COMPUTE_UNLIMITED / compute;
+        pause_for(wait < 20000 ? 20000 : wait > 100000000 ? 100000000 : wait);
+    }
+}
+
+static void debit(struct vgpu_region_device *device, uint64_t gpu_ns) {
+    atomic_fetch_sub(&device->compute_state[BUCKET], gpu_ns);
+}
+
+/* --- epochs ---------------------------------------------------------------------------------- */
+
+static uint64_t elapsed_ns(CUevent from, CUevent to) {
+    float milliseconds = 0;
+    if (VGPU_REAL(cuEventElapsedTime_v2, &milliseconds, from, to) != CUDA_SUCCESS &&
+        VGPU_REAL(cuEventElapsedTime, &milliseconds, from, to) != CUDA_SUCCESS) {
+        return 0;
+    }
+    return milliseconds > 0 ? (uint64_t)((double)milliseconds * 1e6) : 0;
+}
+
+/* Take finished markers off the ring (oldest first); with `wait`, the oldest even if not done,
+ * waiting for it up to `deadline`. False when the deadline passed. */
+static bool retire(struct device *state, bool wait, uint64_t deadline) {
+    while (state->pending > 0) {
+        struct marker *marker = &state->markers[state->head];
+        CUresult result = VGPU_REAL(cuEventQuery, marker->event);
+        if (result == CUDA_ERROR_NOT_READY) {
+            if (!wait) {
+                return true;
+            }
+            if (vgpu_monotonic_ns() > deadline) {
+                return false;
+            }
+            pause_for(state->kernel_ns / 4 < 10000 ? 10000 : state->kernel_ns / 4 > 1000000 ? 1000000 : state->kernel_ns / 4);
+            continue;
+        }
+        uint64_t done = result == CUDA_SUCCESS ? elapsed_ns(state->start, marker->event) : 0;
+        if (done > state->done_ns) {
+            state->done_ns = done;
+        }
+        marker->pending = false;
+        state->head = (state->head + 1) % MARKERS;
+        state->pending--;
+        wait = false; /* only the oldest is waited for */
+    }
+    return true;
+}
+
+/* End the epoch: its GPU time is debited and the lease given back. With `drain`, the epoch's
+ * work is waited for first (bounded); a holder that lost its lease charges what is done. */
+static void close_epoch(struct device *state, bool drain) {
+    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+    bool finished = true;
+    while (drain && state->pending > 0 && finished) {
+        finished = retire(state, true, deadline);
+    }
+    retire(state, false, 0);
+    uint64_t charged = state->done_ns;
+    if (!finished) {
+        /* Our own work did not finish in time (a kernel waiting on another process): charge
+         * the wall time and let others run rather than wait forever. */
+        uint64_t wall = vgpu_monotonic_ns() - state->opened_ns;
+        charged = charged > wall ? charged : wall;
+        vgpu_log(VGPU_LOG_INFO, "an epoch's work did not finish in %llu ms; pacing goes on",
+                 (unsigned long long)(WAIT_LIMIT_NS / 1000000));
+    }
+    debit(&vgpu_state.region->devices[state->entry], charged);
+    /* Markers still pending belong to no epoch now: forget them. */
+    for (unsigned i = 0; i < MARKERS; i++) {
+        state->markers[i].pending = false;
+    }
+    state->pending = 0;
+    state->head = 0;
+    if (state->lease != NULL) {
+        vgpu_lease_release(state->lease);
+    }
+    state->open = false;
+}
+
+static bool set_up(struct device *state, int ordinal, int entry, CUcontext context) {
+    if (state->ready && state->context == context) {
+        return true;
+    }
+    if (state->ready) {
+        return false; /* another context on this device: left unpaced rather than mixed */
+    }
+    if (VGPU_REAL(cuEventCreate, &state->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        return false;
+    }
+    for (unsigned i = 0; i < MARKERS; i++) {
+        if (VGPU_REAL(cuEventCreate, &state->markers[i].event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+            return false;
+        }
+    }
+    state->lease = vgpu_lease_open(vgpu_state.region->devices[entry].uuid);
+    state->entry = entry;
+    state->context = context;
+    state->kernel_ns = 100000;
+    state->ready = true;
+    vgpu_log(VGPU_LOG_DEBUG, "compute pacing on device %d", ordinal);
+    return true;
+}
+
+/* Whether any device of the pod has a compute limit: the common case has none, and then a launch
+ * costs a few loads. */
+static bool any_limit(void) {
+    if (vgpu_state.region == NULL) {
+        return false;
+    }
+    uint32_t count = atomic_load(&vgpu_state.region->device_count);
+    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        if (limited(atomic_load(&vgpu_state.region->devices[i].compute_limit))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The stream events are recorded on: the per-thread default stream for a _ptsz call's 0. */
+static CUstream marker_stream(CUstream stream, bool per_thread) {
+    return stream == NULL && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+typedef CUresult (*launch_fn)(void *arguments);
+
+/* Run one launch (a kernel or a graph) under the pod's compute limit. */
+static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *arguments) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    CUdevice ordinal;
+    CUcontext context;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    stream = marker_stream(stream, per_thread);
+    if (!any_limit() || VGPU_REAL(cuCtxGetDevice, &ordinal) != CUDA_SUCCESS ||
+        ordinal < 0 || ordinal >= VGPU_MAX_ORDINALS ||
+        VGPU_REAL(cuCtxGetCurrent, &context) != CUDA_SUCCESS ||
+        VGPU_REAL(cuStreamIsCapturing, stream, &capture) != CUDA_SUCCESS ||
+        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        return launch(arguments); /* unlimited, or captured: the graph's launch is paced */
+    }
+    int entry = vgpu_entry_of(ordinal);
+    if (entry < 0 || !limited(compute_limit(entry))) {
+        return launch(arguments);
+    }
+    pthread_once(&devices_once, init_devices);
+    struct device *state = &devices[ordinal];
+    pthread_mutex_lock(&state->lock);
+    if (!set_up(state, ordinal, entry, context)) {
+        pthread_mutex_unlock(&state->lock);
+        return launch(arguments);
+    }
+    uint64_t now = vgpu_monotonic_ns();
+    if (state->open && (now - state->last_launch_ns > PAUSE_NS ||
+                        (state->lease != NULL && !vgpu_lease_held(state->lease)))) {
+        close_epoch(state, false); /* paused, or the lease was taken: charge what ran */
+    }
+    if (!state->open) {
+        pthread_mutex_unlock(&state->lock);
+        wait_for_budget(&vgpu_state.region->devices[entry], entry);
+        pthread_mutex_lock(&state->lock);
+    }
+    if (!state->open) {
+        if (state->lease != NULL) {
+            vgpu_lease_acquire(state->lease);
+        }
+        VGPU_REAL(cuEventRecord, state->start, stream);
+        state->open = true;
+        state->done_ns = 0;
+        state->opened_ns = vgpu_monotonic_ns();
+    }
+    /* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. */
+    retire(state, false, 0);
+    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+    while (state->pending > 0 &&
+           (state->pending >= MARKERS - 1 || (uint64_t)state->pending * state->kernel_ns > BACKLOG_NS)) {
+        uint64_t before = state->done_ns;
+        unsigned pending = state->pending;
+        if (!retire(state, true, deadline)) {
+            break;
+        }
+        /* What one launch takes on the GPU, from the markers just retired. */
+        if (state->done_ns > before && pending > state->pending) {
+            uint64_t sample = (state->done_ns - before) / (pending - state->pending);
+            state->kernel_ns = (state->kernel_ns * 7 + sample) / 8;
+        }
+    }
+    result = launch(arguments);
+    if (result == CUDA_SUCCESS) {
+        unsigned slot = (state->head + state->pending) % MARKERS;
+        if (VGPU_REAL(cuEventRecord, state->markers[slot].event, stream) == CUDA_SUCCESS) {
+            state->markers[slot].pending = true;
+            state->pending++;
+        }
+    }
+    state->last_launch_ns = vgpu_monotonic_ns();
+    if (state->lease != NULL) {
+        vgpu_lease_touch(state->lease);
+    }
+    if (state->done_ns >= QUANTUM_NS) {
+        close_epoch(state, true);
+    }
+    pthread_mutex_unlock(&state->lock);
+    return result;
+}
+
+void vgpu_compute_quiesce(void) {
+    if (!any_limit()) {
+        return;
+    }
+    pthread_once(&devices_once, init_devices);
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        struct device *state = &devices[i];
+        if (state->open && pthread_mutex_trylock(&state->lock) == 0) {
+            if (state->open) {
+                close_epoch(state, true);
+            }
+            pthread_mutex_unlock(&state->lock);
+        }
+    }
+}
+
+/* --- the launch hooks ------------------------------------------------------------------------ */
+
+struct kernel_launch {
+    CUfunction f;
+    unsigned int grid[3];
+    unsigned int block[3];
+    unsigned int shared;
+    CUstream stream;
+    void **params;
+    void **extra;
+    const CUlaunchConfig *config;
+    CUgraphExec graph;
+    int kind; /* 0 kernel, 1 kernel _ptsz, 2 Ex, 3 Ex _ptsz, 4 cooperative, 5 coop _ptsz,
+                 6 graph, 7 graph _ptsz */
+};
+
+static CUresult launch_real(void *arguments) {
+    struct kernel_launch *a = arguments;
+    switch (a->kind) {
+    case 0: return VGPU_REAL(cuLaunchKernel, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params, a->extra);
+    case 1: return VGPU_REAL(cuLaunchKernel_ptsz, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params, a->extra);
+    case 2: return VGPU_REAL(cuLaunchKernelEx, a->config, a->f, a->params, a->extra);
+    case 3: return VGPU_REAL(cuLaunchKernelEx_ptsz, a->config, a->f, a->params, a->extra);
+    case 4: return VGPU_REAL(cuLaunchCooperativeKernel, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params);
+    case 5: return VGPU_REAL(cuLaunchCooperativeKernel_ptsz, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params);
+    case 6: return VGPU_REAL(cuGraphLaunch, a->graph, a->stream);
+    default: return VGPU_REAL(cuGraphLaunch_ptsz, a->graph, a->stream);
+    }
+}
+
+#define VGPU_KERNEL_HOOK(symbol, kind_value, per_thread)                                       \
+    CUresult symbol(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,                \
+                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,     \
+                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,     \
+                    void **kernelParams, void **extra) {                                        \
+        struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
+                                  {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
+                                  kernelParams, extra, NULL, NULL, kind_value};                \
+        return paced(hStream, per_thread, launch_real, &a);                                    \
+    }
+
+VGPU_KERNEL_HOOK(cuLaunchKernel, 0, false)
+VGPU_KERNEL_HOOK(cuLaunchKernel_ptsz, 1, true)
+
+#define VGPU_COOPERATIVE_HOOK(symbol, kind_value, per_thread)                                  \
+    CUresult symbol(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,                \
+                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,     \
+                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,     \
+                    void **kernelParams) {                                                      \
+        struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
+                                  {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
+                                  kernelParams, NULL, NULL, NULL, kind_value};                 \
+        return paced(hStream, per_thread, launch_real, &a);                                    \
+    }
+
+VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel, 4, false)
+VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel_ptsz, 5, true)
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                          void **extra) {
+    struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
+                              .kind = 2};
+    return paced(config != NULL ? config->hStream : NULL, false, launch_real, &a);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                               void **extra) {
+    struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
+                              .kind = 3};
+    return paced(config != NULL ? config->hStream : NULL, true, launch_real, &a);
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 6};
+    return paced(hStream, false, launch_real, &a);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 7};
+    return paced(hStream, true, launch_real, &a);
+}

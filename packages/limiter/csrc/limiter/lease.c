@@ -1,0 +1,156 @@
+#define _GNU_SOURCE
+#include "lease.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "vgpu_proc.h"
+
+uint64_t vgpu_monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+/* This process's token: nonzero, different for every process on the node (a pid plus its start
+ * time and pid namespace), recomputed in a forked child. */
+static uint64_t token(void) {
+    static uint64_t cached;
+    static int32_t cached_pid;
+    int32_t pid = (int32_t)getpid();
+    if (cached == 0 || cached_pid != pid) {
+        uint64_t mixed = ((uint64_t)(uint32_t)pid << 32) ^ vgpu_process_start_time(pid) ^
+                         (vgpu_pid_namespace() << 7);
+        cached = mixed | 1;
+        cached_pid = pid;
+    }
+    return cached;
+}
+
+static bool make_folder(const char *folder) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", folder);
+    for (char *cursor = path + 1; *cursor != '\0'; cursor++) {
+        if (*cursor == '/') {
+            *cursor = '\0';
+            mkdir(path, 0777);
+            *cursor = '/';
+        }
+    }
+    if (mkdir(path, 0777) == 0) {
+        chmod(path, 01777); /* shared by the node's users, like /tmp */
+        return true;
+    }
+    return errno == EEXIST;
+}
+
+static struct vgpu_device_lease *map_in(const char *folder, const char *uuid) {
+    char path[4200];
+    if (!make_folder(folder) || snprintf(path, sizeof path, "%s/%s", folder, uuid) >= (int)sizeof path) {
+        return NULL;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        return NULL;
+    }
+    fchmod(fd, 0666);
+    struct vgpu_device_lease *lease = MAP_FAILED;
+    /* A new file is all zeros, which is a free lease; only the magic is written once. An
+     * existing file is never shrunk. */
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size >= (off_t)sizeof *lease || ftruncate(fd, sizeof *lease) == 0) {
+        lease = mmap(NULL, sizeof *lease, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (lease == MAP_FAILED) {
+        return NULL;
+    }
+    if (lease->magic == 0) {
+        lease->version = VGPU_LEASE_VERSION;
+        lease->magic = VGPU_LEASE_MAGIC;
+    }
+    if (lease->magic != VGPU_LEASE_MAGIC || lease->version != VGPU_LEASE_VERSION) {
+        munmap(lease, sizeof *lease);
+        return NULL;
+    }
+    return lease;
+}
+
+struct vgpu_device_lease *vgpu_lease_open(const char *uuid) {
+    char folder[4096];
+    const char *base = getenv("SHM_BASE_PATH");
+    snprintf(folder, sizeof folder, "%s/.devices",
+             base != NULL && base[0] == '/' ? base : "/run/tensor-fusion/shm");
+    struct vgpu_device_lease *lease = map_in(folder, uuid);
+    if (lease == NULL) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(folder, sizeof folder, "%s/vgpu-devices", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
+        lease = map_in(folder, uuid);
+    }
+    if (lease == NULL) {
+        vgpu_log(VGPU_LOG_WARN, "no device lease for %s: compute pacing without exclusivity", uuid);
+    }
+    return lease;
+}
+
+static void pause_for(uint64_t nanoseconds) {
+    struct timespec delay = {(time_t)(nanoseconds / 1000000000ULL), (long)(nanoseconds % 1000000000ULL)};
+    while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
+    }
+}
+
+void vgpu_lease_acquire(struct vgpu_device_lease *lease) {
+    uint64_t me = token();
+    uint64_t delay = 20000;
+    bool waiting = false;
+    for (;;) {
+        uint64_t owner = atomic_load(&lease->owner);
+        uint64_t now = vgpu_monotonic_ns();
+        if (owner == me) {
+            break;
+        }
+        if (owner == 0 && atomic_compare_exchange_strong(&lease->owner, &owner, me)) {
+            break;
+        }
+        /* A holder that stopped launching (or died) loses the lease. */
+        uint64_t activity = atomic_load(&lease->activity_ns);
+        if (owner != 0 && now > activity + VGPU_LEASE_STALE_NS &&
+            atomic_compare_exchange_strong(&lease->owner, &owner, me)) {
+            atomic_fetch_add(&lease->takeovers, 1);
+            break;
+        }
+        if (!waiting) {
+            atomic_fetch_add(&lease->waiters, 1);
+            waiting = true;
+        }
+        pause_for(delay);
+        delay = delay < 200000 ? delay * 2 : delay;
+    }
+    if (waiting) {
+        atomic_fetch_sub(&lease->waiters, 1);
+    }
+    atomic_store(&lease->activity_ns, vgpu_monotonic_ns());
+    atomic_fetch_add(&lease->epochs, 1);
+}
+
+bool vgpu_lease_held(struct vgpu_device_lease *lease) {
+    return atomic_load(&lease->owner) == token();
+}
+
+void vgpu_lease_touch(struct vgpu_device_lease *lease) {
+    atomic_store(&lease->activity_ns, vgpu_monotonic_ns());
+}
+
+void vgpu_lease_release(struct vgpu_device_lease *lease) {
+    uint64_t me = token();
+    atomic_compare_exchange_strong(&lease->owner, &me, 0);
+}
