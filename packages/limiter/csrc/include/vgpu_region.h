@@ -92,7 +92,10 @@ struct vgpu_device_lease {
     VGPU_ATOMIC(uint64_t) waiters;     /* processes waiting for it now */
     VGPU_ATOMIC(uint64_t) epochs;      /* epochs run (a statistic) */
     VGPU_ATOMIC(uint64_t) takeovers;   /* leases taken from a stale holder (a statistic) */
-    uint64_t spare[9];
+    VGPU_ATOMIC(uint64_t) yield_until_ns; /* after a release with waiters: theirs until then */
+    VGPU_ATOMIC(uint32_t) releases;    /* bumped at every release; waiters sleep on it (futex) */
+    uint32_t reserved2;
+    uint64_t spare[7];
 };
 
 #ifndef VGPU_REGION_CDEF

@@ -58,6 +58,7 @@ struct device {
     uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
     uint64_t last_launch_ns;
     uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
+    bool estimated;       /* kernel_ns comes from a measurement */
 };
 
 static struct device devices[VGPU_MAX_ORDINALS];
@@ -157,7 +158,9 @@ static bool retire(struct device *state, bool wait, uint64_t deadline) {
             if (vgpu_monotonic_ns() > deadline) {
                 return false;
             }
-            pause_for(state->kernel_ns / 4 < 10000 ? 10000 : state->kernel_ns / 4 > 1000000 ? 1000000 : state->kernel_ns / 4);
+            /* Fine enough that the GPU never waits long for the next launch. */
+            uint64_t step = state->kernel_ns / 20;
+            pause_for(step < 5000 ? 5000 : step > 50000 ? 50000 : step);
             continue;
         }
         uint64_t done = result == CUDA_SUCCESS ? elapsed_ns(state->start, marker->event) : 0;
@@ -247,6 +250,31 @@ static CUstream marker_stream(CUstream stream, bool per_thread) {
     return stream == NULL && per_thread ? CU_STREAM_PER_THREAD : stream;
 }
 
+/* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. Short
+ * kernels keep two launches in flight, so the GPU never waits for the next one; long ones one,
+ * so that an epoch is not stretched past its quantum by a second long kernel. */
+static void wait_for_backlog(struct device *state) {
+    retire(state, false, 0);
+    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+    unsigned in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
+    while (state->pending >= in_flight &&
+           (state->pending >= MARKERS - 1 ||
+            (uint64_t)state->pending * state->kernel_ns > BACKLOG_NS)) {
+        uint64_t before = state->done_ns;
+        unsigned pending = state->pending;
+        if (!retire(state, true, deadline)) {
+            break;
+        }
+        /* What one launch takes on the GPU, from the markers just retired. */
+        if (state->done_ns > before && pending > state->pending) {
+            uint64_t sample = (state->done_ns - before) / (pending - state->pending);
+            state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
+            state->estimated = true;
+        }
+        in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
+    }
+}
+
 typedef CUresult (*launch_fn)(void *arguments);
 
 /* Run one launch (a kernel or a graph) under the pod's compute limit. */
@@ -277,40 +305,33 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         pthread_mutex_unlock(&state->lock);
         return launch(arguments);
     }
-    uint64_t now = vgpu_monotonic_ns();
-    if (state->open && (now - state->last_launch_ns > PAUSE_NS ||
-                        (state->lease != NULL && !vgpu_lease_held(state->lease)))) {
-        close_epoch(state, false); /* paused, or the lease was taken: charge what ran */
-    }
-    if (!state->open) {
-        pthread_mutex_unlock(&state->lock);
-        wait_for_budget(&vgpu_state.region->devices[entry], entry);
-        pthread_mutex_lock(&state->lock);
-    }
-    if (!state->open) {
-        if (state->lease != NULL) {
-            vgpu_lease_acquire(state->lease);
+    for (;;) {
+        uint64_t now = vgpu_monotonic_ns();
+        if (state->open && (now - state->last_launch_ns > PAUSE_NS ||
+                            (state->lease != NULL && !vgpu_lease_held(state->lease)))) {
+            close_epoch(state, false); /* paused, or the lease was taken: charge what ran */
         }
-        VGPU_REAL(cuEventRecord, state->start, stream);
-        state->open = true;
-        state->done_ns = 0;
-        state->opened_ns = vgpu_monotonic_ns();
-    }
-    /* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. */
-    retire(state, false, 0);
-    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
-    while (state->pending > 0 &&
-           (state->pending >= MARKERS - 1 || (uint64_t)state->pending * state->kernel_ns > BACKLOG_NS)) {
-        uint64_t before = state->done_ns;
-        unsigned pending = state->pending;
-        if (!retire(state, true, deadline)) {
+        if (!state->open) {
+            pthread_mutex_unlock(&state->lock);
+            wait_for_budget(&vgpu_state.region->devices[entry], entry);
+            pthread_mutex_lock(&state->lock);
+        }
+        if (!state->open) {
+            if (state->lease != NULL) {
+                vgpu_lease_acquire(state->lease);
+            }
+            VGPU_REAL(cuEventRecord, state->start, stream);
+            state->open = true;
+            state->done_ns = 0;
+            state->opened_ns = vgpu_monotonic_ns();
+            state->last_launch_ns = state->opened_ns;
+        }
+        wait_for_backlog(state);
+        if (state->done_ns < QUANTUM_NS) {
             break;
         }
-        /* What one launch takes on the GPU, from the markers just retired. */
-        if (state->done_ns > before && pending > state->pending) {
-            uint64_t sample = (state->done_ns - before) / (pending - state->pending);
-            state->kernel_ns = (state->kernel_ns * 7 + sample) / 8;
-        }
+        /* The epoch has had its share of GPU time: this launch belongs to the next one. */
+        close_epoch(state, true);
     }
     result = launch(arguments);
     if (result == CUDA_SUCCESS) {
@@ -324,9 +345,6 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     if (state->lease != NULL) {
         vgpu_lease_touch(state->lease);
     }
-    if (state->done_ns >= QUANTUM_NS) {
-        close_epoch(state, true);
-    }
     pthread_mutex_unlock(&state->lock);
     return result;
 }
@@ -339,7 +357,9 @@ void vgpu_compute_quiesce(void) {
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
         struct device *state = &devices[i];
         if (state->open && pthread_mutex_trylock(&state->lock) == 0) {
-            if (state->open) {
+            /* The program waited for its work: a good moment to hand the GPU to a waiting pod.
+             * Alone, the epoch goes on (a pause closes it anyway). */
+            if (state->open && (state->lease == NULL || vgpu_lease_wanted(state->lease))) {
                 close_epoch(state, true);
             }
             pthread_mutex_unlock(&state->lock);

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,23 +104,37 @@ struct vgpu_device_lease *vgpu_lease_open(const char *uuid) {
     return lease;
 }
 
+/* Sleep until the lease is released (or `nanoseconds` pass): a shared futex, so a release wakes
+ * a waiter in another process within microseconds. */
+static void wait_release(struct vgpu_device_lease *lease, uint32_t seen, uint64_t nanoseconds) {
+    struct timespec timeout = {(time_t)(nanoseconds / 1000000000ULL),
+                               (long)(nanoseconds % 1000000000ULL)};
+    syscall(SYS_futex, (uint32_t *)&lease->releases, FUTEX_WAIT, seen, &timeout, NULL, 0);
+}
+
 static void pause_for(uint64_t nanoseconds) {
     struct timespec delay = {(time_t)(nanoseconds / 1000000000ULL), (long)(nanoseconds % 1000000000ULL)};
     while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
     }
 }
 
+/* How long a released lease is kept for processes already waiting: without it the releasing
+ * process, awake, would take it back before a sleeping waiter notices. */
+#define YIELD_NS 300000ULL
+
 void vgpu_lease_acquire(struct vgpu_device_lease *lease) {
     uint64_t me = token();
-    uint64_t delay = 20000;
     bool waiting = false;
     for (;;) {
+        uint32_t seen = atomic_load(&lease->releases);
         uint64_t owner = atomic_load(&lease->owner);
         uint64_t now = vgpu_monotonic_ns();
         if (owner == me) {
             break;
         }
-        if (owner == 0 && atomic_compare_exchange_strong(&lease->owner, &owner, me)) {
+        bool yielding = now < atomic_load(&lease->yield_until_ns);
+        if (owner == 0 && (waiting || !yielding) &&
+            atomic_compare_exchange_strong(&lease->owner, &owner, me)) {
             break;
         }
         /* A holder that stopped launching (or died) loses the lease. */
@@ -132,8 +148,14 @@ void vgpu_lease_acquire(struct vgpu_device_lease *lease) {
             atomic_fetch_add(&lease->waiters, 1);
             waiting = true;
         }
-        pause_for(delay);
-        delay = delay < 200000 ? delay * 2 : delay;
+        if (owner == 0) {
+            pause_for(20000); /* free but kept for earlier waiters a moment */
+        } else {
+            /* Until released, and at most until the holder could be stale. */
+            uint64_t activity = atomic_load(&lease->activity_ns);
+            uint64_t stale_at = activity + VGPU_LEASE_STALE_NS;
+            wait_release(lease, seen, stale_at > now ? stale_at - now + 10000 : 10000);
+        }
     }
     if (waiting) {
         atomic_fetch_sub(&lease->waiters, 1);
@@ -152,5 +174,14 @@ void vgpu_lease_touch(struct vgpu_device_lease *lease) {
 
 void vgpu_lease_release(struct vgpu_device_lease *lease) {
     uint64_t me = token();
-    atomic_compare_exchange_strong(&lease->owner, &me, 0);
+    if (atomic_compare_exchange_strong(&lease->owner, &me, 0) &&
+        atomic_load(&lease->waiters) > 0) {
+        atomic_store(&lease->yield_until_ns, vgpu_monotonic_ns() + YIELD_NS);
+        atomic_fetch_add(&lease->releases, 1);
+        syscall(SYS_futex, (uint32_t *)&lease->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
+    }
+}
+
+bool vgpu_lease_wanted(struct vgpu_device_lease *lease) {
+    return atomic_load(&lease->waiters) > 0;
 }

@@ -20,6 +20,8 @@ bool vgpu_lease_held(struct vgpu_device_lease *lease);
 /* Record activity of the holder, so that others do not take the lease over. */
 void vgpu_lease_touch(struct vgpu_device_lease *lease);
 void vgpu_lease_release(struct vgpu_device_lease *lease);
+/* Whether another process is waiting for it. */
+bool vgpu_lease_wanted(struct vgpu_device_lease *lease);
 
 uint64_t vgpu_monotonic_ns(void);
 
