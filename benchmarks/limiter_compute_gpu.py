@@ -1,0 +1,246 @@
+"""The compute limiter on a real GPU, each result printed as one JSON line.
+
+Workloads (PyTorch): bf16 4096³ matmul loop; medium elementwise kernels (~40 µs); the same as a
+CUDA graph replay; long kernels (50 ms spin kernels). Each runs alone unlimited first (its
+throughput is 100 %), then under each limit in a fresh process. Throughput is counted per 1-s
+window from the program's own synchronizations.
+  single   every workload at every --limits value: mean, first window, worst window
+  pods     two pods at once (30/70 and 30/30), one pod of two processes at 40 %
+  cost     limit 100 and no library against no library: tiny launches and matmul
+Usage: python benchmarks/limiter_compute_gpu.py --library path/to/libcuda_limiter.so [--only …]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+PROGRAM = textwrap.dedent(
+    """
+    import json, sys, time, torch
+    kind, seconds = sys.argv[1], float(sys.argv[2])
+    if kind == "matmul":
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        step, batch = (lambda: a @ b), 40
+    elif kind == "elementwise":
+        x = torch.randn(16 << 20, device="cuda")
+        step, batch = (lambda: x.mul_(1.0000001)), 200
+    elif kind == "graph":
+        x = torch.randn(16 << 20, device="cuda")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                x.mul_(1.0000001)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(20):
+                x.mul_(1.0000001)
+        step, batch = graph.replay, 10
+    elif kind == "long":
+        step, batch = (lambda: torch.cuda._sleep(100_000_000)), 1
+    elif kind == "tiny":
+        x = torch.zeros(1, device="cuda")
+        step, batch = (lambda: x.add_(1)), 2000
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    marks, done, start = [], 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(batch):
+            step()
+        torch.cuda.synchronize()
+        done += batch
+        marks.append((time.perf_counter() - start, done))
+    print(json.dumps({"kind": kind, "marks": marks}))
+    """
+)
+
+
+def windows(marks: list[list[float]], seconds: int) -> list[float]:
+    """Work done in each whole second, interpolated between the program's marks."""
+
+    def done_at(t: float) -> float:
+        previous = (0.0, 0.0)
+        for time_, count in marks:
+            if time_ >= t:
+                span = time_ - previous[0]
+                return previous[1] + (count - previous[1]) * (
+                    (t - previous[0]) / span if span else 1
+                )
+            previous = (time_, count)
+        return previous[1]
+
+    return [done_at(k + 1) - done_at(k) for k in range(seconds)]
+
+
+def run(kind: str, seconds: int, env: dict[str, str]) -> list[float]:
+    result = subprocess.run(
+        [sys.executable, "-c", PROGRAM, kind, str(seconds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=seconds + 60,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{kind}: {result.stderr[-800:]}")
+    return windows(json.loads(result.stdout)["marks"], seconds)
+
+
+def start(kind: str, seconds: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", PROGRAM, kind, str(seconds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def collect(process: subprocess.Popen[str], seconds: int) -> list[float]:
+    out, err = process.communicate(timeout=seconds + 60)
+    if process.returncode != 0:
+        raise RuntimeError(err[-800:])
+    return windows(json.loads(out)["marks"], seconds)
+
+
+class Node:
+    def __init__(self, library: str) -> None:
+        self.library = library
+        self.work = Path(tempfile.mkdtemp(prefix="vgpu-compute-"))
+        self.pods = 0
+        self.plain = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+
+    def pod_env(self, limit: float | None, pod: str | None = None) -> dict[str, str]:
+        self.pods += 1
+        env = self.plain | {
+            "LD_PRELOAD": self.library,
+            "SHM_BASE_PATH": str(self.work / "base"),
+            "SHM_PATH": str(self.work / (pod or f"pod{self.pods}")),
+        }
+        if limit is not None:
+            env["TENSOR_FUSION_CUDA_UP_LIMIT"] = json.dumps({"0": limit})
+        return env
+
+
+def pct(rates: list[float], baseline: float) -> list[float]:
+    return [round(100 * r / baseline, 1) for r in rates]
+
+
+def single(node: Node, kinds: list[str], limits: list[float], seconds: int) -> None:
+    for kind in kinds:
+        baseline_windows = run(kind, seconds, node.plain)
+        baseline = statistics.mean(baseline_windows[1:])  # steady state, per second
+        print(
+            json.dumps(
+                {
+                    "measure": "baseline",
+                    "workload": kind,
+                    "per_second": round(baseline, 1),
+                    "windows": [round(w, 1) for w in baseline_windows],
+                }
+            ),
+            flush=True,
+        )
+        for limit in limits:
+            got = pct(run(kind, seconds, node.pod_env(limit)), baseline)
+            mean = round(statistics.mean(got), 2)
+            print(
+                json.dumps(
+                    {
+                        "measure": "single_pod",
+                        "workload": kind,
+                        "limit": limit,
+                        "mean_pct": mean,
+                        "mean_error_pp": round(mean - limit, 2),
+                        "first_second_pct": got[0],
+                        "worst_window_error_pp": round(max(abs(g - limit) for g in got), 1),
+                        "windows_pct": got,
+                    }
+                ),
+                flush=True,
+            )
+
+
+def pods(node: Node, seconds: int, kind: str) -> None:
+    baseline = statistics.mean(run(kind, seconds, node.plain)[1:])
+    for name, limits, same_pod in (
+        ("30/70", (30, 70), False),
+        ("30/30", (30, 30), False),
+        ("one pod, two processes at 40", (40, 40), True),
+    ):
+        pod = f"shared{node.pods}" if same_pod else None
+        processes = [start(kind, seconds, node.pod_env(limit, pod)) for limit in limits]
+        results = [pct(collect(p, seconds), baseline) for p in processes]
+        means = [round(statistics.mean(r), 2) for r in results]
+        print(
+            json.dumps(
+                {
+                    "measure": "pods",
+                    "case": name,
+                    "workload": kind,
+                    "limits": limits,
+                    "mean_pct": means,
+                    "total_pct": round(sum(means), 2),
+                    "windows_pct": results,
+                }
+            ),
+            flush=True,
+        )
+
+
+def cost(node: Node, seconds: int, rounds: int) -> None:
+    for kind in ("tiny", "matmul"):
+        samples: dict[str, list[float]] = {"none": [], "library": [], "limit_100": []}
+        for _ in range(rounds):
+            for name, values in samples.items():  # alternating: drift hits every case alike
+                env = (
+                    node.plain
+                    if name == "none"
+                    else node.pod_env(100 if name == "limit_100" else None)
+                )
+                values.append(statistics.mean(run(kind, seconds, env)[1:]))
+        medians = {k: statistics.median(v) for k, v in samples.items()}
+        print(
+            json.dumps(
+                {
+                    "measure": "cost",
+                    "workload": kind,
+                    "rounds": rounds,
+                    "ratio_library": round(medians["library"] / medians["none"], 4),
+                    "ratio_limit_100": round(medians["limit_100"] / medians["none"], 4),
+                    "per_second": {k: round(v, 1) for k, v in medians.items()},
+                }
+            ),
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--library", required=True)
+    parser.add_argument("--only", nargs="*", default=["single", "pods", "cost"])
+    parser.add_argument("--kinds", nargs="*", default=["matmul", "elementwise", "graph", "long"])
+    parser.add_argument("--limits", nargs="*", type=float, default=[10, 25, 50, 75])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    node = Node(str(Path(args.library).resolve()))
+    if "single" in args.only:
+        single(node, args.kinds, args.limits, args.seconds)
+    if "pods" in args.only:
+        pods(node, args.seconds, "matmul")
+    if "cost" in args.only:
+        cost(node, max(3, args.seconds // 2), args.rounds)
+
+
+if __name__ == "__main__":
+    main()
