@@ -29,7 +29,7 @@
 #include "log.h"
 #include "region.h"
 
-#define QUANTUM_NS 4000000ULL     /* GPU time per epoch */
+#define QUANTUM_NS 8000000ULL     /* GPU time per epoch: longer means fewer handoffs */
 #define BACKLOG_NS 2000000ULL     /* GPU time launches may run ahead of the GPU */
 #define BURST_NS 100000000ULL     /* the bucket holds at most L of this much wall time */
 #define PAUSE_NS 2000000ULL       /* a launch after this long without one starts a new epoch */

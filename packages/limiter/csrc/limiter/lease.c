@@ -120,7 +120,7 @@ static void pause_for(uint64_t nanoseconds) {
 
 /* How long a released lease is kept for processes already waiting: without it the releasing
  * process, awake, would take it back before a sleeping waiter notices. */
-#define YIELD_NS 300000ULL
+#define YIELD_NS 150000ULL
 
 void vgpu_lease_acquire(struct vgpu_device_lease *lease) {
     uint64_t me = token();
