@@ -165,6 +165,10 @@ static bool retire(struct device *state, bool wait, uint64_t deadline) {
         }
         uint64_t done = result == CUDA_SUCCESS ? elapsed_ns(state->start, marker->event) : 0;
         if (done > state->done_ns) {
+            /* What one launch takes on the GPU: the time since the previous marker. */
+            uint64_t sample = done - state->done_ns;
+            state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
+            state->estimated = true;
             state->done_ns = done;
         }
         marker->pending = false;
@@ -224,7 +228,7 @@ static bool set_up(struct device *state, int ordinal, int entry, CUcontext conte
     state->lease = vgpu_lease_open(vgpu_state.region->devices[entry].uuid);
     state->entry = entry;
     state->context = context;
-    state->kernel_ns = 100000;
+    state->kernel_ns = QUANTUM_NS; /* unknown: assume long until the first marker returns */
     state->ready = true;
     vgpu_log(VGPU_LOG_DEBUG, "compute pacing on device %d", ordinal);
     return true;
@@ -260,16 +264,8 @@ static void wait_for_backlog(struct device *state) {
     while (state->pending >= in_flight &&
            (state->pending >= MARKERS - 1 ||
             (uint64_t)state->pending * state->kernel_ns > BACKLOG_NS)) {
-        uint64_t before = state->done_ns;
-        unsigned pending = state->pending;
         if (!retire(state, true, deadline)) {
             break;
-        }
-        /* What one launch takes on the GPU, from the markers just retired. */
-        if (state->done_ns > before && pending > state->pending) {
-            uint64_t sample = (state->done_ns - before) / (pending - state->pending);
-            state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
-            state->estimated = true;
         }
         in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
     }

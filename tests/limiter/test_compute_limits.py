@@ -1,0 +1,150 @@
+"""The compute limit on the simulated GPU, whose kernels take exactly their stated time: a pod
+at limit L gets L % of the device's time, whatever the kernels' length or the launch path, with
+other pods, live changes and dead processes. Tolerances allow for a loaded 2-core CI machine."""
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from vgpu_limiter.region import open_region
+
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
+
+TOLERANCE_PP = 3.0
+
+
+def share(
+    environment: dict[str, str],
+    limit: float | None,
+    *options: str,
+    seconds: float = 2.0,
+    kernel_us: int = 1000,
+) -> float:
+    """Percent of the device's time the workload got (the simulator's unlimited rate is exact)."""
+    if limit is not None:
+        environment = environment | {"TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": limit})}
+    result = run(
+        [WORKLOAD, "--duration", str(seconds), "--kernel-us", str(kernel_us), *options],
+        environment,
+        timeout=seconds + 60,
+    )
+    report = json.loads(result.stdout)
+    assert report.get("error") is None, report
+    return 100 * float(report["achieved_kernels_per_s"]) * kernel_us / 1e6
+
+
+@pytest.fixture
+def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
+    """limited_env with this test's own device leases (node-wide files)."""
+
+    def make(pod: str = "pod", **extra: str) -> dict[str, str]:
+        return limited_env(
+            SHM_BASE_PATH=str(tmp_path / "base"), SHM_PATH=str(tmp_path / pod), **extra
+        )
+
+    return make
+
+
+@pytest.mark.parametrize("limit", [10, 25, 50, 75])
+def test_share_matches_the_limit(compute_env: LimitedEnv, limit: int) -> None:
+    assert share(compute_env(), limit) == pytest.approx(limit, abs=TOLERANCE_PP)
+
+
+@pytest.mark.parametrize("kernel_us", [50, 20000])
+def test_short_and_long_kernels(compute_env: LimitedEnv, kernel_us: int) -> None:
+    got = share(compute_env(), 25, seconds=3.0, kernel_us=kernel_us)
+    assert got == pytest.approx(25, abs=TOLERANCE_PP)
+
+
+@pytest.mark.parametrize("path", ["dlopen", "procaddress"])
+def test_every_call_path_is_paced(compute_env: LimitedEnv, path: str) -> None:
+    assert share(compute_env(), 25, "--path", path) == pytest.approx(25, abs=TOLERANCE_PP)
+
+
+@pytest.mark.parametrize("mode", ["capture", "build"])
+def test_graph_launches_are_paced(compute_env: LimitedEnv, mode: str) -> None:
+    got = share(compute_env(), 25, f"--graph={mode}", "--batch", "10")
+    assert got == pytest.approx(25, abs=TOLERANCE_PP)
+
+
+def test_no_limit_and_limit_100_do_not_pace(compute_env: LimitedEnv) -> None:
+    assert share(compute_env(), None) == pytest.approx(100, abs=2)
+    assert share(compute_env("other"), 100) == pytest.approx(100, abs=2)
+
+
+def test_a_limit_of_one_percent(compute_env: LimitedEnv) -> None:
+    assert share(compute_env(), 1, seconds=3.0, kernel_us=200) == pytest.approx(1, abs=0.7)
+
+
+def concurrent(environments: list[dict[str, str]], seconds: float = 4.0) -> list[float]:
+    processes = [
+        subprocess.Popen(
+            [WORKLOAD, "--duration", str(seconds), "--kernel-us", "500"],
+            env=environment,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for environment in environments
+    ]
+    reports = [json.loads(process.communicate(timeout=seconds + 60)[0]) for process in processes]
+    return [100 * report["achieved_kernels_per_s"] * 500 / 1e6 for report in reports]
+
+
+def limit(environment: dict[str, str], percent: int) -> dict[str, str]:
+    return environment | {"TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": percent})}
+
+
+def test_two_pods_split_the_device_by_their_limits(compute_env: LimitedEnv) -> None:
+    low, high = concurrent([limit(compute_env("a"), 30), limit(compute_env("b"), 70)])
+    assert low == pytest.approx(30, abs=TOLERANCE_PP + 1)
+    assert high == pytest.approx(70, abs=TOLERANCE_PP + 1)
+
+
+def test_two_pods_at_thirty_leave_the_rest_idle(compute_env: LimitedEnv) -> None:
+    shares = concurrent([limit(compute_env("a"), 30), limit(compute_env("b"), 30)])
+    for got in shares:
+        assert got == pytest.approx(30, abs=TOLERANCE_PP)
+
+
+def test_one_pod_of_two_processes_shares_one_limit(compute_env: LimitedEnv) -> None:
+    shares = concurrent([limit(compute_env("pod"), 40), limit(compute_env("pod"), 40)])
+    assert sum(shares) == pytest.approx(40, abs=TOLERANCE_PP + 1)
+
+
+def test_a_live_limit_change_applies_at_once(compute_env: LimitedEnv, tmp_path: Path) -> None:
+    environment = limit(compute_env(), 20)
+    process = subprocess.Popen(
+        [WORKLOAD, "--duration", "4", "--kernel-us", "500"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    with open_region(tmp_path / "pod" / "shm") as region:
+        region.set_limits(region.devices[0].uuid, compute_limit=6000)  # 60 %
+    report = json.loads(process.communicate(timeout=60)[0])
+    got = 100 * report["achieved_kernels_per_s"] * 500 / 1e6
+    # About 1.5 s at 20 % and 2.5 s at 60 %.
+    assert got == pytest.approx((20 * 1.5 + 60 * 2.5) / 4, abs=5)
+
+
+def test_a_process_killed_mid_kernel_does_not_block_the_device(compute_env: LimitedEnv) -> None:
+    holder = subprocess.Popen(
+        [WORKLOAD, "--kernels", "4", "--kernel-us", "500000"],
+        env=limit(compute_env("a"), 50),
+        stdout=subprocess.PIPE,
+    )
+    time.sleep(0.5)  # inside its first 0.5 s kernel, holding the device lease
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    # The killed process's kernel still runs out on the device (as on a real GPU, briefly);
+    # then the other pod gets its share.
+    assert share(limit(compute_env("b"), 50), None, seconds=3.0) == pytest.approx(50, abs=5)
+
+
+def test_pacing_does_not_need_nvml(compute_env: LimitedEnv) -> None:
+    environment = compute_env(TF_NVML_LIB_PATH="/nonexistent/libnvidia-ml.so.1")
+    assert share(environment, 25) == pytest.approx(25, abs=TOLERANCE_PP)
