@@ -30,7 +30,7 @@
 #include "region.h"
 
 #define QUANTUM_NS 8000000ULL     /* GPU time per epoch: longer means fewer handoffs */
-#define BACKLOG_NS 2000000ULL     /* GPU time launches may run ahead of the GPU */
+#define BACKLOG_NS 4000000ULL     /* GPU time launches may run ahead: covers launch jitter */
 #define BURST_NS 100000000ULL     /* the bucket holds at most L of this much wall time */
 #define PAUSE_NS 2000000ULL       /* a launch after this long without one starts a new epoch */
 #define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
