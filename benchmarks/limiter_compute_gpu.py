@@ -197,8 +197,8 @@ def pods(node: Node, seconds: int, kind: str) -> None:
         )
 
 
-def cost(node: Node, seconds: int, rounds: int) -> None:
-    for kind in ("tiny", "matmul"):
+def cost(node: Node, seconds: int, rounds: int, kinds: list[str]) -> None:
+    for kind in kinds:
         samples: dict[str, list[float]] = {"none": [], "library": [], "limit_100": []}
         for _ in range(rounds):
             for name, values in samples.items():  # alternating: drift hits every case alike
@@ -232,6 +232,7 @@ def main() -> None:
     parser.add_argument("--limits", nargs="*", type=float, default=[10, 25, 50, 75])
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cost-kinds", nargs="*", default=["tiny", "matmul"])
     args = parser.parse_args()
     node = Node(str(Path(args.library).resolve()))
     if "single" in args.only:
@@ -239,7 +240,7 @@ def main() -> None:
     if "pods" in args.only:
         pods(node, args.seconds, "matmul")
     if "cost" in args.only:
-        cost(node, max(3, args.seconds // 2), args.rounds)
+        cost(node, max(3, args.seconds // 2), args.rounds, args.cost_kinds)
 
 
 if __name__ == "__main__":
