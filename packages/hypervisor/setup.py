@@ -5,4 +5,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vgpu_build import setup_package
 
-setup_package(__file__, requires=["typer>=0.12"], siblings=["vgpu-common", "vgpu-limiter"])
+setup_package(
+    __file__,
+    requires=["typer>=0.12", "rich>=13", "pydantic-settings>=2.4", "nvidia-ml-py>=12.560"],
+    siblings=["vgpu-common", "vgpu-limiter"],
+)
