@@ -109,6 +109,7 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
             LIMITER_C / "common/vgpu_proc.c",
             LIMITER_C / "common/vgpu_cuda_sizes.c",
             LIMITER_C / "common/vgpu_cuda_table.c",
+            LIMITER_C / "common/vgpu_table.c",
         ],
         [LIMITER_C / "include", LIMITER_C / "common", LIMITER_C / "sim"],
         # Destroyed driver objects are kept on purpose (a stale handle must fail cleanly).

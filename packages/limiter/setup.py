@@ -18,6 +18,7 @@ SIM_COMMON = [
     "csrc/common/vgpu_proc.c",
     "csrc/common/vgpu_cuda_sizes.c",
     "csrc/common/vgpu_cuda_table.c",
+    "csrc/common/vgpu_table.c",
 ]
 SIM_OPTIONS = {
     "include_dirs": ["csrc/include", "csrc/common", "csrc/sim"],

@@ -1,90 +1,38 @@
 /* Simulated driver: the table of everything a process holds on its devices, keyed by address
  * (or handle), and the device address space. */
 #define _GNU_SOURCE
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 
 #include "cuda_sim.h"
+#include "vgpu_table.h"
 
-#define TOMBSTONE UINT64_MAX
-
-static struct sim_allocation *table;
-static size_t capacity;
-static size_t occupied; /* live records and tombstones */
-
-static size_t slot_of(uint64_t key) {
-    return (size_t)((key >> 12) * 0x9e3779b97f4a7c15ULL) & (capacity - 1);
-}
-
-static bool grow(void) {
-    size_t old_capacity = capacity;
-    struct sim_allocation *old = table;
-    size_t new_capacity = capacity == 0 ? 1024 : capacity * 2;
-    struct sim_allocation *fresh = calloc(new_capacity, sizeof *fresh);
-    if (fresh == NULL) {
-        return false;
-    }
-    table = fresh;
-    capacity = new_capacity;
-    occupied = 0;
-    for (size_t i = 0; i < old_capacity; i++) {
-        if (old[i].key != 0 && old[i].key != TOMBSTONE) {
-            size_t slot = slot_of(old[i].key);
-            while (table[slot].key != 0) {
-                slot = (slot + 1) & (capacity - 1);
-            }
-            table[slot] = old[i];
-            occupied++;
-        }
-    }
-    free(old);
-    return true;
-}
+static struct vgpu_table table = VGPU_TABLE_INIT(struct sim_allocation);
 
 bool sim_allocation_insert(const struct sim_allocation *record) {
-    if ((occupied + 1) * 4 > capacity * 3 && !grow()) {
-        return false;
-    }
-    size_t slot = slot_of(record->key);
-    while (table[slot].key != 0 && table[slot].key != TOMBSTONE) {
-        slot = (slot + 1) & (capacity - 1);
-    }
-    occupied += table[slot].key == 0;
-    table[slot] = *record;
-    return true;
+    return vgpu_table_put(&table, record);
 }
 
 struct sim_allocation *sim_allocation_find(uint64_t key) {
-    if (capacity == 0 || key == 0 || key == TOMBSTONE) {
-        return NULL;
-    }
-    for (size_t slot = slot_of(key), probes = 0; probes < capacity;
-         slot = (slot + 1) & (capacity - 1), probes++) {
-        if (table[slot].key == key) {
-            return &table[slot];
-        }
-        if (table[slot].key == 0) {
-            return NULL;
-        }
-    }
-    return NULL;
+    return vgpu_table_find(&table, key);
 }
 
 void sim_allocation_remove(uint64_t key) {
-    struct sim_allocation *record = sim_allocation_find(key);
-    if (record != NULL) {
-        memset(record, 0, sizeof *record);
-        record->key = TOMBSTONE;
-    }
+    vgpu_table_remove(&table, key);
+}
+
+struct visitor {
+    void (*visit)(struct sim_allocation *record, void *data);
+    void *data;
+};
+
+static void visit_record(void *record, void *data) {
+    struct visitor *visitor = data;
+    visitor->visit(record, visitor->data);
 }
 
 void sim_allocations_each(void (*visit)(struct sim_allocation *record, void *data), void *data) {
-    for (size_t i = 0; i < capacity; i++) {
-        if (table[i].key != 0 && table[i].key != TOMBSTONE) {
-            visit(&table[i], data);
-        }
-    }
+    struct visitor visitor = {visit, data};
+    vgpu_table_each(&table, visit_record, &visitor);
 }
 
 void sim_allocation_free(struct sim_allocation *record) {
