@@ -4,6 +4,8 @@ from importlib.metadata import version as distribution_version
 
 import typer
 
+from vgpu_hypervisor.settings_cli import app as config_app
+
 app = typer.Typer(
     help="The vgpu node daemon and its command-line client.",
     no_args_is_help=True,
@@ -12,16 +14,13 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _group() -> None:
-    # A callback keeps typer in sub-command mode while there is only one command.
-    pass
-
-
 @app.command()
 def version() -> None:
     """Print the installed version."""
     print(distribution_version("vgpu-hypervisor"))
+
+
+app.add_typer(config_app, name="config")
 
 
 def main() -> None:

@@ -1,0 +1,543 @@
+"""The daemon's settings: flag > environment > config file > default, each value with its source.
+
+pydantic-settings gives the model (types, ranges, normal forms). The layers are merged here
+rather than by pydantic-settings' own sources because the daemon must say where every value came
+from (`tf-hypervisor config show`) and turn a bad value into one line naming the flag, variable
+or key that holds it; pydantic-settings tracks neither.
+
+Environment names: `TF_HYPERVISOR_<FIELD>` for every field, plus the vgpu.rs names
+(`SHM_BASE_PATH`, `API_LISTEN_ADDR`, `GPU_METRICS_FILE`, `TF_LOG_LEVEL`, `TF_LOG_PATH`). When both
+are set the `TF_HYPERVISOR_` name wins and `config show` lists the other as overridden: the vgpu.rs
+names are shared with the limiter and other tools on the node (`TF_LOG_LEVEL=warn` for the
+limiter, `TF_HYPERVISOR_LOG_LEVEL=debug` for the daemon is a sensible pair), so the name that is
+the daemon's alone is the more specific intent, not a contradiction. For the same reason a shared
+name is checked only when the daemon uses it, while flags, `TF_HYPERVISOR_*` variables and
+config-file keys are always checked, even when a higher source overrides them: they exist for the
+daemon alone, and a mistake there would otherwise surface the day the override goes away.
+
+An empty variable counts as unset (as the limiter reads them), except for the settings that can
+be off (`config_file`, `gpu_metrics_file`, `log_path`), where it turns them off.
+"""
+
+import difflib
+import ipaddress
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BeforeValidator, PlainSerializer, PlainValidator, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_CONFIG_FILE: Final = Path("/etc/tensor-fusion/hypervisor.toml")
+ENV_PREFIX: Final = "TF_HYPERVISOR_"
+UNIX_PATH_MAX: Final = 107  # sockaddr_un.sun_path holds 108 bytes, the final NUL included
+LogLevel = Literal["error", "warning", "info", "debug"]
+
+
+class SettingsError(ValueError):
+    """A bad setting. str() is one line naming the flag, variable or key, and the value."""
+
+
+# --- listen addresses --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TcpAddress:
+    """A TCP listen address; `host` is an IPv4 or IPv6 address (no brackets) or a host name."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class UnixAddress:
+    """A unix socket listen address."""
+
+    path: Path
+
+    def __str__(self) -> str:
+        return f"unix:{self.path}"
+
+
+ListenAddress = TcpAddress | UnixAddress
+_LISTEN_FORMS = "expected HOST:PORT, [IPV6]:PORT or unix:/ABSOLUTE/PATH"
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
+_SCOPE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _port(text: str) -> int:
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError(f"port {text!r} is not a number" if text else "the port is missing")
+    if len(text.lstrip("0")) > 5 or not 1 <= int(text) <= 65535:
+        raise ValueError(f"port {text} is out of range 1-65535")
+    return int(text)
+
+
+def _host(text: str) -> str:
+    if re.fullmatch(r"[0-9.]+", text):
+        try:
+            return str(ipaddress.IPv4Address(text))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 address") from None
+    labels = text.split(".")
+    if len(text) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"{text!r} is not a valid host name or address")
+    return text.lower()
+
+
+def _unix_address(raw: str) -> UnixAddress:
+    if not raw or "\0" in raw:
+        raise ValueError("a unix socket needs a path: unix:/ABSOLUTE/PATH")
+    if not raw.startswith("/"):
+        raise ValueError("the unix socket path must be absolute")
+    try:
+        size = len(os.fsencode(raw))
+    except UnicodeEncodeError:
+        raise ValueError("the unix socket path is not valid text") from None
+    if size > UNIX_PATH_MAX:
+        raise ValueError(f"the unix socket path is longer than {UNIX_PATH_MAX} bytes")
+    return UnixAddress(Path(raw))
+
+
+def _bracketed_address(text: str) -> TcpAddress:
+    inside, bracket, rest = text[1:].partition("]")
+    if not bracket:
+        raise ValueError("missing ']' after the IPv6 address")
+    address, percent, scope = inside.partition("%")
+    try:
+        host = str(ipaddress.IPv6Address(address))
+    except ValueError:
+        raise ValueError(f"{inside!r} is not an IPv6 address") from None
+    if percent and not _SCOPE.fullmatch(scope):
+        raise ValueError(f"{inside!r} is not an IPv6 address")
+    if not rest.startswith(":"):
+        raise ValueError(f"expected :PORT after ']'; {_LISTEN_FORMS}")
+    return TcpAddress(f"{host}%{scope}" if percent else host, _port(rest[1:]))
+
+
+def parse_listen_address(text: str) -> ListenAddress:
+    """Parse `host:port`, `[ipv6]:port` or `unix:/abs/path`; ValueError with one line if bad.
+    Port 0 ("any free port") is refused: the CLI finds the daemon through the same setting."""
+    if text.startswith("unix:"):
+        return _unix_address(text.removeprefix("unix:"))
+    if text.startswith("["):
+        return _bracketed_address(text)
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        raise ValueError(_LISTEN_FORMS)
+    if ":" in host:
+        raise ValueError("an IPv6 address needs brackets, as in [::1]:8080")
+    if not host:
+        raise ValueError("the host is missing; 0.0.0.0:PORT or [::]:PORT means all interfaces")
+    return TcpAddress(_host(host), _port(port))
+
+
+# --- value checks (pydantic "before" validators: messages are ours, one line) --------------
+
+
+def _absolute_path(value: object) -> Path:
+    if not isinstance(value, str | os.PathLike) or isinstance(value, bytes):
+        raise ValueError("expected a path")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ValueError("expected a path")
+    if not text.startswith("/"):
+        raise ValueError("must be an absolute path")
+    return Path(text)
+
+
+def _optional_path(value: object) -> Path | None:
+    return None if value is None or value == "" else _absolute_path(value)
+
+
+def _listen(value: object) -> ListenAddress:
+    if isinstance(value, TcpAddress | UnixAddress):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(_LISTEN_FORMS)
+    return parse_listen_address(value)
+
+
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+_SIZE_UNITS = {
+    **dict.fromkeys(("", "b"), 1),
+    **dict.fromkeys(("k", "ki", "kib"), 1 << 10),
+    **dict.fromkeys(("m", "mi", "mib"), 1 << 20),
+    **dict.fromkeys(("g", "gi", "gib"), 1 << 30),
+    **dict.fromkeys(("t", "ti", "tib"), 1 << 40),
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+_SIZE_FORMS = 'expected a number of bytes greater than 0, or a size such as "64MiB"'
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an int or a size string, with the limiter's units: `k`/`KiB`… binary,
+    `KB`… decimal (docs/configuration.md). Must be a whole number of bytes, > 0."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
+        factor = _SIZE_UNITS.get(match[2].lower())
+        try:
+            exact = Decimal(match[1]) * factor if factor is not None else None
+        except InvalidOperation:  # pragma: no cover (the pattern admits only plain decimals)
+            exact = None
+        if exact is None or exact != exact.to_integral_value():
+            raise ValueError(_SIZE_FORMS)
+        size = int(exact)
+    else:
+        raise ValueError(_SIZE_FORMS)
+    if size <= 0:
+        raise ValueError(_SIZE_FORMS)
+    return size
+
+
+def _interval(value: object) -> float:
+    forms = "expected seconds between 0.05 and 60"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(forms)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(forms) from None
+    if not math.isfinite(seconds) or not 0.05 <= seconds <= 60:
+        raise ValueError(forms)
+    return seconds
+
+
+def _log_level(value: object) -> str:
+    level = value.strip().lower() if isinstance(value, str) else None
+    level = "warning" if level == "warn" else level
+    if level not in ("error", "warning", "info", "debug"):
+        raise ValueError("expected error, warning (or warn), info or debug")
+    return level
+
+
+_TRUE = frozenset(("1", "true", "yes", "on"))
+_FALSE = frozenset(("0", "false", "no", "off"))
+
+
+def _simulate(value: object) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    if text == "auto":
+        return None
+    raise ValueError("expected true, false or auto")
+
+
+AbsolutePath = Annotated[Path, BeforeValidator(_absolute_path)]
+OptionalPath = Annotated[Path | None, BeforeValidator(_optional_path)]
+ListenField = Annotated[
+    TcpAddress | UnixAddress, PlainValidator(_listen), PlainSerializer(str, return_type=str)
+]
+
+
+class Settings(BaseSettings):
+    """The daemon's effective settings. Build it with `load_settings` / `resolve_settings`:
+    constructed directly it reads no environment and no file, only its arguments."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    config_file: OptionalPath = None
+    shm_base_path: AbsolutePath = Path("/run/tensor-fusion/shm")
+    api_listen_addr: ListenField = TcpAddress("127.0.0.1", 8080)
+    token_file: AbsolutePath = Path("/var/lib/tensor-fusion/hypervisor.token")
+    gpu_metrics_file: OptionalPath = None
+    metrics_rotate_bytes: Annotated[int, BeforeValidator(parse_size)] = 64 << 20
+    sample_interval_s: Annotated[float, BeforeValidator(_interval)] = 1.0
+    log_level: Annotated[LogLevel, BeforeValidator(_log_level)] = "info"
+    log_path: OptionalPath = None
+    simulate: Annotated[bool | None, BeforeValidator(_simulate)] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment and file are layered by resolve_settings, which knows each value's source.
+        return (init_settings,)
+
+
+FIELDS: Final = tuple(Settings.model_fields)
+# The flag of each field. The daemon and `config show` take the same flags; typer parameters
+# named as the fields let a command pass its flags straight to load_settings.
+FLAGS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "config_file": "--config",
+        "shm_base_path": "--shm-base-path",
+        "api_listen_addr": "--listen",
+        "token_file": "--token-file",
+        "gpu_metrics_file": "--metrics-file",
+        "metrics_rotate_bytes": "--metrics-rotate-bytes",
+        "sample_interval_s": "--sample-interval",
+        "log_level": "--log-level",
+        "log_path": "--log-path",
+        "simulate": "--simulate",
+    }
+)
+_SHARED_ENV: Final = {
+    "config_file": ("TF_HYPERVISOR_CONFIG",),
+    "shm_base_path": ("SHM_BASE_PATH",),
+    "api_listen_addr": ("API_LISTEN_ADDR",),
+    "gpu_metrics_file": ("GPU_METRICS_FILE",),
+    "log_level": ("TF_LOG_LEVEL",),
+    "log_path": ("TF_LOG_PATH",),
+}
+# Environment names of each field, the winner first.
+ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {name: (ENV_PREFIX + name.upper(), *_SHARED_ENV.get(name, ())) for name in FIELDS}
+)
+# The settings that can be off (None); an empty value turns them off.
+CLEARABLE: Final = frozenset(("config_file", "gpu_metrics_file", "log_path"))
+_PATHS: Final = frozenset(("config_file", "shm_base_path", "token_file", *CLEARABLE))
+
+
+# --- layers ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Given:
+    """One value from one source: `source` for `config show`, `where` to start an error."""
+
+    value: object
+    source: str
+    where: str
+    checked: bool = True  # False: a shared variable, checked only if it takes effect
+
+
+def _show(value: object) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    plain = text and text.isprintable() and not any(char.isspace() for char in text)
+    return text if plain else json.dumps(text)
+
+
+def _show_toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{...}"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# Spellings a typo may be close to (field and flag names), to the field they mean.
+_HINTS: Final = {
+    **{name: name for name in FIELDS},
+    **{flag.removeprefix("--"): name for name, flag in FLAGS.items()},
+}
+
+
+def _suggest(key: str, names: Mapping[str, str]) -> str:
+    """ " (did you mean X?)" for the name closest to `key`; `names` maps spellings to X."""
+    spellings = {spelling.lower().replace("-", "_"): name for spelling, name in names.items()}
+    close = difflib.get_close_matches(key.lower().replace("-", "_"), list(spellings), n=1)
+    return f" (did you mean {spellings[close[0]]}?)" if close else ""
+
+
+def _flag_layer(flags: Mapping[str, object]) -> dict[str, _Given]:
+    layer: dict[str, _Given] = {}
+    for name, raw in flags.items():
+        if name not in FLAGS:
+            raise KeyError(f"no setting has the flag field {name!r}")
+        if raw is None:
+            continue
+        value = raw
+        flag = FLAGS[name]
+        if name == "simulate":
+            flag = "--simulate" if value is True else "--no-simulate" if value is False else flag
+            layer[name] = _Given(value, f"flag:{flag}", flag)
+            continue
+        if name in _PATHS and isinstance(value, str | os.PathLike) and not isinstance(value, bytes):
+            # A relative path on a command line means what the shell user sees: from here.
+            text = os.fspath(value)
+            if isinstance(text, str) and text and not text.startswith("/"):
+                value = str(Path.cwd() / text)
+        layer[name] = _Given(value, f"flag:{flag}", f"{flag}={_show(value)}")
+    return layer
+
+
+def _env_layer(
+    environ: Mapping[str, str], flags: Mapping[str, _Given]
+) -> tuple[dict[str, _Given], dict[str, list[str]], list[str]]:
+    layer: dict[str, _Given] = {}
+    shadowed: dict[str, list[str]] = {}
+    for name in FIELDS:
+        for variable in ENV_NAMES[name]:
+            value = environ.get(variable)
+            if value is None or (value == "" and name not in CLEARABLE):
+                continue
+            if name in layer:
+                shadowed.setdefault(name, []).append(f"env:{variable}")
+                continue
+            owned = variable.startswith(ENV_PREFIX)
+            checked = owned or name not in flags
+            layer[name] = _Given(value, f"env:{variable}", f"{variable}={_show(value)}", checked)
+    known = {variable for names in ENV_NAMES.values() for variable in names}
+    hints = {spelling: ENV_PREFIX + name.upper() for spelling, name in _HINTS.items()}
+    warnings = [
+        f"{variable} is not a tf-hypervisor setting; ignored"
+        + _suggest(variable.removeprefix(ENV_PREFIX), hints)
+        for variable in sorted(environ)
+        if variable.startswith(ENV_PREFIX) and variable not in known
+    ]
+    return layer, shadowed, warnings
+
+
+def _read_config(path: Path, where: str, required: bool) -> dict[str, Any] | None:
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        if not required:
+            return None
+        raise SettingsError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise SettingsError(f"{where}: is a folder, not a file") from None
+    except OSError as error:
+        raise SettingsError(f"{where}: cannot read: {error.strerror or error}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise SettingsError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        message = " ".join(str(error).split())
+        raise SettingsError(f"{path}: invalid TOML: {message}") from None
+
+
+def _file_layer(path: Path, document: Mapping[str, Any]) -> dict[str, _Given]:
+    keys = {name for name in FIELDS if name != "config_file"}
+    hints = {spelling: name for spelling, name in _HINTS.items() if name in keys}
+    layer: dict[str, _Given] = {}
+    for key, value in document.items():
+        if key == "config_file":
+            raise SettingsError(f"{path}: config_file cannot be set in a config file")
+        if key not in keys:
+            raise SettingsError(f"{path}: unknown key {key!r}{_suggest(key, hints)}")
+        layer[key] = _Given(value, f"file:{path}", f"{path}: {key} = {_show_toml(value)}")
+    return layer
+
+
+def _check(layer: Mapping[str, _Given]) -> dict[str, object]:
+    """The layer's checked values, validated; the first bad one as a SettingsError."""
+    values = {name: given.value for name, given in layer.items() if given.checked}
+    try:
+        model = Settings.model_validate(values)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        message = " ".join(str(first["msg"]).removeprefix("Value error, ").split())
+        where = layer[name].where if name in layer else name
+        raise SettingsError(f"{where}: {message}") from None
+    return {name: getattr(model, name) for name in values}
+
+
+# --- the result --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """Settings with, per field, the source of its value ("flag:--listen", "env:NAME",
+    "file:/path" or "default") and the lower sources it overrides."""
+
+    settings: Settings
+    sources: Mapping[str, str]
+    overridden: Mapping[str, tuple[str, ...]]
+    warnings: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """The document `config show --json` prints."""
+        values = self.settings.model_dump(mode="json")
+        return {
+            "settings": {
+                name: {
+                    "value": values[name],
+                    "source": self.sources[name],
+                    "overridden": list(self.overridden.get(name, ())),
+                    "flag": FLAGS[name],
+                    "env": list(ENV_NAMES[name]),
+                }
+                for name in FIELDS
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+def resolve_settings(
+    flags: Mapping[str, object] = MappingProxyType({}),
+    environ: Mapping[str, str] | None = None,
+    *,
+    default_config_file: Path = DEFAULT_CONFIG_FILE,
+) -> ResolvedSettings:
+    """Merge flags (keyed by field name; None = not given), the environment (default
+    os.environ) and the config file over the defaults. Raises SettingsError."""
+    environment = os.environ if environ is None else environ
+    flag_layer = _flag_layer(flags)
+    env_layer, shadowed, warnings = _env_layer(environment, flag_layer)
+    checked_flags = _check(flag_layer)
+    checked_env = _check(env_layer)
+
+    file_layer: dict[str, _Given] = {}
+    config_given = flag_layer.get("config_file") or env_layer.get("config_file")
+    if config_given is not None:
+        chosen = checked_flags.get("config_file", checked_env.get("config_file"))
+        config_file = chosen if isinstance(chosen, Path) else None
+        where = config_given.where
+    else:
+        config_file, where = default_config_file, str(default_config_file)
+    if config_file is not None:
+        document = _read_config(config_file, where, required=config_given is not None)
+        if document is None:
+            config_file = None  # the default location, absent
+        else:
+            file_layer = _file_layer(config_file, document)
+    checked_file = _check(file_layer)
+
+    values: dict[str, object] = {"config_file": config_file}
+    sources = {name: "default" for name in FIELDS}
+    overridden: dict[str, tuple[str, ...]] = {}
+    layers = ((flag_layer, checked_flags), (env_layer, checked_env), (file_layer, checked_file))
+    for name in FIELDS:
+        chain = [layer[name].source for layer, _ in layers if name in layer]
+        if name in env_layer:  # the shadowed variables come right after the one that won
+            position = chain.index(env_layer[name].source) + 1
+            chain[position:position] = shadowed.get(name, [])
+        if not chain:
+            continue
+        sources[name] = chain[0]
+        if chain[1:]:
+            overridden[name] = tuple(chain[1:])
+        # The winner was checked: only a shared variable under a flag goes unchecked.
+        values[name] = next(checked[name] for layer, checked in layers if name in layer)
+    settings = Settings.model_validate(values)
+    return ResolvedSettings(settings, MappingProxyType(sources), overridden, tuple(warnings))
+
+
+def load_settings(
+    flags: Mapping[str, object] = MappingProxyType({}),
+    environ: Mapping[str, str] | None = None,
+    *,
+    default_config_file: Path = DEFAULT_CONFIG_FILE,
+) -> Settings:
+    """The effective settings (see resolve_settings). Raises SettingsError."""
+    return resolve_settings(flags, environ, default_config_file=default_config_file).settings

@@ -1,0 +1,183 @@
+"""tf-hypervisor config show: the daemon's effective settings and where each one comes from.
+
+The flag options here are the daemon's too: a command whose parameters carry these names (the
+settings' field names) passes them to load_settings as they are. Values arrive as text, so a bad
+one gets the settings' one-line error rather than a usage box.
+"""
+
+import json
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from vgpu_common.cli import fail
+
+from vgpu_hypervisor.settings import (
+    DEFAULT_CONFIG_FILE,
+    FLAGS,
+    ResolvedSettings,
+    SettingsError,
+    resolve_settings,
+)
+
+
+def _option(name: str, metavar: str, help_text: str) -> Any:
+    return typer.Option(FLAGS[name], metavar=metavar, help=help_text, show_default=False)
+
+
+ConfigFlag = Annotated[
+    str | None,
+    _option(
+        "config_file",
+        "FILE",
+        f"Config file (TOML); '' reads none. Default: {DEFAULT_CONFIG_FILE} if it exists.",
+    ),
+]
+ShmBasePathFlag = Annotated[
+    str | None, _option("shm_base_path", "PATH", "Base folder of the pods' regions.")
+]
+ListenFlag = Annotated[
+    str | None,
+    _option("api_listen_addr", "ADDR", "API address: HOST:PORT, [IPV6]:PORT or unix:/PATH."),
+]
+TokenFileFlag = Annotated[
+    str | None, _option("token_file", "FILE", "File of the API's bearer token (mode 0600).")
+]
+MetricsFileFlag = Annotated[
+    str | None,
+    _option("gpu_metrics_file", "FILE", "Influx line-protocol metrics file; '' turns it off."),
+]
+MetricsRotateFlag = Annotated[
+    str | None,
+    _option("metrics_rotate_bytes", "SIZE", "Rotate the metrics file at this size (64MiB)."),
+]
+SampleIntervalFlag = Annotated[
+    str | None, _option("sample_interval_s", "SECONDS", "GPU sampling period, 0.05 to 60.")
+]
+LogLevelFlag = Annotated[
+    str | None, _option("log_level", "LEVEL", "error, warning, info or debug.")
+]
+LogPathFlag = Annotated[
+    str | None, _option("log_path", "FILE", "Append the log to FILE; '' means stderr.")
+]
+SimulateFlag = Annotated[
+    bool | None,
+    typer.Option(
+        "--simulate/--no-simulate",
+        help="Force the simulated GPU, or forbid it. Default: simulated when no driver is found.",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+# What a None value means, per setting that can be None.
+_NONE_TEXT = {
+    "config_file": "none",
+    "gpu_metrics_file": "off",
+    "log_path": "stderr",
+    "simulate": "auto-detect",
+}
+_BINARY_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def _format_bytes(size: int) -> str:
+    for factor, unit in _BINARY_UNITS:
+        if size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
+def format_value(name: str, value: object) -> str:
+    """A setting's value as `config show` prints it."""
+    if value is None:
+        return _NONE_TEXT.get(name, "none")
+    if name == "metrics_rotate_bytes" and isinstance(value, int):
+        return _format_bytes(value)
+    if name == "sample_interval_s" and isinstance(value, float):
+        return f"{value:g} s"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _console() -> Console:
+    # Off a terminal rich would assume 80 columns and fold the paths.
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)
+    return console
+
+
+def print_table(resolved: ResolvedSettings) -> None:
+    """One row per setting: value, source, and the sources it overrides."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("Setting", no_wrap=True)
+    table.add_column("Value", overflow="fold")
+    table.add_column("Source", overflow="fold")
+    for name in type(resolved.settings).model_fields:
+        source = Text(resolved.sources[name])
+        overridden = resolved.overridden.get(name, ())
+        if overridden:
+            source.append(f" (over {', '.join(overridden)})", style="dim")
+        value = format_value(name, getattr(resolved.settings, name))
+        table.add_row(name, Text(value), source)
+    _console().print(table)
+
+
+def show(
+    *,
+    config_file: ConfigFlag = None,
+    shm_base_path: ShmBasePathFlag = None,
+    api_listen_addr: ListenFlag = None,
+    token_file: TokenFileFlag = None,
+    gpu_metrics_file: MetricsFileFlag = None,
+    metrics_rotate_bytes: MetricsRotateFlag = None,
+    sample_interval_s: SampleIntervalFlag = None,
+    log_level: LogLevelFlag = None,
+    log_path: LogPathFlag = None,
+    simulate: SimulateFlag = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Show the daemon's effective settings and where each comes from.
+
+    Precedence: flag > environment > config file > default.
+    Environment: TF_HYPERVISOR_<SETTING>, then the vgpu.rs names SHM_BASE_PATH, API_LISTEN_ADDR,
+    GPU_METRICS_FILE, TF_LOG_LEVEL and TF_LOG_PATH.
+    A bad value: one line on stderr and exit code 2.
+    """
+    flags = {
+        "config_file": config_file,
+        "shm_base_path": shm_base_path,
+        "api_listen_addr": api_listen_addr,
+        "token_file": token_file,
+        "gpu_metrics_file": gpu_metrics_file,
+        "metrics_rotate_bytes": metrics_rotate_bytes,
+        "sample_interval_s": sample_interval_s,
+        "log_level": log_level,
+        "log_path": log_path,
+        "simulate": simulate,
+    }
+    try:
+        resolved = resolve_settings(flags)
+    except SettingsError as error:
+        fail(str(error))
+    for warning in resolved.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if json_output:
+        print(json.dumps(resolved.as_json(), indent=2))
+    else:
+        print_table(resolved)
+
+
+app = typer.Typer(
+    help="The daemon's configuration.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+app.command("show")(show)
