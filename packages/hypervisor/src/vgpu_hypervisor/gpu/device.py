@@ -1,0 +1,100 @@
+"""Reading one GPU into a DeviceSnapshot, query by query, each one allowed to fail."""
+
+import time
+
+from . import nvml
+from .snapshot import DeviceSnapshot
+from .values import NOT_AVAILABLE, Value
+
+_WINDOW_US = 1_000_000  # the first pass asks for the last second of process samples
+
+
+class DeviceReader:
+    """One device: its handle and fixed facts (read once), and the process-utilization cursor
+    (the newest sample time seen, passed back as NVML's lastSeenTimeStamp so each sample is
+    reported once). Not thread-safe: callers serialize passes and hold nvml.LOCK."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self._handle: Value[nvml.Handle] = NOT_AVAILABLE
+        self._uuid: Value[str] = NOT_AVAILABLE
+        self._name: Value[str] = NOT_AVAILABLE
+        self._serial: Value[str] = NOT_AVAILABLE
+        self._pci_bus_id: Value[str] = NOT_AVAILABLE
+        self._sm_clock_max: Value[int] = NOT_AVAILABLE
+        self._last_seen_us = time.time_ns() // 1000 - _WINDOW_US
+
+    def _connect(self) -> Value[nvml.Handle]:
+        """The handle; a device that gave none is asked again on the next pass."""
+        if self._handle is NOT_AVAILABLE:
+            handle = nvml.device_handle(self.index)
+            if handle is not NOT_AVAILABLE:
+                self._handle = handle
+                self._uuid = nvml.device_uuid(handle)
+                self._name = nvml.device_name(handle)
+                self._serial = nvml.device_serial(handle)
+                self._pci_bus_id = nvml.device_pci_bus_id(handle)
+                self._sm_clock_max = nvml.device_sm_clock_max(handle)
+        return self._handle
+
+    def read(self) -> DeviceSnapshot:
+        """One pass over the device; never raises."""
+        handle = self._connect()
+        if handle is NOT_AVAILABLE:
+            return self._unreachable()
+        memory = nvml.device_memory(handle)
+        total, used, free, reserved = (NOT_AVAILABLE,) * 4 if memory is NOT_AVAILABLE else memory
+        rates = nvml.device_utilization(handle)
+        gpu, memory_rate = (NOT_AVAILABLE,) * 2 if rates is NOT_AVAILABLE else rates
+        samples = nvml.device_process_utilization(handle, self._last_seen_us)
+        if samples is not NOT_AVAILABLE and samples:
+            self._last_seen_us = max(sample.timestamp_us for sample in samples)
+        return DeviceSnapshot(
+            index=self.index,
+            uuid=self._uuid,
+            name=self._name,
+            serial=self._serial,
+            pci_bus_id=self._pci_bus_id,
+            memory_total=total,
+            memory_used=used,
+            memory_free=free,
+            memory_reserved=reserved,
+            gpu_utilization=gpu,
+            memory_utilization=memory_rate,
+            temperature_c=nvml.device_temperature(handle),
+            fan_speed=nvml.device_fan_speed(handle),
+            power_draw_mw=nvml.device_power_draw(handle),
+            power_limit_mw=nvml.device_power_limit(handle),
+            energy_mj=nvml.device_energy(handle),
+            sm_clock_mhz=nvml.device_sm_clock(handle),
+            sm_clock_max_mhz=self._sm_clock_max,
+            mig_mode=nvml.device_mig_mode(handle),
+            processes=nvml.device_processes(handle),
+            process_utilization=samples,
+        )
+
+    def _unreachable(self) -> DeviceSnapshot:
+        na = NOT_AVAILABLE
+        return DeviceSnapshot(
+            index=self.index,
+            uuid=na,
+            name=na,
+            serial=na,
+            pci_bus_id=na,
+            memory_total=na,
+            memory_used=na,
+            memory_free=na,
+            memory_reserved=na,
+            gpu_utilization=na,
+            memory_utilization=na,
+            temperature_c=na,
+            fan_speed=na,
+            power_draw_mw=na,
+            power_limit_mw=na,
+            energy_mj=na,
+            sm_clock_mhz=na,
+            sm_clock_max_mhz=na,
+            mig_mode=na,
+            processes=na,
+            process_utilization=na,
+        )

@@ -1,0 +1,108 @@
+"""Immutable snapshots of the node's GPUs, as one sampling pass saw them.
+
+Every queried field may be NOT_AVAILABLE; ``to_dict()`` gives plain JSON values (None for it).
+"""
+
+import dataclasses
+from typing import Any, Literal
+
+from .values import NOT_AVAILABLE, Value
+
+BackendKind = Literal["nvml", "simulated"]
+
+
+def to_plain(value: object) -> Any:
+    """A JSON-serialisable copy: dataclasses become dicts, tuples lists, NOT_AVAILABLE None."""
+    if value is NOT_AVAILABLE:
+        return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): to_plain(item) for key, item in value.items()}
+    return value
+
+
+class PlainData:
+    """Adds ``to_dict()`` to a snapshot dataclass."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        plain: dict[str, Any] = to_plain(self)
+        return plain
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcessMemory(PlainData):
+    """A compute process on a device: host pid (as NVML reports it) and device memory (bytes)."""
+
+    pid: int
+    used_memory: Value[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcessUtilization(PlainData):
+    """A process's newest utilization sample on a device (percent), new since the last pass;
+    ``timestamp_us`` is the driver's wall-clock time of the sample in microseconds."""
+
+    pid: int
+    timestamp_us: int
+    sm_utilization: Value[int]
+    memory_utilization: Value[int]
+    encoder_utilization: Value[int]
+    decoder_utilization: Value[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceSnapshot(PlainData):
+    """One GPU. Units: memory in bytes, utilization and fan speed in percent, temperature in °C,
+    power in mW, energy in mJ (since the driver loaded), clocks in MHz.
+
+    ``processes``: compute processes with their memory; ``process_utilization``: processes that
+    ran work since the previous pass (NVML lists only those), one newest sample each.
+    """
+
+    index: int
+    uuid: Value[str]
+    name: Value[str]
+    serial: Value[str]
+    pci_bus_id: Value[str]
+    memory_total: Value[int]
+    memory_used: Value[int]
+    memory_free: Value[int]
+    memory_reserved: Value[int]
+    gpu_utilization: Value[int]
+    memory_utilization: Value[int]
+    temperature_c: Value[int]
+    fan_speed: Value[int]
+    power_draw_mw: Value[int]
+    power_limit_mw: Value[int]
+    energy_mj: Value[int]
+    sm_clock_mhz: Value[int]
+    sm_clock_max_mhz: Value[int]
+    mig_mode: Value[bool]
+    processes: Value[tuple[ProcessMemory, ...]]
+    process_utilization: Value[tuple[ProcessUtilization, ...]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeSnapshot(PlainData):
+    """All GPUs of the node from one pass: ``taken_at`` (Unix seconds) when it began,
+    ``duration`` (seconds) how long it took."""
+
+    backend: BackendKind
+    taken_at: float
+    duration: float
+    devices: tuple[DeviceSnapshot, ...]
+
+    def device(self, key: int | str) -> DeviceSnapshot | None:
+        """The device with this index or UUID (case-insensitive), or None."""
+        for device in self.devices:
+            if isinstance(key, int):
+                if device.index == key:
+                    return device
+            elif isinstance(device.uuid, str) and device.uuid.lower() == key.lower():
+                return device
+        return None
