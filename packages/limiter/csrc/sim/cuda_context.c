@@ -83,16 +83,13 @@ void sim_context_free(struct CUctx_st *context) {
 }
 
 static CUresult create(CUcontext *pctx, unsigned int flags, CUdevice dev) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
     }
     if (pctx == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     if (stack_depth == STACK_DEPTH) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -248,16 +245,13 @@ CUresult cuCtxSynchronize(void) {
 /* The primary context: one per device and process, created by the first retain, destroyed
  * when the last retain is released or on reset. */
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
     }
     if (pctx == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     pthread_mutex_lock(&sim_driver_lock);
     struct CUctx_st *context = primary[device];
@@ -287,13 +281,10 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 }
 
 static CUresult release_primary(CUdevice dev, bool reset) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     pthread_mutex_lock(&sim_driver_lock);
     struct CUctx_st *context = primary[device];
@@ -328,13 +319,10 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 }
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     if (flags == NULL || active == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -347,13 +335,10 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
 }
 
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     pthread_mutex_lock(&sim_driver_lock);
     primary_flags[device] = flags;

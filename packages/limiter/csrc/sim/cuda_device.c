@@ -107,6 +107,15 @@ int sim_physical_device(CUdevice ordinal) {
     return visible[ordinal];
 }
 
+CUresult sim_device_argument(CUdevice ordinal, int *physical) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    *physical = sim_physical_device(ordinal);
+    return *physical < 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+}
+
 /* The device's config after the common checks, or NULL with *result set. */
 static const struct sim_device_config *device_config(CUdevice dev, CUresult *result) {
     *result = sim_initialized();

@@ -296,13 +296,10 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 }
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     if (pool_out == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -314,13 +311,10 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
 }
 
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     if (pool == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
@@ -332,13 +326,10 @@ CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
 }
 
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
-    CUresult result = sim_initialized();
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
     if (result != CUDA_SUCCESS) {
         return result;
-    }
-    int device = sim_physical_device(dev);
-    if (device < 0) {
-        return CUDA_ERROR_INVALID_DEVICE;
     }
     if (!sim_valid(pool, SIM_POOL) || pool->device != device || pool->destroyed) {
         return CUDA_ERROR_INVALID_VALUE;

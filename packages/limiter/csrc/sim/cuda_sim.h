@@ -131,6 +131,9 @@ struct sim_state *sim_driver_state(void);
 /* Physical device index of a CUDA ordinal (after CUDA_VISIBLE_DEVICES), or -1. */
 int sim_physical_device(CUdevice ordinal);
 int sim_visible_count(void);
+/* The common start of a call taking a device: CUDA_SUCCESS with its physical index, else the
+ * error to return (not initialized, or an invalid ordinal). */
+CUresult sim_device_argument(CUdevice ordinal, int *physical);
 
 /* The current context of the calling thread, or CUDA_ERROR_INVALID_CONTEXT. */
 CUresult sim_current_context(struct CUctx_st **context);
