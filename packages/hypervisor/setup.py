@@ -7,6 +7,16 @@ from vgpu_build import setup_package
 
 setup_package(
     __file__,
-    requires=["typer>=0.12", "rich>=13", "pydantic-settings>=2.4", "nvidia-ml-py>=12.560"],
+    requires=[
+        "typer>=0.12",
+        "rich>=13",
+        "pydantic-settings>=2.4",
+        "nvidia-ml-py>=12.560",
+        "psutil>=5.9",
+        "httpx>=0.27",
+        "fastapi>=0.115",
+        "uvicorn>=0.30",
+        "prometheus-client>=0.20",
+    ],
     siblings=["vgpu-common", "vgpu-limiter"],
 )

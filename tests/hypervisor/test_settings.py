@@ -475,6 +475,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'log_level = "WARN"',
                 'log_path = "/var/log/tf/hypervisor.log"',
                 'simulate = "auto"',
+                'sim_state = "/tmp/sim.state"',
             ]
         ),
     )
@@ -489,6 +490,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.log_level == "warning"
     assert settings.log_path == Path("/var/log/tf/hypervisor.log")
     assert settings.simulate is None
+    assert settings.sim_state == Path("/tmp/sim.state")
     assert {resolved.sources[name] for name in FIELDS if name != "config_file"} == {
         f"file:{config}"
     }

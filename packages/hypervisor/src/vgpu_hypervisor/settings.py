@@ -264,6 +264,7 @@ class Settings(BaseSettings):
     log_level: Annotated[LogLevel, BeforeValidator(_log_level)] = "info"
     log_path: OptionalPath = None
     simulate: Annotated[bool | None, BeforeValidator(_simulate)] = None
+    sim_state: OptionalPath = None
 
     @classmethod
     def settings_customise_sources(
@@ -293,6 +294,7 @@ FLAGS: Final[Mapping[str, str]] = MappingProxyType(
         "log_level": "--log-level",
         "log_path": "--log-path",
         "simulate": "--simulate",
+        "sim_state": "--sim-state",
     }
 )
 _SHARED_ENV: Final = {
@@ -302,6 +304,7 @@ _SHARED_ENV: Final = {
     "gpu_metrics_file": ("GPU_METRICS_FILE",),
     "log_level": ("TF_LOG_LEVEL",),
     "log_path": ("TF_LOG_PATH",),
+    "sim_state": ("VGPU_SIM_STATE",),
 }
 # Environment names of each field, the winner first.
 ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
@@ -309,7 +312,7 @@ ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
 )
 # The settings that can be off (None); an empty value turns them off.
 CLEARABLE: Final = frozenset(("config_file", "gpu_metrics_file", "log_path"))
-_PATHS: Final = frozenset(("config_file", "shm_base_path", "token_file", *CLEARABLE))
+_PATHS: Final = frozenset(("config_file", "shm_base_path", "token_file", "sim_state", *CLEARABLE))
 
 
 # --- layers ----------------------------------------------------------------------------

@@ -1,14 +1,19 @@
-"""tf-hypervisor config show: the daemon's effective settings and where each one comes from.
+"""The settings flags every tf-hypervisor command shares, and `config show`: the daemon's
+effective settings and where each one comes from.
 
-The flag options here are the daemon's too: a command whose parameters carry these names (the
-settings' field names) passes them to load_settings as they are. Values arrive as text, so a bad
-one gets the settings' one-line error rather than a usage box.
+`settings_flags(...)` adds the flags of some settings to a command: typer sees them as the
+command's own options, and the command receives them as `flags`, a mapping from field name to
+the text given (None: not given) for load_settings. Values arrive as text, so a bad one gets the
+settings' one-line error rather than a usage box.
 """
 
+import functools
+import inspect
 import json
 import os
 import sys
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich import box
@@ -73,7 +78,58 @@ SimulateFlag = Annotated[
         show_default=False,
     ),
 ]
+SimStateFlag = Annotated[
+    str | None,
+    _option("sim_state", "FILE", "The simulated GPU's node state file (VGPU_SIM_STATE)."),
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+# The option type of each setting, by field name.
+FLAG_TYPES: Mapping[str, Any] = {
+    "config_file": ConfigFlag,
+    "shm_base_path": ShmBasePathFlag,
+    "api_listen_addr": ListenFlag,
+    "token_file": TokenFileFlag,
+    "gpu_metrics_file": MetricsFileFlag,
+    "metrics_rotate_bytes": MetricsRotateFlag,
+    "sample_interval_s": SampleIntervalFlag,
+    "log_level": LogLevelFlag,
+    "log_path": LogPathFlag,
+    "simulate": SimulateFlag,
+    "sim_state": SimStateFlag,
+}
+# What a client command needs: where the daemon listens and its token.
+CLIENT_SETTINGS = ("config_file", "api_listen_addr", "token_file")
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def settings_flags(*names: str) -> Callable[[Command], Command]:
+    """Give a command the flags of the settings `names` (all when none are named); the command
+    takes them as one keyword argument, `flags: Mapping[str, object]`."""
+    chosen = names or tuple(FLAG_TYPES)
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command)
+        own = [
+            parameter for parameter in signature.parameters.values() if parameter.name != "flags"
+        ]
+        added = [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=FLAG_TYPES[name]
+            )
+            for name in chosen
+        ]
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flags = {name: kwargs.pop(name, None) for name in chosen}
+            return command(*args, flags=flags, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
 
 # What a None value means, per setting that can be None.
 _NONE_TEXT = {
@@ -81,6 +137,7 @@ _NONE_TEXT = {
     "gpu_metrics_file": "off",
     "log_path": "stderr",
     "simulate": "auto-detect",
+    "sim_state": "the simulator's default",
 }
 _BINARY_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 
@@ -129,39 +186,15 @@ def print_table(resolved: ResolvedSettings) -> None:
     _console().print(table)
 
 
-def show(
-    *,
-    config_file: ConfigFlag = None,
-    shm_base_path: ShmBasePathFlag = None,
-    api_listen_addr: ListenFlag = None,
-    token_file: TokenFileFlag = None,
-    gpu_metrics_file: MetricsFileFlag = None,
-    metrics_rotate_bytes: MetricsRotateFlag = None,
-    sample_interval_s: SampleIntervalFlag = None,
-    log_level: LogLevelFlag = None,
-    log_path: LogPathFlag = None,
-    simulate: SimulateFlag = None,
-    json_output: JsonFlag = False,
-) -> None:
+@settings_flags()
+def show(*, flags: Mapping[str, object], json_output: JsonFlag = False) -> None:
     """Show the daemon's effective settings and where each comes from.
 
     Precedence: flag > environment > config file > default.
     Environment: TF_HYPERVISOR_<SETTING>, then the vgpu.rs names SHM_BASE_PATH, API_LISTEN_ADDR,
-    GPU_METRICS_FILE, TF_LOG_LEVEL and TF_LOG_PATH.
+    GPU_METRICS_FILE, TF_LOG_LEVEL, TF_LOG_PATH and VGPU_SIM_STATE.
     A bad value: one line on stderr and exit code 2.
     """
-    flags = {
-        "config_file": config_file,
-        "shm_base_path": shm_base_path,
-        "api_listen_addr": api_listen_addr,
-        "token_file": token_file,
-        "gpu_metrics_file": gpu_metrics_file,
-        "metrics_rotate_bytes": metrics_rotate_bytes,
-        "sample_interval_s": sample_interval_s,
-        "log_level": log_level,
-        "log_path": log_path,
-        "simulate": simulate,
-    }
     try:
         resolved = resolve_settings(flags)
     except SettingsError as error:
