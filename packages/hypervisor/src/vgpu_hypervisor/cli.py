@@ -1,10 +1,35 @@
-"""tf-hypervisor: the command-line entry point."""
+"""tf-hypervisor: the daemon, and its command-line client.
 
+Client commands find the daemon and its token through the daemon's settings (`--listen` or
+API_LISTEN_ADDR, `--token-file`, the config file). Every failure is one line on stderr and a
+non-zero exit code: 2 for bad input, 1 for a request the daemon refused or could not answer.
+"""
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
 from importlib.metadata import version as distribution_version
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from vgpu_common.cli import fail
 
-from vgpu_hypervisor.settings_cli import app as config_app
+from vgpu_hypervisor.client import API, Client, ClientError
+from vgpu_hypervisor.display import gpu_table, pod_table, worker_table
+from vgpu_hypervisor.settings import Settings, SettingsError, load_settings
+from vgpu_hypervisor.settings_cli import (
+    CLIENT_SETTINGS,
+    JsonFlag,
+    settings_flags,
+)
+from vgpu_hypervisor.settings_cli import (
+    app as config_app,
+)
+
+REFUSED = 1  # the daemon said no, or could not be reached
 
 app = typer.Typer(
     help="The vgpu node daemon and its command-line client.",
@@ -12,6 +37,121 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+pods_app = typer.Typer(
+    help="List, create, change and delete pods.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+shm_app = typer.Typer(
+    help="Pod region files, read directly (no daemon needed).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _settings(flags: Mapping[str, object]) -> Settings:
+    try:
+        return load_settings(flags)
+    except SettingsError as error:
+        fail(str(error))
+
+
+def _console() -> Console:
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)  # off a terminal rich would fold at 80 columns
+    return console
+
+
+def _call(flags: Mapping[str, object], action: Callable[[Client], Any]) -> Any:
+    with Client(_settings(flags)) as client:
+        try:
+            return action(client)
+        except ClientError as error:
+            fail(str(error), REFUSED)
+
+
+def _show(document: Any, as_json: bool, table: Callable[[Any], Any]) -> None:
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        _console().print(table(document))
+
+
+# --- daemon and status -----------------------------------------------------------------------
+
+
+@app.command()
+@settings_flags()
+def daemon(*, flags: Mapping[str, object]) -> None:
+    """Run the node daemon (until SIGTERM or Ctrl-C)."""
+    from vgpu_hypervisor.daemon import DaemonError, run
+
+    settings = _settings(flags)
+    try:
+        run(settings)
+    except DaemonError as error:
+        fail(str(error), REFUSED)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+@settings_flags(*CLIENT_SETTINGS)
+def status(*, flags: Mapping[str, object], as_json: JsonFlag = False) -> None:
+    """The daemon's state: version, GPU backend, pods and workers, readiness."""
+    document = _call(flags, lambda client: client.get(f"{API}/status"))
+    if as_json:
+        print(json.dumps(document, indent=2))
+        return
+    ready = "ready" if document["ready"] else "NOT READY"
+    print(f"tf-hypervisor {document['version']}, up {document['uptime_s']:.0f} s, {ready}")
+    print(document["backend_description"])
+    print(
+        f"{document['gpus']} GPU(s), {document['pods']} pod(s)"
+        f" ({document['pods_with_errors']} with errors), {document['workers']} worker(s);"
+        f" regions under {document['shm_base_path']}"
+    )
+
+
+@app.command()
+@settings_flags(*CLIENT_SETTINGS)
+def gpus(*, flags: Mapping[str, object], as_json: JsonFlag = False) -> None:
+    """The node's GPUs with memory, utilization and the pods on each."""
+    _show(_call(flags, lambda client: client.get(f"{API}/gpus")), as_json, gpu_table)
+
+
+@app.command()
+@settings_flags(*CLIENT_SETTINGS)
+def workers(
+    *,
+    flags: Mapping[str, object],
+    pod: Annotated[
+        str | None, typer.Option("--pod", metavar="[NAMESPACE/]NAME", help="Only this pod.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Processes running in pods, with their GPU memory and utilization."""
+    namespace, name = _pod_name(pod) if pod else (None, None)
+    document = _call(flags, lambda c: c.get(f"{API}/workers", namespace=namespace, pod=name))
+    _show(document, as_json, worker_table)
+
+
+@app.command()
+@settings_flags(*CLIENT_SETTINGS)
+def top(
+    *,
+    flags: Mapping[str, object],
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, max=60, help="Seconds between refreshes.")
+    ] = 1.0,
+) -> None:
+    """A live view of GPUs, pods and workers; q or Ctrl-C quits."""
+    from vgpu_hypervisor.top import run_top
+
+    _call(flags, lambda client: run_top(client, interval=interval))
 
 
 @app.command()
@@ -20,8 +160,178 @@ def version() -> None:
     print(distribution_version("vgpu-hypervisor"))
 
 
+# --- pods ------------------------------------------------------------------------------------
+
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Default: 'default'."),
+]
+PodArgument = Annotated[str, typer.Argument(metavar="[NAMESPACE/]NAME", show_default=False)]
+MemOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mem",
+        metavar="GPU=SIZE",
+        help="Memory limit of a GPU (index or UUID), e.g. 0=4GiB; 0=none removes it. Repeatable.",
+        show_default=False,
+    ),
+]
+ComputeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--compute",
+        metavar="GPU=PERCENT",
+        help="Compute limit of a GPU in percent, e.g. 0=30; 100 removes it. Repeatable.",
+        show_default=False,
+    ),
+]
+
+
+def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
+    if "/" in text:
+        given, _, name = text.partition("/")
+        if namespace is not None and namespace != given:
+            fail(f"pod {text!r} and --namespace {namespace!r} disagree")
+        return given, name
+    return namespace or "default", text
+
+
+def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, dict[str, str]]:
+    """The request's `gpus` from --mem and --compute (checked by the daemon)."""
+    gpus: dict[str, dict[str, str]] = {}
+    for flag, field, specs in (("--mem", "memory", mem), ("--compute", "compute", compute)):
+        for spec in specs or []:
+            key, equals, value = spec.partition("=")
+            if not equals or not key.strip() or not value.strip():
+                fail(
+                    f"{flag} {spec!r}: expected GPU=VALUE, e.g. {flag} 0="
+                    + ("4GiB" if field == "memory" else "30")
+                )
+            limits = gpus.setdefault(key.strip(), {})
+            if field in limits:
+                fail(f"{flag}: GPU {key.strip()} given twice")
+            limits[field] = value.strip()
+    if not gpus:
+        fail("give at least one --mem or --compute")
+    return gpus
+
+
+def _pods(document: Any) -> Any:
+    return pod_table(document if isinstance(document, list) else [document])
+
+
+@pods_app.command("list")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_list(
+    *, flags: Mapping[str, object], namespace: NamespaceOption = None, as_json: JsonFlag = False
+) -> None:
+    """Pods with their limits and usage per GPU."""
+    document = _call(flags, lambda client: client.get(f"{API}/pods", namespace=namespace))
+    _show(document, as_json, _pods)
+
+
+@pods_app.command("create")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_create(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    mem: MemOption = None,
+    compute: ComputeOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a pod with memory and compute limits per GPU."""
+    namespace, name = _pod_name(pod, namespace)
+    body = {"namespace": namespace, "name": name, "gpus": _gpu_limits(mem, compute)}
+    document = _call(flags, lambda c: c.request("POST", f"{API}/pods", body=body, authorized=True))
+    _show(document, as_json, _pods)
+
+
+@pods_app.command("update")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_update(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    mem: MemOption = None,
+    compute: ComputeOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a pod's limits live (running workers follow within a second)."""
+    namespace, name = _pod_name(pod, namespace)
+    body = {"gpus": _gpu_limits(mem, compute)}
+    path = f"{API}/pods/{namespace}/{name}"
+    document = _call(flags, lambda c: c.request("PATCH", path, body=body, authorized=True))
+    _show(document, as_json, _pods)
+
+
+@pods_app.command("delete")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_delete(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even while workers run in it.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Delete a pod (its region file); refused while its workers live, unless --force."""
+    namespace, name = _pod_name(pod, namespace)
+    path = f"{API}/pods/{namespace}/{name}"
+    params = {"force": "true"} if force else None
+    document = _call(flags, lambda c: c.request("DELETE", path, params=params, authorized=True))
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(f"deleted pod {namespace}/{name}")
+
+
+# --- shm -------------------------------------------------------------------------------------
+
+
+@shm_app.command("show")
+@settings_flags("config_file", "shm_base_path")
+def shm_show(
+    pod: Annotated[
+        str | None,
+        typer.Argument(metavar="[[NAMESPACE/]NAME]", help="A pod under the base path."),
+    ] = None,
+    *,
+    flags: Mapping[str, object],
+    path: Annotated[
+        Path | None,
+        typer.Option("--path", metavar="FILE", help="A region file to read instead."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """A pod's region file: limits and usage per GPU and per process."""
+    from vgpu_limiter import region as regions
+    from vgpu_limiter.region_cli import print_tables, region_report, resolve_path
+
+    settings = _settings(flags)
+    try:
+        file = resolve_path(pod, path, settings.shm_base_path, os.environ)
+        with regions.open_region(file, writable=False) as region:
+            report = region_report(region)
+    except (ValueError, regions.RegionError) as error:
+        fail(str(error), REFUSED)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_tables(report)
+
+
+app.add_typer(pods_app, name="pods")
+app.add_typer(shm_app, name="shm")
 app.add_typer(config_app, name="config")
 
 
 def main() -> None:
-    app(prog_name="tf-hypervisor")
+    try:
+        app(prog_name="tf-hypervisor")
+    except BrokenPipeError:  # `tf-hypervisor pods list | head`
+        sys.stderr.close()

@@ -499,6 +499,17 @@ class Region:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def problem(self) -> str | None:
+        """What went wrong with the file since it was opened (shortened, overwritten), None if
+        nothing. Check before reading a region someone else may damage: a mapped file that
+        shrank turns a read past its end into SIGBUS."""
+        region = self._live()
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        if size < REGION_SIZE:
+            return f"truncated ({size} of {REGION_SIZE} bytes)"
+        return _problem(region, size)
+
     # Header
 
     @property

@@ -61,7 +61,7 @@ def inspect(
     if as_json:
         print(json.dumps(report, indent=2))
     else:
-        _print_tables(report)
+        print_tables(report)
 
 
 def resolve_path(
@@ -199,7 +199,7 @@ def _process_row(
     ]
 
 
-def _print_tables(report: Mapping[str, Any]) -> None:
+def print_tables(report: Mapping[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text

@@ -1,0 +1,192 @@
+"""What the daemon shows and takes: the API's documents (and the CLI's `--json`).
+
+Units: memory in bytes, utilization and compute limits in percent, times in Unix seconds.
+A value the driver could not give is null.
+"""
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from vgpu_hypervisor.settings import parse_size
+
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$"
+_DEVICE_KEY = re.compile(r"(0|[1-9][0-9]{0,2}|GPU-[0-9A-Fa-f-]{36})")
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+def _memory(value: object) -> int | None:
+    """Bytes, a size such as "4GiB", or 0 / "none" for no limit; null leaves it as it is."""
+    if value is None:
+        return None
+    if value == 0 or (isinstance(value, str) and value.strip().lower() in ("none", "0")):
+        return 0
+    size = parse_size(value)
+    if size >= 1 << 64:
+        raise ValueError("memory limit too large (at most 2**64-1 bytes)")
+    return size
+
+
+def _percent(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("expected a percentage from 0.01 to 100")
+    try:
+        percent = float(value)
+    except ValueError:
+        raise ValueError("expected a percentage from 0.01 to 100") from None
+    if not math.isfinite(percent) or not 0.01 <= percent <= 100:
+        raise ValueError("expected a percentage from 0.01 to 100 (100: no compute limit)")
+    return round(percent, 2)
+
+
+MemoryField = Annotated[
+    int | None,
+    BeforeValidator(_memory),
+    Field(
+        description='Bytes, or a size such as "4GiB"; 0 or "none": no limit.',
+        json_schema_extra={
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}, {"type": "null"}]
+        },
+    ),
+]
+PercentField = Annotated[
+    float | None,
+    BeforeValidator(_percent),
+    Field(
+        description="Share of the GPU's time in percent, 0.01 to 100 (100: no limit).",
+        json_schema_extra={"anyOf": [{"type": "number"}, {"type": "string"}, {"type": "null"}]},
+    ),
+]
+
+
+class GpuLimitsRequest(_Document):
+    """Limits of one GPU of a pod; an absent or null limit: none (create), unchanged (update)."""
+
+    memory: MemoryField = None
+    compute: PercentField = None
+
+
+def _device_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str) or not _DEVICE_KEY.fullmatch(key):
+                raise ValueError(
+                    f"bad GPU key {key!r}: a device index (0, 1, ...) or a GPU UUID "
+                    "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+                )
+    return value
+
+
+GpuMap = Annotated[
+    dict[str, GpuLimitsRequest],
+    BeforeValidator(_device_keys),
+    Field(description="Limits by GPU index or UUID.", min_length=1, max_length=16),
+]
+
+
+class PodCreate(_Document):
+    """A new pod: its name, namespace and limits per GPU."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    namespace: str = Field(default="default", pattern=NAME_PATTERN)
+    gpus: GpuMap
+
+
+class PodUpdate(_Document):
+    """New limits for some GPUs of a pod (a GPU it has none for is added)."""
+
+    gpus: GpuMap
+
+
+# --- responses ----------------------------------------------------------------------------
+
+
+class Gpu(_Document):
+    index: int
+    uuid: str | None
+    name: str | None
+    memory_total: int | None
+    memory_used: int | None
+    utilization: int | None = Field(description="GPU busy time in percent (NVML).")
+    memory_utilization: int | None
+    temperature_c: int | None
+    power_draw_w: float | None
+    sm_clock_mhz: int | None
+    pods: int
+    workers: int
+
+
+class PodGpu(_Document):
+    uuid: str
+    index: int | None = Field(description="The node's index of the GPU; null if not on it.")
+    memory_limit: int | None = Field(description="Bytes; null: no memory limit.")
+    memory_used: int
+    compute_limit: float | None = Field(description="Percent; null: no compute limit.")
+    utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
+
+
+class Pod(_Document):
+    namespace: str
+    name: str
+    path: str
+    created: float | None
+    error: str | None = Field(description="Why the region file cannot be read; null if fine.")
+    gpus: list[PodGpu]
+    workers: int
+
+
+class WorkerGpu(_Document):
+    uuid: str
+    memory_used: int
+    utilization: int | None
+
+
+class Worker(_Document):
+    namespace: str
+    pod: str
+    slot: int
+    pid: int = Field(description="In the worker's own pid namespace.")
+    host_pid: int | None = Field(description="In the daemon's pid namespace; null if unknown.")
+    started: float | None
+    command: str | None
+    alive: bool
+    last_gpu_call: float | None
+    gpus: list[WorkerGpu]
+
+
+class Status(_Document):
+    version: str
+    backend: str
+    backend_description: str
+    started: float
+    uptime_s: float
+    shm_base_path: str
+    gpus: int
+    pods: int
+    pods_with_errors: int
+    workers: int
+    last_sample: float | None
+    ready: bool
+
+
+class Health(_Document):
+    status: str
+
+
+class Readiness(_Document):
+    ready: bool
+    checks: dict[str, str]
+
+
+class ErrorDocument(_Document):
+    error: str

@@ -1,0 +1,197 @@
+"""The daemon's picture of the node: GPUs from the last NVML pass, pods and workers from the
+region files, joined into the documents the API serves.
+
+Two kinds of pass, both blocking (run them off the event loop):
+``sample`` asks NVML (every sample interval), ``refresh`` reads the regions, gives dead workers'
+memory back, records host pids and builds a new ``NodeView`` (every second at least, and right
+after every change through the API, so a reply already shows what it did).
+"""
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterable
+
+from vgpu_limiter.region import ProcessInfo, process_alive
+
+from vgpu_hypervisor import models
+from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
+from vgpu_hypervisor.gpu.values import Value
+from vgpu_hypervisor.pods import COMPUTE_SCALE, PodRecord, PodStore
+from vgpu_hypervisor.workers import HostPids, ProcessTable, Utilization
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeView:
+    """One consistent picture; the API and the metrics read the newest one, never the files."""
+
+    taken_at: float
+    snapshot: NodeSnapshot | None
+    gpus: tuple[models.Gpu, ...] = ()
+    pods: tuple[models.Pod, ...] = ()
+    workers: tuple[models.Worker, ...] = ()
+
+    def pod(self, namespace: str, name: str) -> models.Pod | None:
+        return next((p for p in self.pods if (p.namespace, p.name) == (namespace, name)), None)
+
+
+def _plain(value: Value[int]) -> int | None:
+    return None if value is NOT_AVAILABLE else value
+
+
+class Node:
+    """GPUs, pods and workers of this node. Thread-safe."""
+
+    def __init__(self, observer: GpuObserver, store: PodStore) -> None:
+        self.observer = observer
+        self.store = store
+        self._host_pids = HostPids()
+        self._processes = ProcessTable()
+        self._utilization = Utilization()
+        self._snapshot: NodeSnapshot | None = None
+        self._lock = threading.Lock()
+        self.view = NodeView(taken_at=0.0, snapshot=None)
+
+    def sample(self) -> NodeSnapshot:
+        """One NVML pass (blocking)."""
+        snapshot = self.observer.sample()
+        with self._lock:
+            self._snapshot = snapshot
+            self._utilization.update(snapshot)
+        return snapshot
+
+    def refresh(self) -> NodeView:
+        """Read every region, reclaim dead workers, and publish a new view (blocking)."""
+        with self._lock:
+            records = [self._settle(record) for record in self.store.scan()]
+            view = self._build(records)
+            self.view = view
+            return view
+
+    def _settle(self, record: PodRecord) -> PodRecord:
+        """The record after its dead workers were reclaimed and host pids recorded."""
+        if record.error is not None:
+            return record
+        if self.store.reap(record):
+            record = self.store.get(record.namespace, record.name)
+        for process in record.processes:
+            if process.host_pid <= 0:
+                host_pid = self._host_pids.find(process)
+                if host_pid is not None:
+                    self.store.set_host_pid(record, process, host_pid)
+        return record
+
+    # Building the documents
+
+    def _build(self, records: list[PodRecord]) -> NodeView:
+        snapshot = self._snapshot
+        devices = snapshot.devices if snapshot is not None else ()
+        index_of = {
+            device.uuid.lower(): device.index for device in devices if isinstance(device.uuid, str)
+        }
+        workers: list[models.Worker] = []
+        pods: list[models.Pod] = []
+        seen_processes: set[tuple[int, int]] = set()
+        for record in records:
+            pod_workers = [self._worker(record, process) for process in record.processes]
+            seen_processes.update(
+                (w.host_pid, process.start_time)
+                for w, process in zip(pod_workers, record.processes, strict=True)
+                if w.host_pid is not None
+            )
+            workers.extend(pod_workers)
+            pods.append(self._pod(record, pod_workers, index_of))
+        self._processes.forget_except(seen_processes)
+        self._host_pids.forget_except(
+            {(p.pid, p.pid_namespace, p.start_time) for r in records for p in r.processes}
+        )
+        gpus = tuple(self._gpu(device, pods, workers) for device in devices)
+        return NodeView(time.time(), snapshot, gpus, tuple(pods), tuple(workers))
+
+    def _worker(self, record: PodRecord, process: ProcessInfo) -> models.Worker:
+        host_pid = process.host_pid if process.host_pid > 0 else self._host_pids.find(process)
+        facts = self._processes.facts(host_pid, process.start_time)
+        return models.Worker(
+            namespace=record.namespace,
+            pod=record.name,
+            slot=process.slot,
+            pid=process.pid,
+            host_pid=host_pid,
+            started=facts.started,
+            command=facts.command,
+            alive=process_alive(process),
+            last_gpu_call=process.heartbeat_ns / 1e9 if process.heartbeat_ns else None,
+            gpus=[
+                models.WorkerGpu(
+                    uuid=uuid,
+                    memory_used=used,
+                    utilization=self._utilization.of(uuid, host_pid),
+                )
+                for uuid, used in process.memory.items()
+            ],
+        )
+
+    def _pod(
+        self, record: PodRecord, workers: list[models.Worker], index_of: dict[str, int]
+    ) -> models.Pod:
+        gpus = []
+        for device in record.devices:
+            shares = [
+                gpu.utilization
+                for worker in workers
+                for gpu in worker.gpus
+                if gpu.uuid.lower() == device.uuid.lower() and gpu.utilization is not None
+            ]
+            gpus.append(
+                models.PodGpu(
+                    uuid=device.uuid,
+                    index=index_of.get(device.uuid.lower()),
+                    memory_limit=device.memory_limit or None,
+                    memory_used=device.memory_used,
+                    compute_limit=(
+                        None
+                        if device.compute_percent is None
+                        else device.compute_limit / COMPUTE_SCALE
+                    ),
+                    utilization=(
+                        min(100, sum(shares)) if self._utilization.reports(device.uuid) else None
+                    ),
+                )
+            )
+        return models.Pod(
+            namespace=record.namespace,
+            name=record.name,
+            path=str(record.path),
+            created=record.created_ns / 1e9 if record.created_ns else None,
+            error=record.error,
+            gpus=gpus,
+            workers=len(workers),
+        )
+
+    def _gpu(
+        self,
+        device: DeviceSnapshot,
+        pods: Iterable[models.Pod],
+        workers: Iterable[models.Worker],
+    ) -> models.Gpu:
+        """A GPU with the pods that have an entry for it and the workers holding memory on it."""
+        uuid = device.uuid if isinstance(device.uuid, str) else None
+        key = uuid.lower() if uuid else None
+        users = [p for p in pods if any(g.uuid.lower() == key for g in p.gpus)]
+        power = device.power_draw_mw
+        return models.Gpu(
+            index=device.index,
+            uuid=uuid,
+            name=device.name if isinstance(device.name, str) else None,
+            memory_total=_plain(device.memory_total),
+            memory_used=_plain(device.memory_used),
+            utilization=_plain(device.gpu_utilization),
+            memory_utilization=_plain(device.memory_utilization),
+            temperature_c=_plain(device.temperature_c),
+            power_draw_w=None if power is NOT_AVAILABLE else power / 1000,
+            sm_clock_mhz=_plain(device.sm_clock_mhz),
+            pods=len(users),
+            workers=sum(
+                1 for w in workers if any(g.uuid.lower() == key and g.memory_used for g in w.gpus)
+            ),
+        )

@@ -1,0 +1,279 @@
+"""The node's pods: their region files under the base path.
+
+The region files are the whole state: the daemon keeps nothing a restart could lose. A scan
+finds every ``{base}/{namespace}/{pod}/shm``, the daemon's own and those a limiter created
+alone (adopted as they are). A file that cannot be read is reported as that pod's error and
+the scan goes on with the others.
+
+A region is never recreated under live processes: creating a pod that exists is a conflict,
+limits change in place (the limiter's seqlock), and deleting a pod whose workers live needs
+``force``. After a forced delete the workers keep the file they mapped, and with it the limits
+they had, until they exit; a pod created again under the same name gets a new file.
+"""
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vgpu_limiter import region as regions
+from vgpu_limiter.region import DeviceInfo, ProcessInfo, Region, RegionError
+
+COMPUTE_SCALE = 100  # the region keeps compute limits in hundredths of a percent
+
+
+class PodError(Exception):
+    """A pod operation that cannot be done; ``status`` is the HTTP status that says why."""
+
+    status = 422
+
+
+class PodNotFound(PodError):
+    status = 404
+
+
+class PodConflict(PodError):
+    status = 409
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A GPU's limits in a request: None leaves a limit as it is (or unset for a new entry).
+    ``memory`` in bytes, 0 = none; ``compute`` in percent, 100 = none."""
+
+    memory: int | None = None
+    compute: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """One pod as its region file read at one moment; ``error`` says why it could not be read
+    (then ``devices`` and ``processes`` are empty)."""
+
+    namespace: str
+    name: str
+    path: Path
+    created_ns: int = 0
+    devices: tuple[DeviceInfo, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass
+class _Open:
+    region: Region
+    identity: tuple[int, int]  # (st_dev, st_ino) of the file mapped
+
+
+@dataclass
+class PodStore:
+    """The pods under ``base``. Thread-safe: API requests and the daemon's passes share it."""
+
+    base: Path
+    _open: dict[Path, _Open] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    # Reading
+
+    def scan(self) -> list[PodRecord]:
+        """Every pod under the base path, sorted by namespace and name."""
+        with self._lock:
+            found = sorted(self._region_files())
+            for path in set(self._open) - {path for _, _, path in found}:
+                self._close(path)
+            return [self._record(namespace, name, path) for namespace, name, path in found]
+
+    def get(self, namespace: str, name: str) -> PodRecord:
+        """One pod; PodNotFound if it has no region file."""
+        path = self._path(namespace, name)
+        with self._lock:
+            if not path.exists():
+                raise PodNotFound(f"no pod {namespace}/{name}")
+            return self._record(namespace, name, path)
+
+    def _region_files(self) -> Iterator[tuple[str, str, Path]]:
+        for namespace in _folders(self.base):
+            for name in _folders(self.base / namespace):
+                path = self.base / namespace / name / regions.REGION_FILE
+                if _valid_name(namespace) and _valid_name(name) and path.exists():
+                    yield namespace, name, path
+
+    def _record(self, namespace: str, name: str, path: Path) -> PodRecord:
+        try:
+            region = self._region(path)
+            return PodRecord(
+                namespace,
+                name,
+                path,
+                created_ns=region.created_ns,
+                devices=tuple(region.devices),
+                processes=tuple(region.processes),
+            )
+        except RegionError as error:
+            self._close(path)
+            return PodRecord(namespace, name, path, error=_one_line(error))
+
+    def _region(self, path: Path, *, opening: bool = True) -> Region:
+        """The mapped region of ``path``, checked against the file as it is now: a file that
+        was replaced is mapped again, one that went bad raises RegionError."""
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            raise RegionError(f"{path}: no such pod region") from None
+        except OSError as error:
+            raise RegionError(f"{path}: cannot read: {error.strerror}") from None
+        identity = (info.st_dev, info.st_ino)
+        current = self._open.get(path)
+        if current is not None and current.identity != identity:
+            self._close(path)
+            current = None
+        if current is None:
+            if not opening:
+                raise RegionError(f"{path}: not open")
+            current = _Open(regions.open_region(path), identity)
+            self._open[path] = current
+        problem = current.region.problem()
+        if problem is not None:
+            raise RegionError(f"{path}: {problem}")
+        return current.region
+
+    def _close(self, path: Path) -> None:
+        current = self._open.pop(path, None)
+        if current is not None:
+            current.region.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for path in list(self._open):
+                self._close(path)
+
+    # Changing
+
+    def create(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
+        """A new pod with ``limits`` by GPU UUID; PodConflict if it exists."""
+        path = self._path(namespace, name)
+        devices = {uuid: _region_limits(uuid, wanted, None) for uuid, wanted in limits.items()}
+        with self._lock:
+            if path.exists():
+                raise PodConflict(f"pod {namespace}/{name} already exists")
+            try:
+                created = regions.create_region(path, namespace, name, devices)
+            except RegionError as error:
+                raise PodError(_one_line(error)) from None
+            created.close()
+            return self._record(namespace, name, path)
+
+    def update(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
+        """Change limits in place (running programs see them within a second); a GPU the pod
+        has no entry for gets one."""
+        with self._lock:
+            region = self._existing(namespace, name)
+            for uuid, wanted in limits.items():
+                try:
+                    present = region.device(uuid)
+                except RegionError:
+                    present = None
+                memory, compute = _region_limits(uuid, wanted, present)
+                try:
+                    if present is None:
+                        region.add_device(uuid, memory, compute)
+                    else:
+                        region.set_limits(uuid, memory, compute)
+                except RegionError as error:
+                    raise PodError(_one_line(error)) from None
+            return self._record(namespace, name, region.path)
+
+    def delete(self, namespace: str, name: str, *, force: bool = False) -> PodRecord:
+        """Remove a pod's region (and its folder). With live workers only when ``force``."""
+        with self._lock:
+            record = self.get(namespace, name)
+            if record.error is None:
+                self.reap(record)
+                record = self.get(namespace, name)
+            live = [process for process in record.processes if regions.process_alive(process)]
+            if live and not force:
+                pids = ", ".join(str(process.host_pid or process.pid) for process in live)
+                raise PodConflict(
+                    f"pod {namespace}/{name} has {len(live)} live worker(s) (pid {pids}); "
+                    "delete with force to remove it anyway"
+                )
+            self._close(record.path)
+            folder = record.path.parent
+            try:
+                record.path.unlink(missing_ok=True)
+                shutil.rmtree(folder, ignore_errors=True)
+                _remove_if_empty(folder.parent)
+            except OSError as error:
+                raise PodError(f"{record.path}: cannot remove: {error.strerror}") from None
+            return record
+
+    def reap(self, record: PodRecord) -> list[ProcessInfo]:
+        """Give the memory of the pod's dead workers back; the slots reclaimed."""
+        with self._lock:
+            try:
+                return self._region(record.path, opening=False).reap()
+            except RegionError:
+                return []
+
+    def set_host_pid(self, record: PodRecord, process: ProcessInfo, host_pid: int) -> None:
+        with self._lock, suppress(RegionError):
+            self._region(record.path, opening=False).set_host_pid(process, host_pid)
+
+    def _existing(self, namespace: str, name: str) -> Region:
+        path = self._path(namespace, name)
+        if not path.exists():
+            raise PodNotFound(f"no pod {namespace}/{name}")
+        try:
+            return self._region(path)
+        except RegionError as error:
+            raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+
+    def _path(self, namespace: str, name: str) -> Path:
+        try:
+            return regions.region_path(self.base, namespace, name)
+        except ValueError as error:
+            raise PodError(str(error)) from None
+
+
+def _region_limits(uuid: str, wanted: Limits, present: DeviceInfo | None) -> tuple[int, int]:
+    """(memory bytes, compute hundredths) to store, from a request and the entry present."""
+    memory = wanted.memory if wanted.memory is not None else present.memory_limit if present else 0
+    if wanted.compute is None:
+        compute = present.compute_limit if present else 0
+    else:
+        compute = round(wanted.compute * COMPUTE_SCALE)
+        compute = 0 if compute >= 100 * COMPUTE_SCALE else compute
+    if not 0 <= compute <= regions.COMPUTE_UNLIMITED:
+        raise PodError(f"GPU {uuid}: bad compute limit {wanted.compute}")
+    return memory, compute
+
+
+def _folders(path: Path) -> list[str]:
+    try:
+        return [entry.name for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        regions.check_name("name", name)
+    except ValueError:
+        return False
+    return True
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with suppress(OSError):  # not empty, or gone
+        folder.rmdir()
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
