@@ -1,0 +1,181 @@
+"""End to end on the simulated GPU: workloads under the limiter in the daemon's pods."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from tests.hypervisor.conftest import Daemon, wait_for
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def _create(daemon: Daemon, name: str, **gpu: object) -> dict[str, Any]:
+    reply = daemon.api("POST", "/api/v1/pods", json={"name": name, "gpus": {"0": gpu}})
+    assert reply.status_code == 201, reply.text
+    document: dict[str, Any] = reply.json()
+    return document
+
+
+def _pod(daemon: Daemon, name: str) -> dict[str, Any]:
+    document: dict[str, Any] = daemon.http.get(f"/api/v1/pods/default/{name}").json()
+    return document
+
+
+def _workers(daemon: Daemon, pod: str) -> list[dict[str, Any]]:
+    workers: list[dict[str, Any]] = daemon.http.get("/api/v1/workers", params={"pod": pod}).json()
+    return workers
+
+
+def _gpu0(document: dict[str, Any]) -> dict[str, Any]:
+    """GPU 0's entry of a pod (by index) or of a worker (the GPU where it holds memory first)."""
+    if document["gpus"] and "index" not in document["gpus"][0]:
+        return max(document["gpus"], key=lambda gpu: gpu["memory_used"])
+    return next(gpu for gpu in document["gpus"] if gpu["index"] == 0)
+
+
+def test_a_worker_is_seen_everywhere_and_reclaimed_after_sigkill(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    _create(daemon, "train", memory="4GiB")
+    worker = daemon.workload("train", "--alloc", "1GiB", "--hold", "60")
+    workloads.append(worker)
+    found = wait_for(lambda: _workers(daemon, "train"), timeout=10)
+    (seen,) = found
+    assert seen["host_pid"] == worker.pid and seen["pid"] == worker.pid and seen["alive"]
+    assert "vgpu-sim-workload" in seen["command"] and "--alloc 1GiB" in seen["command"]
+    wait_for(lambda: _gpu0(_workers(daemon, "train")[0])["memory_used"] >= GiB, timeout=10)
+    used = _gpu0(_pod(daemon, "train"))["memory_used"]
+    assert used == GiB + 512 * MiB  # the allocation and the context
+
+    listing = daemon.cli("workers", "--json")
+    assert listing.returncode == 0, listing.stderr
+    assert [w["host_pid"] for w in json.loads(listing.stdout)] == [worker.pid]
+    table = daemon.cli("workers")
+    assert str(worker.pid) in table.stdout and "1.5 GiB" in table.stdout
+
+    metrics = daemon.http.get("/metrics").text
+    assert any(
+        line.startswith("tf_worker_memory_used_bytes{")
+        and f'pid="{worker.pid}"' in line
+        and float(line.rsplit(" ", 1)[1]) == used
+        for line in metrics.splitlines()
+    )
+
+    top = daemon.cli("top", "--interval", "0.2", stdin="q\n")
+    assert top.returncode == 0, top.stderr
+    assert "default/train" in top.stdout and str(worker.pid) in top.stdout
+
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    started = time.monotonic()
+    wait_for(lambda: _gpu0(_pod(daemon, "train"))["memory_used"] == 0, timeout=5)
+    assert time.monotonic() - started < 2.5
+    assert _workers(daemon, "train") == []
+
+
+def test_a_limit_changed_live_is_obeyed(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    _create(daemon, "live", compute=60)
+    worker = daemon.workload("live", "--kernels", "100000", "--kernel-us", "2000")
+    workloads.append(worker)
+
+    def utilization_near(target: float) -> bool:
+        value = _gpu0(_pod(daemon, "live"))["utilization"]
+        return value is not None and abs(value - target) <= 8
+
+    wait_for(lambda: utilization_near(60), timeout=10, step=0.2)
+    update = daemon.cli("pods", "update", "live", "--compute", "0=20")
+    assert update.returncode == 0, update.stderr
+    wait_for(lambda: utilization_near(20), timeout=10, step=0.2)
+
+    # Memory: the next allocation over a lowered limit fails.
+    assert daemon.cli("pods", "update", "live", "--mem", "0=1GiB").returncode == 0
+    second = daemon.workload("live", "--alloc", "1GiB")
+    workloads.append(second)
+    out, err = second.communicate(timeout=30)
+    assert second.returncode != 0
+    assert "OUT_OF_MEMORY" in out + err or "out of memory" in (out + err).lower()
+
+
+def test_deleting_a_pod_with_live_workers_needs_force(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    _create(daemon, "busy", memory="2GiB")
+    worker = daemon.workload("busy", "--alloc", "256MiB", "--hold", "60")
+    workloads.append(worker)
+    wait_for(lambda: _workers(daemon, "busy"), timeout=10)
+    refused = daemon.cli("pods", "delete", "busy")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: pod default/busy has 1 live worker(s)")
+    assert refused.stderr.count("\n") == 1
+    forced = daemon.cli("pods", "delete", "busy", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert not (daemon.base / "default" / "busy").exists()
+    assert worker.poll() is None  # the worker itself is left alone
+
+
+def test_a_standalone_limiter_pod_is_adopted(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    worker = daemon.workload("solo", "--alloc", "512MiB", "--hold", "60", namespace="lab")
+    workloads.append(worker)
+    pod = wait_for(lambda: daemon.http.get("/api/v1/pods/lab/solo").json().get("workers"), 10)
+    assert pod == 1
+    update = daemon.cli("pods", "update", "lab/solo", "--mem", "0=8GiB", "--json")
+    assert update.returncode == 0, update.stderr
+    assert _gpu0(json.loads(update.stdout))["memory_limit"] == 8 * GiB
+
+
+def test_a_restart_loses_nothing(daemon: Daemon, workloads: list[subprocess.Popen[str]]) -> None:
+    _create(daemon, "keep", memory="4GiB", compute=50)
+    worker = daemon.workload("keep", "--alloc", "1GiB", "--hold", "60")
+    workloads.append(worker)
+    wait_for(lambda: _gpu0(_pod(daemon, "keep"))["memory_used"] > GiB, timeout=10)
+    before = _pod(daemon, "keep")
+    token = daemon.token
+
+    assert daemon.stop() == 0
+    log = daemon.log_file.read_text()
+    assert "SIGTERM received" in log and log.rstrip().endswith("stopped")
+    daemon.start()
+
+    after = wait_for(lambda: _pod(daemon, "keep") if _pod(daemon, "keep")["workers"] else None)
+    assert after == before
+    assert daemon.token == token
+    (seen,) = _workers(daemon, "keep")
+    assert seen["host_pid"] == worker.pid and _gpu0(seen)["memory_used"] == GiB + 512 * MiB
+
+
+def test_a_corrupt_region_is_that_pods_error_only(daemon: Daemon) -> None:
+    _create(daemon, "good", memory="1GiB")
+    broken = daemon.base / "default" / "broken" / "shm"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"\x00" * 4096)
+    truncated = _create(daemon, "cut", memory="1GiB")
+    os.truncate(truncated["path"], 1000)
+
+    def errors() -> dict[str, str | None]:
+        return {p["name"]: p["error"] for p in daemon.http.get("/api/v1/pods").json()}
+
+    def both_broken() -> dict[str, str | None] | None:
+        found = errors()
+        return found if found.get("broken") and found.get("cut") else None
+
+    found = wait_for(both_broken)
+    assert found["good"] is None
+    assert "bad magic" in (found["broken"] or "") or "too small" in (found["broken"] or "")
+    assert "too small" in (found["cut"] or "") or "truncated" in (found["cut"] or "")
+    listing = daemon.cli("pods", "list")
+    assert listing.returncode == 0 and "default/broken" in listing.stdout
+    change = daemon.cli("pods", "update", "broken", "--mem", "0=2GiB")
+    assert change.returncode == 1 and "broken" in change.stderr
+    assert daemon.cli("pods", "update", "good", "--mem", "0=2GiB").returncode == 0
+    metrics = daemon.http.get("/metrics").text
+    assert "tf_pod_region_error{Hostname=" in metrics
+    assert any('pod="broken"' in line and line.endswith(" 1.0") for line in metrics.splitlines())
+    assert daemon.http.get("/readyz").status_code == 200
