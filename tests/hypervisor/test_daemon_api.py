@@ -1,7 +1,6 @@
 """The daemon's HTTP API against a live daemon on the simulated GPU."""
 
 import json
-import os
 import stat
 
 import pytest
@@ -28,7 +27,7 @@ def test_health_readiness_status_and_gpus(daemon: Daemon) -> None:
 def test_the_first_log_line_names_the_backend_and_the_token_is_private(daemon: Daemon) -> None:
     first = daemon.log_file.read_text().splitlines()[0]
     assert "GPU backend: simulated GPU (requested): 2 devices" in first
-    assert stat.S_IMODE(os.stat(daemon.token_file).st_mode) == 0o600
+    assert stat.S_IMODE(daemon.token_file.stat().st_mode) == 0o600
     assert len(daemon.token) >= 32
 
 
