@@ -1,0 +1,123 @@
+"""The daemon's life and the CLI's errors: signals, a failing task, listen addresses, no daemon."""
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.hypervisor.conftest import TF_HYPERVISOR, Daemon, clean_environment, wait_for
+
+
+def test_sigint_stops_cleanly(daemon: Daemon) -> None:
+    assert daemon.stop(signal.SIGINT) == 0
+    assert daemon.log_file.read_text().rstrip().endswith("stopped")
+
+
+def test_a_failing_task_is_logged_and_restarted(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path)
+    daemon.metrics_file.mkdir()  # the metrics file cannot be written
+    daemon.start()
+    try:
+        wait_for(lambda: "metrics file failed" in daemon.log_file.read_text(), timeout=10)
+        assert "restarting in" in daemon.log_file.read_text()
+        assert daemon.http.get("/healthz").status_code == 200
+        daemon.metrics_file.rmdir()  # fixed: the restarted task writes
+        wait_for(lambda: daemon.metrics_file.is_file(), timeout=10)
+        assert daemon.http.get("/readyz").json()["checks"]["tasks"] == "ok"
+    finally:
+        daemon.close()
+
+
+def test_unix_socket(tmp_path: Path) -> None:
+    socket_path = tmp_path / "api.sock"
+    daemon = Daemon(tmp_path, extra=("--listen", f"unix:{socket_path}"))
+    daemon.http = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(socket_path)), base_url="http://daemon"
+    )
+    daemon.start()
+    try:
+        listing = subprocess.run(
+            [*TF_HYPERVISOR, "gpus", "--json", "--listen", f"unix:{socket_path}"],
+            env=daemon.environment,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert listing.returncode == 0, listing.stderr
+        assert len(json.loads(listing.stdout)) == 2
+    finally:
+        assert daemon.stop() == 0
+        daemon.close()
+    assert not socket_path.exists()
+
+
+def _client(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TF_HYPERVISOR, *args],
+        env=clean_environment() | extra,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "extra", "code", "words"),
+    [
+        (("status", "--listen", "127.0.0.1:1"), {}, 1, "cannot reach the daemon at 127.0.0.1:1"),
+        (("gpus",), {"API_LISTEN_ADDR": "127.0.0.1:1"}, 1, "cannot reach the daemon"),
+        (("status", "--listen", "nowhere"), {}, 2, "--listen=nowhere"),
+        (
+            ("pods", "create", "p", "--mem", "0=1GiB", "--token-file", "/nonexistent/token"),
+            {},
+            1,
+            "cannot read the API token /nonexistent/token",
+        ),
+        (("pods", "create", "p"), {}, 2, "give at least one --mem or --compute"),
+        (("pods", "create", "p", "--mem", "1GiB"), {}, 2, "expected GPU=VALUE"),
+        (("pods", "create", "a/p", "-n", "b", "--mem", "0=1G"), {}, 2, "disagree"),
+        (("shm", "show", "default/none", "--shm-base-path", "/nonexistent"), {}, 1, "no such pod"),
+    ],
+)
+def test_cli_errors_are_one_line(
+    args: tuple[str, ...], extra: dict[str, str], code: int, words: str
+) -> None:
+    result = _client(*args, **extra)
+    assert result.returncode == code, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert words in result.stderr
+
+
+def test_daemon_start_errors(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    result = _client(
+        "daemon",
+        "--simulate",
+        "--sim-state",
+        str(tmp_path / "state"),
+        "--token-file",
+        str(blocked / "token"),
+        "--shm-base-path",
+        str(tmp_path / "shm"),
+    )
+    assert result.returncode == 1
+    assert "cannot create the API token file" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: ")
+
+
+def test_shm_show_reads_a_region_without_the_daemon(daemon: Daemon) -> None:
+    body = {"name": "s", "gpus": {"0": {"memory": "2GiB", "compute": 40}}}
+    assert daemon.api("POST", "/api/v1/pods", json=body).status_code == 201
+    daemon.stop()
+    shown = _client("shm", "show", "s", "--shm-base-path", str(daemon.base), "--json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    (device,) = report["devices"]
+    assert device["memory_limit"] == 2 << 30
+    table = _client("shm", "show", "default/s", "--shm-base-path", str(daemon.base))
+    assert table.returncode == 0 and "default/s" in table.stdout and "40" in table.stdout
