@@ -25,7 +25,7 @@ def test_a_failing_task_is_logged_and_restarted(tmp_path: Path) -> None:
         assert "restarting in" in daemon.log_file.read_text()
         assert daemon.http.get("/healthz").status_code == 200
         daemon.metrics_file.rmdir()  # fixed: the restarted task writes
-        wait_for(lambda: daemon.metrics_file.is_file(), timeout=10)
+        wait_for(daemon.metrics_file.is_file, timeout=10)
         assert daemon.http.get("/readyz").json()["checks"]["tasks"] == "ok"
     finally:
         daemon.close()

@@ -9,7 +9,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from importlib.metadata import version as distribution_version
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +16,7 @@ import typer
 from rich.console import Console
 from vgpu_common.cli import fail
 
+from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client import API, Client, ClientError
 from vgpu_hypervisor.display import gpu_table, pod_table, worker_table
 from vgpu_hypervisor.settings import Settings, SettingsError, load_settings
@@ -157,7 +157,7 @@ def top(
 @app.command()
 def version() -> None:
     """Print the installed version."""
-    print(distribution_version("vgpu-hypervisor"))
+    print(package_version())
 
 
 # --- pods ------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from importlib.metadata import version as distribution_version
 
 import uvicorn
 
+from vgpu_hypervisor import package_version
 from vgpu_hypervisor.api import ApiContext, create_app, read_or_create_token
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
 from vgpu_hypervisor.metrics import MetricsFile, influx_lines
@@ -140,7 +140,7 @@ class Daemon:
             node=node,
             backend=observer.backend,
             token=token,
-            version=distribution_version("vgpu-hypervisor"),
+            version=package_version(),
             shm_base_path=settings.shm_base_path,
             started=time.time(),
             running=lambda: not self._failing,
