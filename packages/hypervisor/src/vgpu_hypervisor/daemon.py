@@ -79,8 +79,10 @@ def _listen_socket(settings: Settings) -> socket.socket:
         else:
             assert isinstance(address, TcpAddress)
             infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
-            family, _, _, _, sockaddr = infos[0]
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            family, kind, protocol, _, sockaddr = infos[0]
+            # The protocol must say TCP: asyncio sets TCP_NODELAY on accepted sockets only
+            # then, and without it every keep-alive reply waits ~40 ms for a delayed ACK.
+            sock = socket.socket(family, kind, protocol or socket.IPPROTO_TCP)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(sockaddr)
     except OSError as error:
