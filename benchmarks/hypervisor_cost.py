@@ -44,6 +44,76 @@ def _emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+def _start_workers(
+    root: Path, environment: dict[str, str], gpus: int, pods: int, count: int
+) -> list[subprocess.Popen[bytes]]:
+    workers: list[subprocess.Popen[bytes]] = []
+    base = {k: v for k, v in environment.items() if k != "VGPU_SIM_DEVICES"}
+    worker_env = base | sim.environment(state=root / "node.state", base=base)
+    worker_env |= {
+        "LD_PRELOAD": str(library_path()),
+        "SHM_BASE_PATH": str(root / "shm"),
+        "VGPU_SIM_DEVICES": str(gpus),
+    }
+    for number in range(count):
+        pod = number % pods
+        env = worker_env | {
+            "POD_NAME": f"pod-{pod}",
+            "POD_NAMESPACE": f"team-{pod % 4}",
+            "CUDA_VISIBLE_DEVICES": str(pod % gpus),
+        }
+        command = [str(sim.workload_path()), "--alloc", "256MiB"]
+        command += ["--kernels", "1000000", "--kernel-us", "2000"]
+        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL))
+    return workers
+
+
+def _measure_load(http: httpx.Client, process: psutil.Process, rate: float, seconds: float) -> None:
+    paths = [
+        "/api/v1/status",
+        "/api/v1/gpus",
+        "/api/v1/pods",
+        "/api/v1/pods/team-1/pod-1",
+        "/api/v1/workers",
+        "/metrics",
+    ]
+    latencies: dict[str, list[float]] = {path: [] for path in paths}
+    period = 1 / rate
+    count = int(rate * seconds)
+    started, cpu = time.monotonic(), _cpu(process)
+    late = 0
+    for number in range(count):
+        due = started + number * period
+        now = time.monotonic()
+        if now < due:
+            time.sleep(due - now)
+        elif now - due > period:
+            late += 1
+        path = paths[number % len(paths)]
+        sent = time.perf_counter()
+        http.get(path).raise_for_status()
+        latencies[path].append(time.perf_counter() - sent)
+    elapsed = time.monotonic() - started
+    share = (_cpu(process) - cpu) / elapsed
+    every = sorted(value for values in latencies.values() for value in values)
+
+    def quantile(values: list[float], q: float) -> float:
+        return round(1000 * values[min(len(values) - 1, int(q * len(values)))], 3)
+
+    _emit(
+        measure="api_latency",
+        rate_per_s=round(count / elapsed, 1),
+        requests=count,
+        late_sends=late,
+        p50_ms=quantile(every, 0.50),
+        p99_ms=quantile(every, 0.99),
+        max_ms=round(1000 * every[-1], 3),
+        p99_ms_by_path={path: quantile(sorted(v), 0.99) for path, v in latencies.items()},
+        mean_ms=round(1000 * statistics.fmean(every), 3),
+        daemon_cpu_share_of_one_core=round(share, 4),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=8)
@@ -104,25 +174,7 @@ def main() -> None:
             }
             http.post("/api/v1/pods", json=body, headers=auth).raise_for_status()
 
-        base = {k: v for k, v in environment.items() if k != "VGPU_SIM_DEVICES"}
-        worker_env = base | sim.environment(state=root / "node.state", base=base)
-        worker_env |= {
-            "LD_PRELOAD": str(library_path()),
-            "SHM_BASE_PATH": str(root / "shm"),
-            "VGPU_SIM_DEVICES": str(args.gpus),
-        }
-        for number in range(args.workers):
-            pod = number % args.pods
-            env = worker_env | {
-                "POD_NAME": f"pod-{pod}",
-                "POD_NAMESPACE": f"team-{pod % 4}",
-                "CUDA_VISIBLE_DEVICES": str(pod % args.gpus),
-            }
-            command = [str(sim.workload_path()), "--alloc", "256MiB"]
-            command += ["--kernels", "1000000", "--kernel-us", "2000"]
-            workers.append(
-                subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)  # noqa: S603
-            )
+        workers.extend(_start_workers(root, environment, args.gpus, args.pods, args.workers))
         deadline = time.monotonic() + 60
         while len(http.get("/api/v1/workers").json()) < args.workers:
             if time.monotonic() > deadline:
@@ -143,49 +195,7 @@ def main() -> None:
             cpu_share_of_one_core=round(share, 4),
         )
 
-        paths = [
-            "/api/v1/status",
-            "/api/v1/gpus",
-            "/api/v1/pods",
-            "/api/v1/pods/team-1/pod-1",
-            "/api/v1/workers",
-            "/metrics",
-        ]
-        latencies: dict[str, list[float]] = {path: [] for path in paths}
-        period = 1 / args.rate
-        count = int(args.rate * args.load_seconds)
-        started, cpu = time.monotonic(), _cpu(process)
-        late = 0
-        for number in range(count):
-            due = started + number * period
-            now = time.monotonic()
-            if now < due:
-                time.sleep(due - now)
-            elif now - due > period:
-                late += 1
-            path = paths[number % len(paths)]
-            sent = time.perf_counter()
-            http.get(path).raise_for_status()
-            latencies[path].append(time.perf_counter() - sent)
-        elapsed = time.monotonic() - started
-        share = (_cpu(process) - cpu) / elapsed
-        every = sorted(value for values in latencies.values() for value in values)
-
-        def quantile(values: list[float], q: float) -> float:
-            return round(1000 * values[min(len(values) - 1, int(q * len(values)))], 3)
-
-        _emit(
-            measure="api_latency",
-            rate_per_s=round(count / elapsed, 1),
-            requests=count,
-            late_sends=late,
-            p50_ms=quantile(every, 0.50),
-            p99_ms=quantile(every, 0.99),
-            max_ms=round(1000 * every[-1], 3),
-            p99_ms_by_path={path: quantile(sorted(v), 0.99) for path, v in latencies.items()},
-            mean_ms=round(1000 * statistics.fmean(every), 3),
-            daemon_cpu_share_of_one_core=round(share, 4),
-        )
+        _measure_load(http, process, args.rate, args.load_seconds)
     finally:
         for worker in workers:
             worker.kill()
