@@ -1,41 +1,62 @@
 #!/usr/bin/env bash
-# The main job. Until the node daemon lands this shows the pieces that exist: the add-path
-# preload library, and a program on the simulated GPU seen from NVML by another process.
+# The main job: the tf-hypervisor node daemon, on the NVIDIA driver or (where there is none) on
+# the simulated GPU, with a short tour: a pod created through the CLI, a program running in it
+# under the limiter, and what the daemon sees. The daemon then keeps running until Ctrl-C
+# (RUN_TOUR_ONLY=1 stops it after the tour).
+#
+# Its files live under .run/ in the checkout (regions, token, metrics, log, simulated node);
+# the usual variables and flags override them (tf-hypervisor config show lists them all).
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 uv sync --locked --quiet
 bin="$VGPU_ROOT/.venv/bin"
+run="$VGPU_ROOT/.run"
+mkdir -p "$run"
+export SHM_BASE_PATH="${SHM_BASE_PATH:-$run/shm}"
+export API_LISTEN_ADDR="${API_LISTEN_ADDR:-127.0.0.1:8080}"
+export TF_HYPERVISOR_TOKEN_FILE="${TF_HYPERVISOR_TOKEN_FILE:-$run/hypervisor.token}"
+export GPU_METRICS_FILE="${GPU_METRICS_FILE:-$run/metrics.influx}"
+export VGPU_SIM_STATE="${VGPU_SIM_STATE:-$run/sim-node.state}"
+export VGPU_SIM_DEVICES="${VGPU_SIM_DEVICES:-2}"
+tfh="$bin/tf-hypervisor"
+log="$run/daemon.log"
 
-echo "== libadd_path.so: $("$bin/tf-add-path" path)"
-echo "-- a shell started with TF_PREPEND_PATH=/opt/a TF_PATH=/opt/b (LD_BIND_NOW=1):"
-LD_BIND_NOW=1 LD_PRELOAD=$("$bin/tf-add-path" path) TF_PREPEND_PATH=/opt/a TF_PATH=/opt/b \
-    sh -c 'echo "PATH=$PATH"'
-echo "-- tf-add-path exec --prepend PATH=/opt/vgpu/bin --append LD_LIBRARY_PATH=/opt/vgpu/lib:"
-"$bin/tf-add-path" exec --prepend PATH=/opt/vgpu/bin --append LD_LIBRARY_PATH=/opt/vgpu/lib -- \
-    sh -c 'echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
+echo "== tf-hypervisor daemon (log: $log)"
+"$tfh" daemon --log-path "$log" "$@" &
+daemon=$!
+trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null' EXIT
+for _ in $(seq 100); do
+    "$tfh" status >/dev/null 2>&1 && break
+    kill -0 "$daemon" 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 0.2
+done
+"$tfh" status
 
-echo "== the simulated GPU (a node of two 80 GiB devices in a fresh state file)"
-state=$(mktemp -d)/node.state
-sim=("$bin/tf-limiter" sim)
-echo "-- a workload: 3 GiB, 100 kernels of 10 ms through cuGetProcAddress_v2:"
-"${sim[@]}" workload --state "$state" --path procaddress --alloc 3GiB --kernels 100 --kernel-us 10000
-echo "-- NVML from another process while a workload holds 6 GiB on device 1:"
-"${sim[@]}" workload --state "$state" --device 1 --alloc 6GiB --kernels 50 --kernel-us 20000 \
-    --hold 5 >/dev/null &
-holder=$!
-sleep 1.5
-"${sim[@]}" run --state "$state" -- "$bin/python" - <<'PY'
-import pynvml
+echo "== a pod: 4 GiB and 30 % of GPU 0"
+"$tfh" pods delete demo --force >/dev/null 2>&1 || true
+"$tfh" pods create demo --mem 0=4GiB --compute 0=30
 
-pynvml.nvmlInit()
-for index in range(pynvml.nvmlDeviceGetCount()):
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-    busy = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
-    print(f"GPU {index} {pynvml.nvmlDeviceGetName(handle)} {pynvml.nvmlDeviceGetUUID(handle)}: "
-          f"{memory.used >> 20} / {memory.total >> 20} MiB used, {busy} % busy")
-    for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-        print(f"    pid {process.pid}: {process.usedGpuMemory >> 20} MiB")
-PY
-kill "$holder" 2>/dev/null || true
-wait "$holder" 2>/dev/null || true
-rm -rf "$(dirname "$state")"
+if "$tfh" status --json | grep -q '"backend": "simulated"'; then
+    echo "== a program in the pod: 1 GiB and 2 ms kernels on the simulated GPU, paced to 30 %"
+    "$bin/tf-limiter" sim run --state "$VGPU_SIM_STATE" -- \
+        "$bin/tf-limiter" run --pod demo -- \
+        "$("$bin/python" -c 'from vgpu_limiter import sim; print(sim.workload_path())')" \
+        --alloc 1GiB --kernels 3000 --kernel-us 2000 >/dev/null &
+    worker=$!
+    sleep 3
+    "$tfh" workers
+    "$tfh" pods list
+    echo "== /metrics (the pod's series)"
+    "$bin/python" -c 'import httpx, sys; print(httpx.get(sys.argv[1]).text, end="")' \
+        "http://$API_LISTEN_ADDR/metrics" | grep '^tf_pod_' || true
+    kill "$worker" 2>/dev/null || true
+    wait "$worker" 2>/dev/null || true
+else
+    echo "== run a CUDA program in the pod with: SHM_BASE_PATH=$SHM_BASE_PATH $bin/tf-limiter run --pod demo -- PROGRAM"
+fi
+
+if [ "${RUN_TOUR_ONLY:-0}" = 1 ]; then
+    exit 0
+fi
+echo "== the daemon runs until Ctrl-C; in another shell (same variables): $tfh top"
+echo "   export SHM_BASE_PATH=$SHM_BASE_PATH API_LISTEN_ADDR=$API_LISTEN_ADDR TF_HYPERVISOR_TOKEN_FILE=$TF_HYPERVISOR_TOKEN_FILE"
+wait "$daemon"
