@@ -198,7 +198,7 @@ def influx_lines(view: NodeView, node: str = HOSTNAME) -> list[str]:
             fields = {"memory_bytes": share.memory_used}
             if share.utilization is not None:
                 fields["compute_percentage"] = float(share.utilization)
-            total = totals.get(share.uuid)
+            total = totals.get(share.uuid.lower())
             if total:
                 fields["memory_percentage"] = 100.0 * share.memory_used / total
             tags = {

@@ -1,0 +1,95 @@
+"""Influx lines and the rotated metrics file; request parsing."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from vgpu_hypervisor import models
+from vgpu_hypervisor.metrics import MetricsFile, influx_lines
+from vgpu_hypervisor.node import NodeView
+
+UUID = "GPU-5157a1e0-0000-4000-8000-000000000001"
+
+
+def _view() -> NodeView:
+    gpu = models.Gpu(
+        index=0,
+        uuid=UUID,
+        name="NVIDIA H100 80GB HBM3",
+        memory_total=80 << 30,
+        memory_used=20 << 30,
+        utilization=None,
+        memory_utilization=None,
+        temperature_c=40,
+        power_draw_w=None,
+        sm_clock_mhz=1980,
+        pods=1,
+        workers=0,
+    )
+    pod = models.Pod(
+        namespace="team a",
+        name="p,1",
+        path="/x",
+        created=None,
+        error=None,
+        gpus=[
+            models.PodGpu(
+                uuid=UUID,
+                index=0,
+                memory_limit=None,
+                memory_used=8 << 30,
+                compute_limit=None,
+                utilization=None,
+            )
+        ],
+        workers=0,
+    )
+    return NodeView(taken_at=1_700_000_000.5, snapshot=None, gpus=(gpu,), pods=(pod,))
+
+
+def test_influx_lines_escape_tags_and_leave_out_what_is_missing() -> None:
+    gpu_line, worker_line = influx_lines(_view(), node="node 1")
+    assert gpu_line == (
+        f"tf_gpu_usage,uuid={UUID},node=node\\ 1 memory_bytes={20 << 30}i,"
+        "memory_percentage=25.0,temperature=40.0,sm_clock_mhz=1980.0 1700000000500000000\n"
+    )
+    assert worker_line.startswith(
+        f"tf_worker_usage,uuid={UUID},node=node\\ 1,namespace=team\\ a,worker=p\\,1,workload=p\\,1 "
+    )
+    assert f"memory_bytes={8 << 30}i" in worker_line and "compute_percentage" not in worker_line
+    assert "memory_percentage=10.0" in worker_line
+
+
+def test_the_metrics_file_rotates(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "metrics.influx"
+    metrics = MetricsFile(path, rotate_bytes=100)
+    metrics.write(["a" * 60 + "\n"])
+    metrics.write(["b" * 30 + "\n"])
+    assert path.read_text() == "a" * 60 + "\n" + "b" * 30 + "\n"
+    metrics.write(["c" * 30 + "\n"])  # would pass 100 bytes: rotate first
+    assert path.read_text() == "c" * 30 + "\n"
+    assert path.with_name("metrics.influx.1").read_text().startswith("a" * 60)
+    metrics.write([])
+    assert path.read_text() == "c" * 30 + "\n"
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [(None, None), (0, 0), ("none", 0), ("4GiB", 4 << 30), (1024, 1024), ("1.5KiB", 1536)],
+)
+def test_memory_values(memory: object, expected: int | None) -> None:
+    assert models.GpuLimitsRequest(memory=memory).memory == expected
+
+
+@given(st.one_of(st.text(max_size=20), st.floats(), st.integers(), st.booleans(), st.none()))
+def test_compute_values_are_a_percentage_or_an_error(value: object) -> None:
+    try:
+        parsed = models.GpuLimitsRequest(compute=value).compute
+    except ValidationError as error:
+        (problem,) = error.errors()
+        assert "percentage" in problem["msg"]
+        return
+    assert parsed is None or 0.01 <= parsed <= 100
