@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
 from vgpu_hypervisor import models
 from vgpu_hypervisor.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.node import NodeView
@@ -81,13 +80,13 @@ def test_the_metrics_file_rotates(tmp_path: Path) -> None:
     [(None, None), (0, 0), ("none", 0), ("4GiB", 4 << 30), (1024, 1024), ("1.5KiB", 1536)],
 )
 def test_memory_values(memory: object, expected: int | None) -> None:
-    assert models.GpuLimitsRequest(memory=memory).memory == expected
+    assert models.GpuLimitsRequest.model_validate({"memory": memory}).memory == expected
 
 
 @given(st.one_of(st.text(max_size=20), st.floats(), st.integers(), st.booleans(), st.none()))
 def test_compute_values_are_a_percentage_or_an_error(value: object) -> None:
     try:
-        parsed = models.GpuLimitsRequest(compute=value).compute
+        parsed = models.GpuLimitsRequest.model_validate({"compute": value}).compute
     except ValidationError as error:
         (problem,) = error.errors()
         assert "percentage" in problem["msg"]
