@@ -1,8 +1,14 @@
 """The daemon's life and the CLI's errors: signals, a failing task, listen addresses, no daemon."""
 
 import json
+import os
+import pty
+import select
 import signal
 import subprocess
+import sys
+import termios
+import time
 from pathlib import Path
 
 import httpx
@@ -121,3 +127,27 @@ def test_shm_show_reads_a_region_without_the_daemon(daemon: Daemon) -> None:
     assert device["memory_limit"] == 2 << 30
     table = _client("shm", "show", "default/s", "--shm-base-path", str(daemon.base))
     assert table.returncode == 0 and "default/s" in table.stdout and "40" in table.stdout
+
+
+@pytest.mark.parametrize("key", [b"q", b"\x03"])
+def test_top_in_a_terminal_quits_on_q_and_ctrl_c(daemon: Daemon, key: bytes) -> None:
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: top on the pty
+        os.execve(
+            sys.executable,
+            [*TF_HYPERVISOR, "top", "--interval", "0.2", *daemon.flags],
+            daemon.environment,
+        )
+    shown = b""
+    deadline = time.monotonic() + 20
+    while b"Pods" not in shown or shown.count(b"tf-hypervisor") < 2:
+        assert time.monotonic() < deadline, shown
+        ready, _, _ = select.select([terminal], [], [], 0.1)
+        if ready:
+            shown += os.read(terminal, 65536)
+    assert not termios.tcgetattr(terminal)[3] & termios.ICANON  # keys arrive one by one
+    os.write(terminal, key)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert termios.tcgetattr(terminal)[3] & termios.ICANON  # the terminal is restored
+    os.close(terminal)
