@@ -7,7 +7,10 @@ import subprocess
 import time
 from typing import Any
 
-from tests.hypervisor.conftest import Daemon, wait_for
+import psutil
+import pytest
+
+from tests.hypervisor.conftest import WORKLOAD, Daemon, wait_for
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -179,3 +182,37 @@ def test_a_corrupt_region_is_that_pods_error_only(daemon: Daemon) -> None:
     assert "tf_pod_region_error{Hostname=" in metrics
     assert any('pod="broken"' in line and line.endswith(" 1.0") for line in metrics.splitlines())
     assert daemon.http.get("/readyz").status_code == 200
+
+
+def _unshare_works() -> bool:
+    try:
+        probe = subprocess.run(
+            ["unshare", "--pid", "--fork", "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="cannot create a pid namespace here")
+def test_a_worker_in_another_pid_namespace_gets_its_host_pid(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    _create(daemon, "boxed", memory="2GiB")
+    environment = daemon.workload_environment("boxed")
+    boxed = subprocess.Popen(
+        ["unshare", "--pid", "--fork", WORKLOAD, "--alloc", "256MiB", "--hold", "60"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    workloads.append(boxed)
+    seen = wait_for(lambda: [w for w in _workers(daemon, "boxed") if w["host_pid"]], timeout=10)
+    (worker,) = seen
+    assert worker["pid"] == 1  # as it sees itself
+    host = psutil.Process(worker["host_pid"])
+    assert host.ppid() == boxed.pid and "vgpu-sim-workload" in host.cmdline()[0]
+    assert worker["alive"] and "--alloc 256MiB" in worker["command"]
+    host.kill()
+    wait_for(lambda: _gpu0(_pod(daemon, "boxed"))["memory_used"] == 0, timeout=5)

@@ -74,11 +74,11 @@ class Node:
             return record
         if self.store.reap(record):
             record = self.store.get(record.namespace, record.name)
+        found = self._host_pids.resolve(list(record.processes))
         for process in record.processes:
-            if process.host_pid <= 0:
-                host_pid = self._host_pids.find(process)
-                if host_pid is not None:
-                    self.store.set_host_pid(record, process, host_pid)
+            host_pid = found.get((process.pid, process.pid_namespace, process.start_time))
+            if host_pid is not None:
+                self.store.set_host_pid(record, process, host_pid)
         return record
 
     # Building the documents
@@ -109,7 +109,7 @@ class Node:
         return NodeView(time.time(), snapshot, gpus, tuple(pods), tuple(workers))
 
     def _worker(self, record: PodRecord, process: ProcessInfo) -> models.Worker:
-        host_pid = process.host_pid if process.host_pid > 0 else self._host_pids.find(process)
+        host_pid = self._host_pids.lookup(process)
         facts = self._processes.facts(host_pid, process.start_time)
         return models.Worker(
             namespace=record.namespace,

@@ -39,39 +39,70 @@ def _ns_pids(pid: int) -> list[int]:
     return []
 
 
+Identity = tuple[int, int, int]  # (pid, pid namespace inode, start time) of a slot
+
+
+def _identity(process: ProcessInfo) -> Identity:
+    return (process.pid, process.pid_namespace, process.start_time)
+
+
 @dataclass
 class HostPids:
-    """Finds the host pid of workers; remembers failures for a while (a /proc walk is not free)."""
+    """Host pids of workers. Workers of the daemon's own pid namespace need no search; the
+    others are looked up in one /proc walk per pass at most, and one not found is looked for
+    again after a while (a walk reads every process's status)."""
 
-    _missed: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    _found: dict[Identity, int] = field(default_factory=dict)
+    _missed: dict[Identity, float] = field(default_factory=dict)
 
-    def find(self, process: ProcessInfo) -> int | None:
+    def lookup(self, process: ProcessInfo) -> int | None:
+        """The host pid if known, without searching."""
         if process.host_pid > 0:
             return process.host_pid
         if process.pid_namespace == own_pid_namespace():
             return process.pid
-        identity = (process.pid, process.pid_namespace, process.start_time)
-        now = time.monotonic()
-        if now - self._missed.get(identity, -_RETRY_S) < _RETRY_S:
-            return None
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            candidate = int(entry.name)
-            pids = _ns_pids(candidate)
-            if (
-                pids
-                and pids[-1] == process.pid
-                and _pid_namespace(candidate) == (process.pid_namespace)
-            ):
-                self._missed.pop(identity, None)
-                return candidate
-        self._missed[identity] = now
-        return None
+        return self._found.get(_identity(process))
 
-    def forget_except(self, identities: set[tuple[int, int, int]]) -> None:
-        for identity in set(self._missed) - identities:
-            del self._missed[identity]
+    def resolve(self, processes: list[ProcessInfo]) -> dict[Identity, int]:
+        """Host pids of ``processes`` whose slot has none yet (searching when due)."""
+        now = time.monotonic()
+        wanted = [
+            p
+            for p in processes
+            if self.lookup(p) is None
+            and now - self._missed.get(_identity(p), -_RETRY_S) >= _RETRY_S
+        ]
+        if wanted:
+            namespaces = {p.pid_namespace for p in wanted}
+            table = _walk_proc(namespaces)
+            for process in wanted:
+                host_pid = table.get((process.pid_namespace, process.pid))
+                if host_pid is None:
+                    self._missed[_identity(process)] = now
+                else:
+                    self._found[_identity(process)] = host_pid
+                    self._missed.pop(_identity(process), None)
+        return {_identity(p): pid for p in processes if p.host_pid <= 0 and (pid := self.lookup(p))}
+
+    def forget_except(self, identities: set[Identity]) -> None:
+        for table in (self._found, self._missed):
+            for identity in set(table) - identities:
+                del table[identity]
+
+
+def _walk_proc(namespaces: set[int]) -> dict[tuple[int, int], int]:
+    """(pid namespace inode, pid inside it) → host pid, for processes of those namespaces."""
+    table: dict[tuple[int, int], int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        host_pid = int(entry.name)
+        namespace = _pid_namespace(host_pid)
+        if namespace in namespaces:
+            pids = _ns_pids(host_pid)
+            if pids:
+                table[(namespace, pids[-1])] = host_pid
+    return table
 
 
 @dataclass(frozen=True, slots=True)
