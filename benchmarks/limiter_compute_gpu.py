@@ -197,18 +197,29 @@ def pods(node: Node, seconds: int, kind: str) -> None:
         )
 
 
-def cost(node: Node, seconds: int, rounds: int, kinds: list[str]) -> None:
+def cost(
+    node: Node, seconds: int, rounds: int, kinds: list[str], control: str | None = None
+) -> None:
+    """Throughput with the library (no limit, and limit 100) against none; with ``control``,
+    also against another preloaded library without CUDA hooks, which separates what any
+    preload costs from what the hooks cost."""
     for kind in kinds:
         samples: dict[str, list[float]] = {"none": [], "library": [], "limit_100": []}
+        if control is not None:
+            samples["control"] = []
         for _ in range(rounds):
             for name, values in samples.items():  # alternating: drift hits every case alike
-                env = (
-                    node.plain
-                    if name == "none"
-                    else node.pod_env(100 if name == "limit_100" else None)
-                )
+                if name == "none":
+                    env = node.plain
+                elif name == "control":
+                    env = node.plain | {"LD_PRELOAD": str(control)}
+                else:
+                    env = node.pod_env(100 if name == "limit_100" else None)
                 values.append(statistics.mean(run(kind, seconds, env)[1:]))
         medians = {k: statistics.median(v) for k, v in samples.items()}
+        extra = {}
+        if control is not None:
+            extra["ratio_control_preload"] = round(medians["control"] / medians["none"], 4)
         print(
             json.dumps(
                 {
@@ -217,6 +228,7 @@ def cost(node: Node, seconds: int, rounds: int, kinds: list[str]) -> None:
                     "rounds": rounds,
                     "ratio_library": round(medians["library"] / medians["none"], 4),
                     "ratio_limit_100": round(medians["limit_100"] / medians["none"], 4),
+                    **extra,
                     "per_second": {k: round(v, 1) for k, v in medians.items()},
                 }
             ),
@@ -233,6 +245,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cost-kinds", nargs="*", default=["tiny", "matmul"])
+    parser.add_argument(
+        "--control-preload", help="cost: also preload this library (no CUDA hooks) alone"
+    )
     args = parser.parse_args()
     node = Node(str(Path(args.library).resolve()))
     if "single" in args.only:
@@ -240,7 +255,7 @@ def main() -> None:
     if "pods" in args.only:
         pods(node, args.seconds, "matmul")
     if "cost" in args.only:
-        cost(node, max(3, args.seconds // 2), args.rounds, args.cost_kinds)
+        cost(node, max(3, args.seconds // 2), args.rounds, args.cost_kinds, args.control_preload)
 
 
 if __name__ == "__main__":
