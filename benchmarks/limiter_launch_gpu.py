@@ -1,0 +1,117 @@
+"""Cost of the limiter on the kernel launch path, on a real GPU, without Python in the loop.
+
+Builds benchmarks/launch_loop.c against the machine's libcuda.so.1 (our own declarations, no
+toolkit) and runs it in alternating rounds: no preload, the library with no compute limit, the
+library with a limit of 100, and (with --control) another preload library without CUDA hooks.
+Prints one JSON line: per case the median over rounds of the mean time per launch (bound by the
+GPU's rate for empty kernels) and of the median host time of one cuLaunchKernel call (where
+the hooks' own cost shows), with differences and ratios to no preload.
+Usage: python benchmarks/limiter_launch_gpu.py --library libcuda_limiter.so [--control X.so]
+       [--rounds 9] [--launches 200000] [--batch 64]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE.parent / "packages" / "limiter" / "csrc" / "include"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--library", required=True)
+    parser.add_argument("--control")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--repeat-library",
+        action="store_true",
+        help="run the no-limit library case twice a round, last too (to see order effects)",
+    )
+    parser.add_argument("--launches", type=int, default=200000)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=64,
+        help="launches between synchronizes; well under the launch queue's depth, so that a "
+        "call's time is the host's work and not a wait for room in the queue",
+    )
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="vgpu-launch-"))
+    program = work / "launch_loop"
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-std=c11",
+            f"-I{INCLUDE}",
+            str(HERE / "launch_loop.c"),
+            "-o",
+            str(program),
+            "-l:libcuda.so.1",
+        ],
+        check=True,
+    )
+    plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    library = str(Path(args.library).resolve())
+    cases = {
+        "none": plain,
+        "library": plain | {"LD_PRELOAD": library, "SHM_PATH": str(work / "pod-a")},
+        "limit_100": plain
+        | {
+            "LD_PRELOAD": library,
+            "SHM_PATH": str(work / "pod-b"),
+            "TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 100}',
+        },
+    }
+    if args.control:
+        cases["control"] = plain | {"LD_PRELOAD": str(Path(args.control).resolve())}
+    if args.repeat_library:
+        cases["library_last"] = cases["library"] | {"SHM_PATH": str(work / "pod-c")}
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    calls: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, env in cases.items():  # alternating: drift hits every case alike
+            out = subprocess.run(
+                [str(program), str(args.launches), str(args.batch)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            report = json.loads(out)
+            samples[name].append(report["ns_per_launch"])
+            calls[name].append(report["call_ns_median"])
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    call_medians = {name: statistics.median(values) for name, values in calls.items()}
+    print(
+        json.dumps(
+            {
+                "measure": "launch_cost",
+                "rounds": args.rounds,
+                "launches": args.launches,
+                "ns_per_launch": {k: round(v, 1) for k, v in medians.items()},
+                "added_ns": {
+                    k: round(v - medians["none"], 1) for k, v in medians.items() if k != "none"
+                },
+                "call_ns_median": {k: round(v, 1) for k, v in call_medians.items()},
+                "call_added_ns": {
+                    k: round(v - call_medians["none"], 1)
+                    for k, v in call_medians.items()
+                    if k != "none"
+                },
+                "throughput_ratio": {
+                    k: round(medians["none"] / v, 4) for k, v in medians.items() if k != "none"
+                },
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
