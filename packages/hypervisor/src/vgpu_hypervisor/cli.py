@@ -216,6 +216,11 @@ def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, d
     return gpus
 
 
+def _change(flags: Mapping[str, object], method: str, path: str, **request: Any) -> Any:
+    """A request that changes something: it carries the token."""
+    return _call(flags, lambda c: c.request(method, path, authorized=True, **request))
+
+
 def _pods(document: Any) -> Any:
     return pod_table(document if isinstance(document, list) else [document])
 
@@ -244,8 +249,7 @@ def pods_create(
     """Create a pod with memory and compute limits per GPU."""
     namespace, name = _pod_name(pod, namespace)
     body = {"namespace": namespace, "name": name, "gpus": _gpu_limits(mem, compute)}
-    document = _call(flags, lambda c: c.request("POST", f"{API}/pods", body=body, authorized=True))
-    _show(document, as_json, _pods)
+    _show(_change(flags, "POST", f"{API}/pods", body=body), as_json, _pods)
 
 
 @pods_app.command("update")
@@ -262,9 +266,7 @@ def pods_update(
     """Change a pod's limits live (running workers follow within a second)."""
     namespace, name = _pod_name(pod, namespace)
     body = {"gpus": _gpu_limits(mem, compute)}
-    path = f"{API}/pods/{namespace}/{name}"
-    document = _call(flags, lambda c: c.request("PATCH", path, body=body, authorized=True))
-    _show(document, as_json, _pods)
+    _show(_change(flags, "PATCH", f"{API}/pods/{namespace}/{name}", body=body), as_json, _pods)
 
 
 @pods_app.command("delete")
@@ -281,9 +283,8 @@ def pods_delete(
 ) -> None:
     """Delete a pod (its region file); refused while its workers live, unless --force."""
     namespace, name = _pod_name(pod, namespace)
-    path = f"{API}/pods/{namespace}/{name}"
     params = {"force": "true"} if force else None
-    document = _call(flags, lambda c: c.request("DELETE", path, params=params, authorized=True))
+    document = _change(flags, "DELETE", f"{API}/pods/{namespace}/{name}", params=params)
     if as_json:
         print(json.dumps(document, indent=2))
     else:

@@ -8,17 +8,13 @@ from rich.bar import Bar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from vgpu_limiter.region_cli import format_bytes
 
 NA = "N/A"
 
 
 def size(value: int | None) -> str:
-    if value is None:
-        return NA
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= factor:
-            return f"{value / factor:.1f} {unit}" if value % factor else f"{value // factor} {unit}"
-    return f"{value} B"
+    return NA if value is None else format_bytes(value)
 
 
 def percent(value: float | None) -> str:

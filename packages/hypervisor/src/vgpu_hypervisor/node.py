@@ -16,7 +16,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
-from vgpu_hypervisor.gpu.values import Value
+from vgpu_hypervisor.gpu.values import or_default
 from vgpu_hypervisor.pods import COMPUTE_SCALE, PodRecord, PodStore
 from vgpu_hypervisor.workers import HostPids, ProcessTable, Utilization
 
@@ -33,10 +33,6 @@ class NodeView:
 
     def pod(self, namespace: str, name: str) -> models.Pod | None:
         return next((p for p in self.pods if (p.namespace, p.name) == (namespace, name)), None)
-
-
-def _plain(value: Value[int]) -> int | None:
-    return None if value is NOT_AVAILABLE else value
 
 
 class Node:
@@ -183,13 +179,13 @@ class Node:
             index=device.index,
             uuid=uuid,
             name=device.name if isinstance(device.name, str) else None,
-            memory_total=_plain(device.memory_total),
-            memory_used=_plain(device.memory_used),
-            utilization=_plain(device.gpu_utilization),
-            memory_utilization=_plain(device.memory_utilization),
-            temperature_c=_plain(device.temperature_c),
+            memory_total=or_default(device.memory_total, None),
+            memory_used=or_default(device.memory_used, None),
+            utilization=or_default(device.gpu_utilization, None),
+            memory_utilization=or_default(device.memory_utilization, None),
+            temperature_c=or_default(device.temperature_c, None),
             power_draw_w=None if power is NOT_AVAILABLE else power / 1000,
-            sm_clock_mhz=_plain(device.sm_clock_mhz),
+            sm_clock_mhz=or_default(device.sm_clock_mhz, None),
             pods=len(users),
             workers=sum(
                 1 for w in workers if any(g.uuid.lower() == key and g.memory_used for g in w.gpus)
