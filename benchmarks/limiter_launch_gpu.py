@@ -5,7 +5,10 @@ toolkit) and runs it in alternating rounds: no preload, the library with no comp
 library with a limit of 100, and (with --control) another preload library without CUDA hooks.
 Prints one JSON line: per case the median over rounds of the mean time per launch (bound by the
 GPU's rate for empty kernels) and of the median host time of one cuLaunchKernel call (where
-the hooks' own cost shows), with differences and ratios to no preload.
+the hooks' own cost shows), with differences and ratios to no preload. Within each process the
+program also alternates batches through the driver's own cuLaunchKernel, which no preload
+intercepts: "in_process" compares the two ways side by side in one process, free of the spread
+between process launches (for "none" both are the driver, a check on the method).
 Usage: python benchmarks/limiter_launch_gpu.py --library libcuda_limiter.so [--control X.so]
        [--rounds 9] [--launches 200000] [--batch 64]
 """
@@ -74,6 +77,8 @@ def main() -> None:
         cases["library_last"] = cases["library"] | {"SHM_PATH": str(work / "pod-c")}
     samples: dict[str, list[float]] = {name: [] for name in cases}
     calls: dict[str, list[float]] = {name: [] for name in cases}
+    call_added: dict[str, list[float]] = {name: [] for name in cases}
+    launch_ratio: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, env in cases.items():  # alternating: drift hits every case alike
             out = subprocess.run(
@@ -86,6 +91,8 @@ def main() -> None:
             report = json.loads(out)
             samples[name].append(report["ns_per_launch"])
             calls[name].append(report["call_ns_median"])
+            call_added[name].append(report["call_ns_median"] - report["direct_call_ns_median"])
+            launch_ratio[name].append(report["direct_ns_per_launch"] / report["ns_per_launch"])
     medians = {name: statistics.median(values) for name, values in samples.items()}
     call_medians = {name: statistics.median(values) for name, values in calls.items()}
     print(
@@ -106,6 +113,13 @@ def main() -> None:
                 },
                 "throughput_ratio": {
                     k: round(medians["none"] / v, 4) for k, v in medians.items() if k != "none"
+                },
+                "in_process": {
+                    name: {
+                        "call_added_ns": round(statistics.median(call_added[name]), 1),
+                        "throughput_ratio": round(statistics.median(launch_ratio[name]), 4),
+                    }
+                    for name in cases
                 },
             }
         ),

@@ -70,6 +70,13 @@ def test_graph_launches_are_paced(compute_env: LimitedEnv, mode: str) -> None:
     assert got == pytest.approx(25, abs=TOLERANCE_PP)
 
 
+def test_streams_destroyed_while_their_work_runs(compute_env: LimitedEnv) -> None:
+    """Markers go on the launches' own stream, sparsely: a stream destroyed before its last
+    launches have one gets it first, so that work is charged like any other."""
+    got = share(compute_env(), 25, "--fresh-streams", "--batch", "25", kernel_us=50)
+    assert got == pytest.approx(25, abs=TOLERANCE_PP)
+
+
 def test_no_limit_and_limit_100_do_not_pace(compute_env: LimitedEnv) -> None:
     assert share(compute_env(), None) == pytest.approx(100, abs=2)
     assert share(compute_env("other"), 100) == pytest.approx(100, abs=2)

@@ -3,9 +3,11 @@
  *
  * Metering, not guessing: a process runs its work on a limited GPU in epochs. An epoch takes the
  * node-wide device lease (lease.c), so no other limited pod's work runs meanwhile, records an
- * event before its first launch and a marker event after every launch, and ends after about
- * QUANTUM_NS of GPU time (or when the program synchronizes or pauses). Its GPU time E is the
- * time from the start event to the last marker, measured by the GPU itself. E is debited from
+ * event before its first launch and a marker event after about every MARK_EVERY_NS of launched
+ * work (and at its end), and ends after about QUANTUM_NS of GPU time (or when the program
+ * synchronizes or pauses). Its GPU time E is the time from the start event to the last marker,
+ * measured by the GPU itself. Markers are sparse because each one costs the GPU a short gap
+ * between kernels: one per launch cost 20-50 µs kernels about 3 % of their throughput. E is debited from
  * the pod's token bucket in the region, which every process of the pod shares and which refills
  * at L; a process starts an epoch only when the bucket is not in debt. So the pod's GPU time is
  * L of wall time, and nothing depends on NVML seeing the pod's processes.
@@ -34,6 +36,7 @@
 #define BURST_NS 100000000ULL     /* the bucket holds at most L of this much wall time */
 #define PAUSE_NS 2000000ULL       /* a launch after this long without one starts a new epoch */
 #define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
+#define MARK_EVERY_NS 500000ULL /* launched GPU time between two markers */
 #define MARKERS 64
 
 enum { BUCKET = 0, REFILLED = 1 }; /* compute_state words of a region device entry */
@@ -41,6 +44,7 @@ enum { BUCKET = 0, REFILLED = 1 }; /* compute_state words of a region device ent
 struct marker {
     CUevent event;
     bool pending;
+    unsigned launches; /* launches since the previous marker */
 };
 
 struct device {
@@ -54,6 +58,9 @@ struct device {
     struct marker markers[MARKERS];
     unsigned head;    /* oldest pending marker */
     unsigned pending;
+    unsigned unmarked;    /* launches after the newest marker */
+    unsigned queued;      /* launches of this epoch not yet seen finished */
+    CUstream stream;      /* the stream of the newest launch */
     uint64_t done_ns;     /* GPU time from the epoch's start to its newest finished marker */
     uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
     uint64_t last_launch_ns;
@@ -164,9 +171,10 @@ static bool retire(struct device *state, bool wait, uint64_t deadline) {
             continue;
         }
         uint64_t done = result == CUDA_SUCCESS ? elapsed_ns(state->start, marker->event) : 0;
-        if (done > state->done_ns) {
+        state->queued -= marker->launches < state->queued ? marker->launches : state->queued;
+        if (done > state->done_ns && marker->launches > 0) {
             /* What one launch takes on the GPU: the time since the previous marker. */
-            uint64_t sample = done - state->done_ns;
+            uint64_t sample = (done - state->done_ns) / marker->launches;
             state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
             state->estimated = true;
             state->done_ns = done;
@@ -179,10 +187,28 @@ static bool retire(struct device *state, bool wait, uint64_t deadline) {
     return true;
 }
 
+/* Record a marker after the launches not yet covered by one. False when the ring is full or
+ * the record failed; those launches then count with the next marker. */
+static bool mark(struct device *state) {
+    if (state->unmarked == 0 || state->pending >= MARKERS) {
+        return state->unmarked == 0;
+    }
+    struct marker *marker = &state->markers[(state->head + state->pending) % MARKERS];
+    if (VGPU_REAL(cuEventRecord, marker->event, state->stream) != CUDA_SUCCESS) {
+        return false;
+    }
+    marker->pending = true;
+    marker->launches = state->unmarked;
+    state->pending++;
+    state->unmarked = 0;
+    return true;
+}
+
 /* End the epoch: its GPU time is debited and the lease given back. With `drain`, the epoch's
  * work is waited for first (bounded); a holder that lost its lease charges what is done. */
 static void close_epoch(struct device *state, bool drain) {
     uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+    mark(state); /* the epoch's last launches are measured too */
     bool finished = true;
     while (drain && state->pending > 0 && finished) {
         finished = retire(state, true, deadline);
@@ -204,6 +230,8 @@ static void close_epoch(struct device *state, bool drain) {
     }
     state->pending = 0;
     state->head = 0;
+    state->unmarked = 0;
+    state->queued = 0;
     if (state->lease != NULL) {
         vgpu_lease_release(state->lease);
     }
@@ -260,14 +288,15 @@ static CUstream marker_stream(CUstream stream, bool per_thread) {
 static void wait_for_backlog(struct device *state) {
     retire(state, false, 0);
     uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
-    unsigned in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
-    while (state->pending >= in_flight &&
-           (state->pending >= MARKERS - 1 ||
-            (uint64_t)state->pending * state->kernel_ns > BACKLOG_NS)) {
-        if (!retire(state, true, deadline)) {
-            break;
+    for (;;) {
+        unsigned in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
+        bool over = state->pending >= MARKERS - 1 ||
+                    (state->queued >= in_flight &&
+                     (uint64_t)state->queued * state->kernel_ns > BACKLOG_NS);
+        /* Only what a marker covers can be waited for. */
+        if (!over || (state->pending == 0 && !mark(state)) || !retire(state, true, deadline)) {
+            return;
         }
-        in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
     }
 }
 
@@ -317,10 +346,15 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
                 vgpu_lease_acquire(state->lease);
             }
             VGPU_REAL(cuEventRecord, state->start, stream);
+            state->stream = stream;
             state->open = true;
             state->done_ns = 0;
             state->opened_ns = vgpu_monotonic_ns();
             state->last_launch_ns = state->opened_ns;
+        }
+        if (state->stream != stream) {
+            mark(state); /* a marker covers the launches of one stream */
+            state->stream = stream;
         }
         wait_for_backlog(state);
         if (state->done_ns < QUANTUM_NS) {
@@ -331,10 +365,11 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     }
     result = launch(arguments);
     if (result == CUDA_SUCCESS) {
-        unsigned slot = (state->head + state->pending) % MARKERS;
-        if (VGPU_REAL(cuEventRecord, state->markers[slot].event, stream) == CUDA_SUCCESS) {
-            state->markers[slot].pending = true;
-            state->pending++;
+        state->unmarked++;
+        state->queued++;
+        /* kernel_ns starts at the quantum, so the first launches are marked one by one. */
+        if ((uint64_t)state->unmarked * state->kernel_ns >= MARK_EVERY_NS) {
+            mark(state);
         }
     }
     state->last_launch_ns = vgpu_monotonic_ns();
@@ -361,6 +396,28 @@ void vgpu_compute_quiesce(void) {
             pthread_mutex_unlock(&state->lock);
         }
     }
+}
+
+/* A stream about to be destroyed: its launches that no marker covers yet get one now, while
+ * the stream exists (markers are recorded on the launches' own stream). */
+CUresult cuStreamDestroy_v2(CUstream hStream) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (any_limit()) {
+        pthread_once(&devices_once, init_devices);
+        for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+            struct device *state = &devices[i];
+            pthread_mutex_lock(&state->lock);
+            if (state->open && state->stream == hStream) {
+                mark(state);
+                state->stream = NULL; /* never recorded on again */
+            }
+            pthread_mutex_unlock(&state->lock);
+        }
+    }
+    return VGPU_REAL(cuStreamDestroy_v2, hStream);
 }
 
 /* --- the launch hooks ------------------------------------------------------------------------ */

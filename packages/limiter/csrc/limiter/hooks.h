@@ -48,6 +48,7 @@
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \
     X(cuEventSynchronize) \
+    X(cuStreamDestroy_v2) \
     X(cuLaunchKernel) \
     X(cuLaunchKernel_ptsz) \
     X(cuLaunchKernelEx) \

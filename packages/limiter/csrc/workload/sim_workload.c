@@ -218,6 +218,10 @@ static void run_rounds(struct run *run) {
             count = options->kernels - run->kernels_done;
         }
         CUstream stream = run->streams[round % run->stream_count];
+        if (options->fresh_streams) {
+            CU(run, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+            CU(run, cuStreamWaitEvent, stream, run->start, 0);
+        }
         if (options->graph != GRAPH_NONE) {
             CU(run, cuGraphLaunch, run->exec, stream);
         } else {
@@ -226,6 +230,11 @@ static void run_rounds(struct run *run) {
             }
         }
         CU(run, cuEventRecord, *slot, stream);
+        if (options->fresh_streams) {
+            /* The end event follows this round's work; the stream goes while it still runs. */
+            CU(run, cuStreamWaitEvent, first, *slot, 0);
+            CU(run, cuStreamDestroy, stream);
+        }
         run->kernels_done += count;
     }
     /* Join every stream into the first, so the end event follows all the work. */

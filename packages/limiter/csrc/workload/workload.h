@@ -64,6 +64,7 @@ struct options {
     uint64_t kernels;   /* total, unless duration_s > 0 */
     double kernel_us;
     unsigned streams;   /* 0: the legacy default stream */
+    bool fresh_streams; /* each round on a new stream, destroyed after its launches */
     uint64_t batch;     /* kernels per round (one graph launch with --graph) */
     enum graph_mode graph;
     double duration_s;  /* > 0: issue rounds until this much wall time has passed */

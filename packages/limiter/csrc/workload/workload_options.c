@@ -29,6 +29,8 @@ static const char usage[] =
     "  --duration SECONDS  instead of --kernels: issue rounds until this much wall time passed\n"
     "  --kernel-us D       duration of each kernel in microseconds (default 1000)\n"
     "  --streams S         streams the rounds rotate over; 0: the legacy default stream (default 1)\n"
+    "  --fresh-streams     run each round on a stream of its own, destroyed right after its\n"
+    "                      launches (before they finish)\n"
     "  --batch B           kernels per round (default 10, or --kernels when smaller)\n"
     "  --graph[=capture|build]  run each round as one launch of a graph made of B kernels,\n"
     "                      captured from a stream (default) or built node by node\n"
@@ -101,6 +103,7 @@ enum {
     OPT_KERNELS,
     OPT_KERNEL_US,
     OPT_STREAMS,
+    OPT_FRESH_STREAMS,
     OPT_BATCH,
     OPT_GRAPH,
     OPT_DURATION,
@@ -116,6 +119,7 @@ static const struct option long_options[] = {
     {"kernels", required_argument, NULL, OPT_KERNELS},
     {"kernel-us", required_argument, NULL, OPT_KERNEL_US},
     {"streams", required_argument, NULL, OPT_STREAMS},
+    {"fresh-streams", no_argument, NULL, OPT_FRESH_STREAMS},
     {"batch", required_argument, NULL, OPT_BATCH},
     {"graph", optional_argument, NULL, OPT_GRAPH},
     {"duration", required_argument, NULL, OPT_DURATION},
@@ -180,6 +184,9 @@ void options_parse(int argc, char **argv, struct options *options) {
             break;
         case OPT_STREAMS:
             options->streams = (unsigned)parse_count("--streams", optarg, 0, MAX_STREAMS);
+            break;
+        case OPT_FRESH_STREAMS:
+            options->fresh_streams = true;
             break;
         case OPT_BATCH:
             options->batch = parse_count("--batch", optarg, 1, 100000);
