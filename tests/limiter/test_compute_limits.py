@@ -2,6 +2,7 @@
 at limit L gets L % of the device's time, whatever the kernels' length or the launch path, with
 other pods, live changes and dead processes. Tolerances allow for a loaded 2-core CI machine."""
 
+import itertools
 import json
 import signal
 import subprocess
@@ -36,6 +37,19 @@ def share(
     return 100 * float(report["achieved_kernels_per_s"]) * kernel_us / 1e6
 
 
+def per_second(marks: list[list[float]], seconds: int) -> list[float]:
+    """Kernels finished in each whole second, interpolated between the program's marks."""
+    points = [(0.0, 0.0), *((float(t), float(done)) for t, done in marks)]
+
+    def done_at(t: float) -> float:
+        for (t0, d0), (t1, d1) in itertools.pairwise(points):
+            if t1 >= t:
+                return d0 + (d1 - d0) * (t - t0) / (t1 - t0) if t1 > t0 else d1
+        return points[-1][1]
+
+    return [done_at(k + 1) - done_at(k) for k in range(seconds)]
+
+
 @pytest.fixture
 def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
     """limited_env with this test's own device leases (node-wide files)."""
@@ -51,6 +65,24 @@ def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
 @pytest.mark.parametrize("limit", [10, 25, 50, 75])
 def test_share_matches_the_limit(compute_env: LimitedEnv, limit: int) -> None:
     assert share(compute_env(), limit) == pytest.approx(limit, abs=TOLERANCE_PP)
+
+
+@pytest.mark.parametrize(("limit", "kernel_us"), [(10, 2), (25, 50), (50, 1000), (75, 20000)])
+def test_every_second_is_close_to_the_limit(
+    compute_env: LimitedEnv, limit: int, kernel_us: int
+) -> None:
+    """Each 1-s window, the first one included, within 5 pp of L, for kernels of 2 µs to 20 ms
+    (the simulator's kernels take exactly their stated time, so its rate is the unlimited one)."""
+    environment = compute_env() | {"TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": limit})}
+    batch = str(max(1, 10_000 // kernel_us))  # rounds of about 10 ms of work
+    result = run(
+        [WORKLOAD, "--duration", "3", "--kernel-us", str(kernel_us), "--batch", batch, "--marks"],
+        environment,
+        timeout=60,
+    )
+    report = json.loads(result.stdout)
+    windows = [100 * w * kernel_us / 1e6 for w in per_second(report["marks"], 3)]
+    assert all(w == pytest.approx(limit, abs=5) for w in windows), windows
 
 
 @pytest.mark.parametrize("kernel_us", [50, 20000])

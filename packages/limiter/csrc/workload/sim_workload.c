@@ -17,6 +17,7 @@
 
 #define MAX_STREAMS 64
 #define ROUNDS_IN_FLIGHT 4
+#define MAX_MARKS 100000
 
 struct run {
     struct options options;
@@ -41,6 +42,10 @@ struct run {
     uint64_t kernel_ns;
     void *params[1];
     uint64_t kernels_done;
+    uint64_t issued[ROUNDS_IN_FLIGHT]; /* kernels_done once a round in flight was issued */
+    double mark_s[MAX_MARKS];         /* when a round was seen finished (since the start) */
+    uint64_t mark_done[MAX_MARKS];    /* and the kernels finished then */
+    size_t marks;
     double elapsed_s;
     float gpu_ms;
 };
@@ -206,6 +211,10 @@ static void run_rounds(struct run *run) {
         CUevent *slot = &run->rounds[round % ROUNDS_IN_FLIGHT];
         if (round >= ROUNDS_IN_FLIGHT) {
             CU(run, cuEventSynchronize, *slot);
+            if (run->marks < MAX_MARKS) {
+                run->mark_s[run->marks] = now_s() - started;
+                run->mark_done[run->marks++] = run->issued[round % ROUNDS_IN_FLIGHT];
+            }
         }
         uint64_t count = options->batch;
         if (options->duration_s > 0) {
@@ -236,6 +245,7 @@ static void run_rounds(struct run *run) {
             CU(run, cuStreamDestroy, stream);
         }
         run->kernels_done += count;
+        run->issued[round % ROUNDS_IN_FLIGHT] = run->kernels_done;
     }
     /* Join every stream into the first, so the end event follows all the work. */
     for (unsigned s = 1; s < run->stream_count; s++) {
@@ -293,6 +303,16 @@ static void print_report(const struct run *run) {
            graph_mode_name(options->graph));
     if (options->duration_s > 0) {
         printf("\"duration_s\": %.10g, ", options->duration_s);
+    }
+    if (options->marks) {
+        /* The program's progress over time, as the GPU benchmarks record it: [seconds, kernels
+         * finished], one pair per finished round. */
+        printf("\"marks\": [");
+        for (size_t m = 0; m < run->marks; m++) {
+            printf("%s[%.6f, %llu]", m > 0 ? ", " : "", run->mark_s[m],
+                   (unsigned long long)run->mark_done[m]);
+        }
+        printf("], ");
     }
     printf("\"elapsed_s\": %.6f, \"gpu_time_s\": %.6f, \"achieved_kernels_per_s\": %.3f, "
            "\"hold_s\": %.10g}\n",

@@ -65,6 +65,7 @@ struct options {
     double kernel_us;
     unsigned streams;   /* 0: the legacy default stream */
     bool fresh_streams; /* each round on a new stream, destroyed after its launches */
+    bool marks;         /* report progress over time */
     uint64_t batch;     /* kernels per round (one graph launch with --graph) */
     enum graph_mode graph;
     double duration_s;  /* > 0: issue rounds until this much wall time has passed */

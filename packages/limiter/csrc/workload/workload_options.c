@@ -31,6 +31,8 @@ static const char usage[] =
     "  --streams S         streams the rounds rotate over; 0: the legacy default stream (default 1)\n"
     "  --fresh-streams     run each round on a stream of its own, destroyed right after its\n"
     "                      launches (before they finish)\n"
+    "  --marks             report [seconds, kernels finished] as rounds finish, to count work\n"
+    "                      per second\n"
     "  --batch B           kernels per round (default 10, or --kernels when smaller)\n"
     "  --graph[=capture|build]  run each round as one launch of a graph made of B kernels,\n"
     "                      captured from a stream (default) or built node by node\n"
@@ -104,6 +106,7 @@ enum {
     OPT_KERNEL_US,
     OPT_STREAMS,
     OPT_FRESH_STREAMS,
+    OPT_MARKS,
     OPT_BATCH,
     OPT_GRAPH,
     OPT_DURATION,
@@ -120,6 +123,7 @@ static const struct option long_options[] = {
     {"kernel-us", required_argument, NULL, OPT_KERNEL_US},
     {"streams", required_argument, NULL, OPT_STREAMS},
     {"fresh-streams", no_argument, NULL, OPT_FRESH_STREAMS},
+    {"marks", no_argument, NULL, OPT_MARKS},
     {"batch", required_argument, NULL, OPT_BATCH},
     {"graph", optional_argument, NULL, OPT_GRAPH},
     {"duration", required_argument, NULL, OPT_DURATION},
@@ -187,6 +191,9 @@ void options_parse(int argc, char **argv, struct options *options) {
             break;
         case OPT_FRESH_STREAMS:
             options->fresh_streams = true;
+            break;
+        case OPT_MARKS:
+            options->marks = true;
             break;
         case OPT_BATCH:
             options->batch = parse_count("--batch", optarg, 1, 100000);
