@@ -128,15 +128,18 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
 ]
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def sanitize(session: nox.Session) -> None:
-    """The C tests built together with the sources they test, under ASan and UBSan."""
+    """The C tests built together with the sources they test, under ASan and UBSan; then the
+    limiter's compute and memory tests against a limiter built with both."""
+    sync(session, "tests")
+    compiler = os.environ.get("CC", "cc")
     build = ROOT / "build" / "sanitize"
     build.mkdir(parents=True, exist_ok=True)
     for name, sources, includes, environment in C_TESTS:
         binary = build / name
         session.run(
-            os.environ.get("CC", "cc"),
+            compiler,
             *SANITIZER_FLAGS,
             *(f"-I{folder}" for folder in includes),
             *map(str, sources),
@@ -146,6 +149,34 @@ def sanitize(session: nox.Session) -> None:
             external=True,
         )
         session.run(str(binary), external=True, env=environment)
+    library = build / "libcuda_limiter.so"
+    session.run(
+        compiler,
+        *SANITIZER_FLAGS,
+        *("-fPIC", "-shared", "-fvisibility=hidden"),
+        '-DVGPU_API_VISIBILITY=__attribute__((visibility("default")))',
+        *(f"-I{LIMITER_C / folder}" for folder in ("include", "common", "limiter")),
+        *sorted(map(str, LIMITER_C.glob("limiter/*.c"))),
+        *sorted(map(str, LIMITER_C.glob("common/*.c"))),
+        *("-ldl", "-lpthread", "-o", str(library)),
+        external=True,
+    )
+    # A program that is not built with ASan needs its runtime loaded first.
+    runtime = subprocess.run(
+        [compiler, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    session.run(
+        "pytest",
+        "tests/limiter/test_compute_limits.py",
+        "tests/limiter/test_memory_limits.py",
+        env={
+            "VGPU_TEST_LIMITER": str(library),
+            "VGPU_TEST_PRELOAD_FIRST": runtime,
+            # Programs under test are not built with ASan: their own leaks are not ours.
+            "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1",
+            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+        },
+    )
 
 
 def _venv(session: nox.Session, folder: Path) -> Path:

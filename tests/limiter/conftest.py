@@ -8,11 +8,32 @@ from pathlib import Path
 import pytest
 from vgpu_limiter import library_path, sim
 
+from tests.support.cuda_table import INCLUDE
+
 Run = Callable[..., subprocess.CompletedProcess[str]]
 LimitedEnv = Callable[..., dict[str, str]]
 
-LIMITER = str(library_path())
+# The sanitize session runs these tests against a library built with ASan and UBSan: it names
+# that build and the sanitizer runtime, which must be loaded before it.
+LIMITER = os.environ.get("VGPU_TEST_LIMITER") or str(library_path())
+PRELOAD = " ".join(filter(None, (os.environ.get("VGPU_TEST_PRELOAD_FIRST"), LIMITER)))
 WORKLOAD = str(sim.workload_path())
+C_TESTS = Path(__file__).parents[1] / "c"
+
+
+def build_program(name: str, folder: Path) -> Path:
+    """Compile tests/c/NAME.c against the simulated driver (our own CUDA declarations)."""
+    program = folder / name
+    sim_lib = Path(WORKLOAD).parents[1] / "lib"
+    subprocess.run(
+        [
+            *("cc", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE}"),
+            str(C_TESTS / f"{name}.c"),
+            *("-o", str(program), f"-L{sim_lib}", "-l:libcuda.so.1", "-lpthread"),
+        ],
+        check=True,
+    )
+    return program
 
 
 @pytest.fixture
@@ -34,7 +55,7 @@ def limited_env(tmp_path: Path, pod_folder: Path) -> LimitedEnv:
         environment = base | sim.environment(state=tmp_path / "node.state", base=base)
         environment |= {"SHM_PATH": str(pod_folder), "TF_CUDA_CONTEXT_OVERHEAD": "512MiB"}
         if preload:
-            environment["LD_PRELOAD"] = LIMITER
+            environment["LD_PRELOAD"] = PRELOAD
         if memory is not None:
             environment["TENSOR_FUSION_CUDA_MEM_LIMIT"] = memory
         return environment | extra

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from vgpu_limiter.region import open_region
 
-from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, run
 
 TOLERANCE_PP = 3.0
 
@@ -106,6 +106,20 @@ def test_streams_destroyed_while_their_work_runs(compute_env: LimitedEnv) -> Non
     """Markers go on the launches' own stream, sparsely: a stream destroyed before its last
     launches have one gets it first, so that work is charged like any other."""
     got = share(compute_env(), 25, "--fresh-streams", "--batch", "25", kernel_us=50)
+    assert got == pytest.approx(25, abs=TOLERANCE_PP)
+
+
+def test_threads_that_synchronize_each_other(compute_env: LimitedEnv, tmp_path: Path) -> None:
+    """Four threads launch on streams of their own while a fifth synchronizes the context and
+    their streams all along: the pacing waits deadlock nothing, fail no call, and the pod still
+    gets its share."""
+    program = build_program("limiter_threads", tmp_path)
+    environment = compute_env() | {"TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 25}'}
+    result = run([str(program), "4", "2", "200"], environment, timeout=30)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["failures"] == 0
+    got = 100 * report["kernels"] * 200e-6 / report["seconds"]
     assert got == pytest.approx(25, abs=TOLERANCE_PP)
 
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from vgpu_limiter import library_path
 
-from tests.limiter.conftest import LIMITER, WORKLOAD, LimitedEnv, run
-from tests.support.cuda_table import INCLUDE
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, run
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -29,25 +29,7 @@ def workload(environment: dict[str, str], *options: str) -> dict[str, object]:
 def test_every_allocation_api_is_charged_refused_and_given_back(
     limited_env: LimitedEnv, tmp_path: Path
 ) -> None:
-    program = tmp_path / "limiter_paths"
-    sim_lib = Path(WORKLOAD).parents[1] / "lib"
-    source = Path(__file__).parents[1] / "c" / "limiter_paths.c"
-    subprocess.run(
-        [
-            "cc",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            f"-I{INCLUDE}",
-            str(source),
-            "-o",
-            str(program),
-            f"-L{sim_lib}",
-            "-l:libcuda.so.1",
-        ],
-        check=True,
-    )
+    program = build_program("limiter_paths", tmp_path)
     environment = limited_env('{"0": "1GiB"}', TF_CUDA_CONTEXT_OVERHEAD="256MiB")
     result = run([str(program)], environment)
     assert result.returncode == 0, result.stderr
@@ -325,7 +307,7 @@ def test_a_program_without_cuda_is_unaffected(limited_env: LimitedEnv) -> None:
 def test_the_limiter_is_a_plain_guest_library() -> None:
     from tests.support import elf
 
-    library = Path(LIMITER)
+    library = library_path()  # the built library itself, also where tests use another build
     assert {n for n in elf.undefined_symbols(library) if n.startswith(("Py", "_Py"))} == set()
     assert set(elf.dynamic_entries(library, "NEEDED")) <= {
         "libc.so.6",
@@ -336,7 +318,7 @@ def test_the_limiter_is_a_plain_guest_library() -> None:
     assert elf.newest_glibc_version(library) <= (2, 17)
     result = subprocess.run(
         ["sh", "-c", "echo loaded"],
-        env={"LD_PRELOAD": LIMITER, "LD_BIND_NOW": "1", "PATH": "/usr/bin:/bin"},
+        env={"LD_PRELOAD": str(library), "LD_BIND_NOW": "1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         check=False,
