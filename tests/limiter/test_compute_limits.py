@@ -123,6 +123,21 @@ def test_threads_that_synchronize_each_other(compute_env: LimitedEnv, tmp_path: 
     assert got == pytest.approx(25, abs=TOLERANCE_PP)
 
 
+@pytest.mark.parametrize("mode", ["destroy", "reset", "two"])
+def test_the_limit_follows_the_program_to_new_contexts(
+    compute_env: LimitedEnv, tmp_path: Path, mode: str
+) -> None:
+    """A context destroyed (or the primary one reset, as cudaDeviceReset does) and made anew, or
+    two contexts used in turn: every phase is paced, none escapes with a fresh context."""
+    program = build_program("limiter_contexts", tmp_path)
+    environment = compute_env() | {"TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 25}'}
+    result = run([str(program), mode, "1.5", "200"], environment, timeout=30)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    for kernels, seconds in zip(report["kernels"], report["seconds"], strict=True):
+        assert 100 * kernels * 200e-6 / seconds == pytest.approx(25, abs=TOLERANCE_PP)
+
+
 def test_no_limit_and_limit_100_do_not_pace(compute_env: LimitedEnv) -> None:
     assert share(compute_env(), None) == pytest.approx(100, abs=2)
     assert share(compute_env("other"), 100) == pytest.approx(100, abs=2)

@@ -238,28 +238,70 @@ static void close_epoch(struct device *state, bool drain) {
     state->open = false;
 }
 
+/* Destroy the device's events (their context still exists) and forget the context. */
+static void release_events(struct device *state) {
+    if (state->open) {
+        close_epoch(state, true);
+    }
+    VGPU_REAL(cuEventDestroy_v2, state->start);
+    for (unsigned i = 0; i < MARKERS; i++) {
+        VGPU_REAL(cuEventDestroy_v2, state->markers[i].event);
+    }
+    state->ready = false;
+    state->context = NULL;
+}
+
+/* Events in the launching context. A launch from another context than the one the events
+ * belong to (a second context on the device) closes the epoch and moves them: correct, if slow
+ * for a program that alternates contexts launch by launch. */
 static bool set_up(struct device *state, int ordinal, int entry, CUcontext context) {
     if (state->ready && state->context == context) {
         return true;
     }
     if (state->ready) {
-        return false; /* another context on this device: left unpaced rather than mixed */
+        release_events(state);
     }
-    if (VGPU_REAL(cuEventCreate, &state->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    unsigned created = 0;
+    bool started = VGPU_REAL(cuEventCreate, &state->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    bool made = started;
+    while (made && created < MARKERS) {
+        made = VGPU_REAL(cuEventCreate, &state->markers[created].event, CU_EVENT_DEFAULT) ==
+               CUDA_SUCCESS;
+        created += made;
+    }
+    if (!made) {
+        for (unsigned i = 0; i < created; i++) {
+            VGPU_REAL(cuEventDestroy_v2, state->markers[i].event);
+        }
+        if (started) {
+            VGPU_REAL(cuEventDestroy_v2, state->start);
+        }
+        vgpu_log(VGPU_LOG_ERROR, "cannot create events on device %d; its launches go unpaced",
+                 ordinal);
         return false;
     }
-    for (unsigned i = 0; i < MARKERS; i++) {
-        if (VGPU_REAL(cuEventCreate, &state->markers[i].event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-            return false;
-        }
+    if (state->lease == NULL) {
+        state->lease = vgpu_lease_open(vgpu_state.region->devices[entry].uuid);
     }
-    state->lease = vgpu_lease_open(vgpu_state.region->devices[entry].uuid);
     state->entry = entry;
     state->context = context;
     state->kernel_ns = QUANTUM_NS; /* unknown: assume long until the first marker returns */
+    state->estimated = false;
     state->ready = true;
     vgpu_log(VGPU_LOG_DEBUG, "compute pacing on device %d", ordinal);
     return true;
+}
+
+void vgpu_compute_context_gone(CUcontext context) {
+    pthread_once(&devices_once, init_devices);
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        struct device *state = &devices[i];
+        pthread_mutex_lock(&state->lock);
+        if (state->ready && state->context == context) {
+            release_events(state);
+        }
+        pthread_mutex_unlock(&state->lock);
+    }
 }
 
 /* Whether any device of the pod has a compute limit: the common case has none, and then a launch

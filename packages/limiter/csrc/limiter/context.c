@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 
+#include "compute.h"
 #include "core.h"
 #include "ledger.h"
 #include "log.h"
@@ -110,6 +111,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
+    vgpu_compute_context_gone(ctx);
     result = VGPU_REAL(cuCtxDestroy_v2, ctx);
     if (result == CUDA_SUCCESS) {
         forget_context(ctx);
@@ -151,13 +153,17 @@ static CUresult release_primary(CUdevice dev, bool reset) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    result = reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
-                   : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
-    if (result != CUDA_SUCCESS || dev < 0 || dev >= VGPU_MAX_ORDINALS) {
-        return result;
+    if (dev < 0 || dev >= VGPU_MAX_ORDINALS) {
+        return reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
+                     : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
     }
     pthread_mutex_lock(&primary_lock);
-    if (primary_retains[dev] > 0) {
+    if (primary_context[dev] != NULL && (reset || primary_retains[dev] == 1)) {
+        vgpu_compute_context_gone(primary_context[dev]); /* the context is about to go */
+    }
+    result = reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
+                   : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+    if (result == CUDA_SUCCESS && primary_retains[dev] > 0) {
         primary_retains[dev] = reset ? 0 : primary_retains[dev] - 1;
         if (primary_retains[dev] == 0) {
             forget_context(primary_context[dev]);

@@ -67,6 +67,7 @@
     X(cuDeviceGetMemPool) \
     X(cuMemPoolGetAttribute) \
     X(cuEventCreate) \
+    X(cuEventDestroy_v2) \
     X(cuEventRecord) \
     X(cuEventQuery) \
     X(cuEventElapsedTime) \
