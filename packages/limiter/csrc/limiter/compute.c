@@ -292,16 +292,24 @@ static bool set_up(struct device *state, int ordinal, int entry, CUcontext conte
     return true;
 }
 
-void vgpu_compute_context_gone(CUcontext context) {
+/* Run `visit` on every device's state, each under its lock. */
+static void each_device(void (*visit)(struct device *, const void *), const void *handle) {
     pthread_once(&devices_once, init_devices);
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
-        struct device *state = &devices[i];
-        pthread_mutex_lock(&state->lock);
-        if (state->ready && state->context == context) {
-            release_events(state);
-        }
-        pthread_mutex_unlock(&state->lock);
+        pthread_mutex_lock(&devices[i].lock);
+        visit(&devices[i], handle);
+        pthread_mutex_unlock(&devices[i].lock);
     }
+}
+
+static void drop_context_events(struct device *state, const void *context) {
+    if (state->ready && state->context == context) {
+        release_events(state);
+    }
+}
+
+void vgpu_compute_context_gone(CUcontext context) {
+    each_device(drop_context_events, context);
 }
 
 /* Whether any device of the pod has a compute limit: the common case has none, and then a launch
@@ -440,6 +448,13 @@ void vgpu_compute_quiesce(void) {
     }
 }
 
+static void mark_stream(struct device *state, const void *stream) {
+    if (state->open && state->stream == stream) {
+        mark(state);
+        state->stream = NULL; /* never recorded on again */
+    }
+}
+
 /* A stream about to be destroyed: its launches that no marker covers yet get one now, while
  * the stream exists (markers are recorded on the launches' own stream). */
 CUresult cuStreamDestroy_v2(CUstream hStream) {
@@ -448,16 +463,7 @@ CUresult cuStreamDestroy_v2(CUstream hStream) {
         return result;
     }
     if (any_limit()) {
-        pthread_once(&devices_once, init_devices);
-        for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
-            struct device *state = &devices[i];
-            pthread_mutex_lock(&state->lock);
-            if (state->open && state->stream == hStream) {
-                mark(state);
-                state->stream = NULL; /* never recorded on again */
-            }
-            pthread_mutex_unlock(&state->lock);
-        }
+        each_device(mark_stream, hStream);
     }
     return VGPU_REAL(cuStreamDestroy_v2, hStream);
 }
