@@ -5,7 +5,9 @@
  *   reset     phase 1 in the primary context, reset (cudaDeviceReset does this); phase 2 in the
  *             primary context again
  *   two       both phases at once, alternating batches between two live contexts
- * A program must not leave its limit behind with the context it started in.
+ * A program must not leave its limit behind with the context it started in. The kernel spins on
+ * the GPU's clock for its parameter's nanoseconds, so the program runs on a real GPU as on the
+ * simulated one (which takes any image and times kernels by that same parameter).
  * Usage: limiter_contexts MODE SECONDS KERNEL_US */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -19,6 +21,23 @@
 #define BATCH 10
 
 static uint64_t kernel_ns;
+
+static const char SPIN[] = ".version 7.0\n"
+                           ".target sm_50\n"
+                           ".address_size 64\n"
+                           ".visible .entry spin(.param .u64 ns)\n"
+                           "{\n"
+                           "    .reg .u64 %start, %now, %spent, %ns;\n"
+                           "    .reg .pred %more;\n"
+                           "    ld.param.u64 %ns, [ns];\n"
+                           "    mov.u64 %start, %globaltimer;\n"
+                           "LOOP:\n"
+                           "    mov.u64 %now, %globaltimer;\n"
+                           "    sub.u64 %spent, %now, %start;\n"
+                           "    setp.lt.u64 %more, %spent, %ns;\n"
+                           "    @%more bra LOOP;\n"
+                           "    ret;\n"
+                           "}\n";
 
 static double now_s(void) {
     struct timespec t;
@@ -35,8 +54,8 @@ static CUfunction kernel_in(CUcontext context) {
     CUmodule module;
     CUfunction function;
     if (cuCtxSetCurrent(context) != CUDA_SUCCESS ||
-        cuModuleLoadData(&module, "limiter_contexts") != CUDA_SUCCESS ||
-        cuModuleGetFunction(&function, module, "sleep_kernel") != CUDA_SUCCESS) {
+        cuModuleLoadData(&module, SPIN) != CUDA_SUCCESS ||
+        cuModuleGetFunction(&function, module, "spin") != CUDA_SUCCESS) {
         fail("loading the kernel");
     }
     return function;
