@@ -1,9 +1,10 @@
 """The compute limiter on a real GPU, each result printed as one JSON line.
 
 Workloads (PyTorch): bf16 4096³ matmul loop; medium elementwise kernels (~40 µs); the same as a
-CUDA graph replay; long kernels (50 ms spin kernels). Each runs alone unlimited first (its
-throughput is 100 %), then under each limit in a fresh process. Throughput is counted per 1-s
-window from the program's own synchronizations.
+CUDA graph replay; long kernels (50 ms spin kernels). Other frameworks' launch paths with the
+same elementwise step (--kinds cupy jax triton): CuPy, JAX (XLA), Triton. Each runs alone
+unlimited first (its throughput is 100 %), then under each limit in a fresh process. Throughput
+is counted per 1-s window from the program's own synchronizations.
   single   every workload at every --limits value: mean, first window, worst window
   pods     two pods at once (30/70 and 30/30), one pod of two processes at 40 %
   cost     limit 100 and no library against no library: tiny launches and matmul
@@ -22,9 +23,35 @@ from pathlib import Path
 
 PROGRAM = textwrap.dedent(
     """
-    import json, sys, time, torch
+    import json, sys, time
     kind, seconds = sys.argv[1], float(sys.argv[2])
-    if kind == "matmul":
+    if kind == "cupy":  # CuPy's own kernels through the driver API
+        import cupy
+        x = cupy.ones(16 << 20, dtype=cupy.float32)
+        step, batch = (lambda: x.__imul__(1.0000001)), 200
+        synchronize = cupy.cuda.Device().synchronize
+    elif kind == "jax":  # XLA's executables
+        import jax, jax.numpy as jnp
+        scale = jax.jit(lambda v: v * 1.0000001)
+        state = {"x": jnp.ones(16 << 20, dtype=jnp.float32)}
+        def step():
+            state["x"] = scale(state["x"])
+        batch = 200
+        synchronize = lambda: state["x"].block_until_ready()
+    else:
+        import torch
+        synchronize = torch.cuda.synchronize
+    if kind == "triton":  # Triton's own launcher (libcuda through dlopen)
+        import triton, triton.language as tl
+        @triton.jit
+        def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
+            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = offsets < n
+            tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 1.0000001, mask=mask)
+        x = torch.ones(16 << 20, device="cuda")
+        grid = (triton.cdiv(x.numel(), 1024),)
+        step, batch = (lambda: scale_kernel[grid](x, x.numel(), BLOCK=1024)), 200
+    elif kind == "matmul":
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         step, batch = (lambda: a @ b), 40
@@ -51,17 +78,25 @@ PROGRAM = textwrap.dedent(
         step, batch = (lambda: x.add_(1)), 2000
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
+    synchronize()
     marks, done, start = [], 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(batch):
             step()
-        torch.cuda.synchronize()
+        synchronize()
         done += batch
         marks.append((time.perf_counter() - start, done))
     print(json.dumps({"kind": kind, "marks": marks}))
     """
 )
+
+
+def command(kind: str, seconds: int) -> list[str]:
+    """The workload program run as a file (Triton reads its kernels' source from one)."""
+    program = Path(tempfile.gettempdir()) / "vgpu_compute_workload.py"
+    if not program.exists() or program.read_text() != PROGRAM:
+        program.write_text(PROGRAM)
+    return [sys.executable, str(program), kind, str(seconds)]
 
 
 def windows(marks: list[list[float]], seconds: int) -> list[float]:
@@ -83,7 +118,7 @@ def windows(marks: list[list[float]], seconds: int) -> list[float]:
 
 def run(kind: str, seconds: int, env: dict[str, str]) -> list[float]:
     result = subprocess.run(
-        [sys.executable, "-c", PROGRAM, kind, str(seconds)],
+        command(kind, seconds),
         env=env,
         capture_output=True,
         text=True,
@@ -97,7 +132,7 @@ def run(kind: str, seconds: int, env: dict[str, str]) -> list[float]:
 
 def start(kind: str, seconds: int, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", PROGRAM, kind, str(seconds)],
+        command(kind, seconds),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -35,6 +35,12 @@ def main() -> None:
         action="store_true",
         help="run the no-limit library case twice a round, last too (to see order effects)",
     )
+    parser.add_argument(
+        "--limited",
+        type=int,
+        help="also under this compute limit (99: pacing barely waits, so the host cost of the "
+        "paced launch path shows)",
+    )
     parser.add_argument("--launches", type=int, default=200000)
     parser.add_argument(
         "--batch",
@@ -71,6 +77,11 @@ def main() -> None:
             "TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 100}',
         },
     }
+    if args.limited:
+        cases[f"limit_{args.limited}"] = cases["limit_100"] | {
+            "SHM_PATH": str(work / "pod-d"),
+            "TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": args.limited}),
+        }
     if args.control:
         cases["control"] = plain | {"LD_PRELOAD": str(Path(args.control).resolve())}
     if args.repeat_library:

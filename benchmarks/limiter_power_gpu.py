@@ -21,7 +21,6 @@ import itertools
 import json
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ def percentiles(values: list[float]) -> list[float]:
 def case(handle: Any, kind: str, env: dict[str, str], seconds: int) -> dict[str, Any]:
     samples = []
     process = subprocess.Popen(
-        [sys.executable, "-c", compute.PROGRAM, kind, str(seconds)],
+        compute.command(kind, seconds),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
