@@ -43,6 +43,7 @@
 #define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
 #define MARK_EVERY_NS 500000ULL /* launched GPU time between two markers */
 #define MARKERS 64
+#define RETIRE_EVERY_NS 20000ULL /* how often a launch looks for finished markers */
 
 enum { BUCKET = 0, REFILLED = 1 }; /* compute_state words of a region device entry */
 
@@ -69,6 +70,7 @@ struct device {
     uint64_t done_ns;     /* GPU time from the epoch's start to its newest finished marker */
     uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
     uint64_t last_launch_ns;
+    uint64_t retired_ns;  /* when finished markers were last looked for */
     uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
     bool estimated;       /* kernel_ns comes from a measurement */
     struct {              /* what pacing did, logged about once a second at debug level */
@@ -80,6 +82,8 @@ struct device {
 
 static struct device devices[VGPU_MAX_ORDINALS];
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+/* Bumped whenever a context goes, so that a cached device is never taken for a reused handle. */
+static _Atomic unsigned contexts_gone;
 
 static void init_devices(void) {
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
@@ -340,6 +344,7 @@ static void drop_context_events(struct device *state, const void *context) {
 }
 
 void vgpu_compute_context_gone(CUcontext context) {
+    atomic_fetch_add_explicit(&contexts_gone, 1, memory_order_release);
     each_device(drop_context_events, context);
 }
 
@@ -366,22 +371,55 @@ static CUstream marker_stream(CUstream stream, bool per_thread) {
 /* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. Short
  * kernels keep two launches in flight, so the GPU never waits for the next one; long ones one,
  * so that an epoch is not stretched past its quantum by a second long kernel. */
-static void wait_for_backlog(struct device *state) {
-    retire(state, false, 0);
-    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+static void wait_for_backlog(struct device *state, uint64_t now) {
+    if (now - state->retired_ns >= RETIRE_EVERY_NS) {
+        retire(state, false, 0); /* a driver call: not at every launch of tiny kernels */
+        state->retired_ns = now;
+    }
+    uint64_t deadline = 0;
     for (;;) {
         unsigned in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
         bool over = state->pending >= MARKERS - 1 ||
                     (state->queued >= in_flight &&
                      (uint64_t)state->queued * state->kernel_ns > BACKLOG_NS);
         /* Only what a marker covers can be waited for. */
-        if (!over || (state->pending == 0 && !mark(state)) || !retire(state, true, deadline)) {
+        if (!over || (state->pending == 0 && !mark(state))) {
+            return;
+        }
+        deadline = deadline != 0 ? deadline : vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+        if (!retire(state, true, deadline)) {
             return;
         }
     }
 }
 
 typedef CUresult (*launch_fn)(void *arguments);
+
+/* initial-exec: a preloaded library has static TLS, and this needs no __tls_get_addr (which
+ * would make ld.so a dependency). */
+static __thread __attribute__((tls_model("initial-exec"))) struct {
+    CUcontext context;
+    CUdevice ordinal;
+    unsigned generation;
+} cached_device;
+
+/* The current context and its device (cached per thread: one driver call per launch fewer). */
+static bool current_device(CUcontext *context, CUdevice *ordinal) {
+    if (VGPU_REAL(cuCtxGetCurrent, context) != CUDA_SUCCESS || *context == NULL) {
+        return false;
+    }
+    unsigned generation = atomic_load_explicit(&contexts_gone, memory_order_acquire);
+    if (cached_device.context != *context || cached_device.generation != generation) {
+        if (VGPU_REAL(cuCtxGetDevice, ordinal) != CUDA_SUCCESS) {
+            return false;
+        }
+        cached_device.context = *context;
+        cached_device.ordinal = *ordinal;
+        cached_device.generation = generation;
+    }
+    *ordinal = cached_device.ordinal;
+    return true;
+}
 
 /* Run one launch (a kernel or a graph) under the pod's compute limit. */
 static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *arguments) {
@@ -393,9 +431,8 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     CUcontext context;
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     stream = marker_stream(stream, per_thread);
-    if (!any_limit() || VGPU_REAL(cuCtxGetDevice, &ordinal) != CUDA_SUCCESS ||
-        ordinal < 0 || ordinal >= VGPU_MAX_ORDINALS ||
-        VGPU_REAL(cuCtxGetCurrent, &context) != CUDA_SUCCESS ||
+    if (!any_limit() || !current_device(&context, &ordinal) || ordinal < 0 ||
+        ordinal >= VGPU_MAX_ORDINALS ||
         VGPU_REAL(cuStreamIsCapturing, stream, &capture) != CUDA_SUCCESS ||
         capture != CU_STREAM_CAPTURE_STATUS_NONE) {
         return launch(arguments); /* unlimited, or captured: the graph's launch is paced */
@@ -438,7 +475,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
             state->stats.switches++;
             state->stream = stream;
         }
-        wait_for_backlog(state);
+        wait_for_backlog(state, now);
         bool contended = state->lease != NULL && vgpu_lease_wanted(state->lease);
         if (state->done_ns < (contended ? QUANTUM_NS : SOLO_QUANTUM_NS)) {
             break;
