@@ -4,14 +4,14 @@
  * Metering, not guessing: a process runs its work on a limited GPU in epochs. An epoch takes the
  * node-wide device lease (lease.c), so no other limited pod's work runs meanwhile, records an
  * event before its first launch and a marker event after about every MARK_EVERY_NS of launched
- * work (and at its end), and ends after about QUANTUM_NS of GPU time while another pod waits for
- * the device, SOLO_QUANTUM_NS while none does (or earlier, when the program
- * synchronizes or pauses). Its GPU time E is the time from the start event to the last marker,
- * measured by the GPU itself. Markers are sparse because each one costs the GPU a short gap
- * between kernels: one per launch cost 20-50 µs kernels about 3 % of their throughput. E is debited from
- * the pod's token bucket in the region, which every process of the pod shares and which refills
- * at L; a process starts an epoch only when the bucket is not in debt. So the pod's GPU time is
- * L of wall time, and nothing depends on NVML seeing the pod's processes.
+ * work and at its end, and ends after QUANTUM_NS of GPU time while another pod waits for the
+ * device, SOLO_QUANTUM_NS while none does, or earlier when the program synchronizes or pauses.
+ * Its GPU time E is the time from the start event to the last marker, measured by the GPU
+ * itself. Markers are sparse because each costs the GPU a short gap between kernels: one per
+ * launch cost 20-50 µs kernels about 3 % of their throughput. E is debited from the pod's token
+ * bucket in the region, which every process of the pod shares and which refills at L; a process
+ * starts an epoch only when the bucket is not in debt. So the pod's GPU time is L of wall time,
+ * and nothing depends on NVML seeing the pod's processes.
  *
  * Pacing: launches may run ahead of the GPU by at most BACKLOG_NS of estimated GPU time (markers
  * tell how long kernels take), so epochs stay short for 2 µs kernels and 100 ms ones alike.
