@@ -85,6 +85,21 @@ def test_every_second_is_close_to_the_limit(
     assert all(w == pytest.approx(limit, abs=5) for w in windows), windows
 
 
+def test_time_saved_while_idle_stays_within_the_window(compute_env: LimitedEnv) -> None:
+    """A pod idle for a while (compiling, loading) saves at most L of 50 ms of GPU time: its next
+    1-s window stays within 5 pp of L."""
+    environment = compute_env() | {"TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 75}'}
+    first = run([WORKLOAD, "--kernels", "1", "--kernel-us", "100"], environment)
+    assert first.returncode == 0, first.stderr
+    time.sleep(1.5)  # the pod's bucket fills up to its cap meanwhile
+    result = run(
+        [WORKLOAD, "--duration", "2", "--kernel-us", "1000", "--batch", "10", "--marks"],
+        environment,
+    )
+    windows = [w / 10 for w in per_second(json.loads(result.stdout)["marks"], 2)]
+    assert all(w == pytest.approx(75, abs=5) for w in windows), windows
+
+
 @pytest.mark.parametrize("kernel_us", [50, 20000])
 def test_short_and_long_kernels(compute_env: LimitedEnv, kernel_us: int) -> None:
     got = share(compute_env(), 25, seconds=3.0, kernel_us=kernel_us)
