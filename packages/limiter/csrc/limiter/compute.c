@@ -462,6 +462,10 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
             pthread_mutex_unlock(&state->lock);
             wait_for_budget(&vgpu_state.region->devices[entry], entry);
             pthread_mutex_lock(&state->lock);
+            if (!set_up(state, ordinal, entry, context)) { /* a context went meanwhile */
+                pthread_mutex_unlock(&state->lock);
+                return launch(arguments);
+            }
         }
         if (!state->open) {
             if (state->lease != NULL) {
