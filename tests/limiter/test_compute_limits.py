@@ -2,19 +2,22 @@
 at limit L gets L % of the device's time, whatever the kernels' length or the launch path, with
 other pods, live changes and dead processes. Tolerances allow for a loaded 2-core CI machine."""
 
-import itertools
 import json
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import open_region
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, run
+from tests.support.marks import per_second
 
 TOLERANCE_PP = 3.0
+SIM_GPU0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulator's first GPU
 
 
 def share(
@@ -35,19 +38,6 @@ def share(
     report = json.loads(result.stdout)
     assert report.get("error") is None, report
     return 100 * float(report["achieved_kernels_per_s"]) * kernel_us / 1e6
-
-
-def per_second(marks: list[list[float]], seconds: int) -> list[float]:
-    """Kernels finished in each whole second, interpolated between the program's marks."""
-    points = [(0.0, 0.0), *((float(t), float(done)) for t, done in marks)]
-
-    def done_at(t: float) -> float:
-        for (t0, d0), (t1, d1) in itertools.pairwise(points):
-            if t1 >= t:
-                return d0 + (d1 - d0) * (t - t0) / (t1 - t0) if t1 > t0 else d1
-        return points[-1][1]
-
-    return [done_at(k + 1) - done_at(k) for k in range(seconds)]
 
 
 @pytest.fixture
@@ -231,3 +221,28 @@ def test_a_process_killed_mid_kernel_does_not_block_the_device(compute_env: Limi
 def test_pacing_does_not_need_nvml(compute_env: LimitedEnv) -> None:
     environment = compute_env(TF_NVML_LIB_PATH="/nonexistent/libnvidia-ml.so.1")
     assert share(environment, 25) == pytest.approx(25, abs=TOLERANCE_PP)
+
+
+def test_the_published_boost_is_charged(compute_env: LimitedEnv, tmp_path: Path) -> None:
+    """With the daemon's boost of 1.25 in the device lease, a pod at 40 % gets 32 % of the
+    (simulated, unboosted) GPU's time: GPU time is charged as the saturated GPU's."""
+    environment = compute_env()
+    stop = threading.Event()
+
+    def publish() -> None:
+        with DeviceLease.open(environment["SHM_BASE_PATH"], SIM_GPU0) as lease:
+            while not stop.is_set():
+                lease.publish_boost(1.25)
+                stop.wait(0.2)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        assert share(environment, 40) == pytest.approx(32, abs=TOLERANCE_PP)
+    finally:
+        stop.set()
+        publisher.join()
+    # Withdrawn (or stale: a daemon gone), plain GPU time again.
+    with DeviceLease.open(environment["SHM_BASE_PATH"], SIM_GPU0) as lease:
+        lease.withdraw_boost()
+    assert share(environment, 40) == pytest.approx(40, abs=TOLERANCE_PP)

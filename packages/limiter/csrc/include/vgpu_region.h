@@ -95,8 +95,19 @@ struct vgpu_device_lease {
     VGPU_ATOMIC(uint64_t) yield_until_ns; /* after a release with waiters: theirs until then */
     VGPU_ATOMIC(uint32_t) releases;    /* bumped at every release; waiters sleep on it (futex) */
     uint32_t reserved2;
-    uint64_t spare[7];
+    /* Written by the node daemon: how much faster the GPU runs the work of the last second than
+     * it would with every SM busy and its power at the limit (GPU Boost spends the headroom
+     * that idle time leaves), in parts per VGPU_BOOST_ONE; 0: not known. The compute limiter
+     * charges GPU time times this, so that a limit is a share of the saturated GPU's work. */
+    VGPU_ATOMIC(uint32_t) boost;
+    uint32_t reserved3;
+    VGPU_ATOMIC(uint64_t) boost_ns; /* CLOCK_MONOTONIC when `boost` was written */
+    uint64_t spare[5];
 };
+
+#define VGPU_BOOST_ONE 10000U
+#define VGPU_BOOST_MAX 20000U          /* larger values are taken as this */
+#define VGPU_BOOST_STALE_NS 5000000000ULL /* older than this: the daemon is gone, not applied */
 
 #ifndef VGPU_REGION_CDEF
 _Static_assert(sizeof(struct vgpu_device_lease) == 128, "vgpu_device_lease size");

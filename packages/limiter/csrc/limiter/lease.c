@@ -185,3 +185,13 @@ void vgpu_lease_release(struct vgpu_device_lease *lease) {
 bool vgpu_lease_wanted(struct vgpu_device_lease *lease) {
     return atomic_load(&lease->waiters) > 0;
 }
+
+uint32_t vgpu_lease_boost(struct vgpu_device_lease *lease) {
+    uint32_t boost = atomic_load(&lease->boost);
+    uint64_t written = atomic_load(&lease->boost_ns);
+    uint64_t now = vgpu_monotonic_ns();
+    if (boost == 0 || written > now || now - written > VGPU_BOOST_STALE_NS) {
+        return VGPU_BOOST_ONE;
+    }
+    return boost < VGPU_BOOST_ONE ? VGPU_BOOST_ONE : boost > VGPU_BOOST_MAX ? VGPU_BOOST_MAX : boost;
+}

@@ -22,6 +22,9 @@ void vgpu_lease_touch(struct vgpu_device_lease *lease);
 void vgpu_lease_release(struct vgpu_device_lease *lease);
 /* Whether another process is waiting for it. */
 bool vgpu_lease_wanted(struct vgpu_device_lease *lease);
+/* The GPU's boost as the daemon last published it (VGPU_BOOST_ONE .. VGPU_BOOST_MAX), or
+ * VGPU_BOOST_ONE when none is published or it is stale. */
+uint32_t vgpu_lease_boost(struct vgpu_device_lease *lease);
 
 uint64_t vgpu_monotonic_ns(void);
 
