@@ -123,7 +123,7 @@ def test_queries_the_simulator_lacks_are_not_available_and_the_rest_is_there(
             emit([observer.sample().to_dict() for _ in range(3)])
         """,
     ).value
-    missing = {"serial", "energy_mj", "mig_mode"}
+    missing = {"serial", "mig_mode"}
     for snapshot in passes:
         assert len(snapshot["devices"]) == 3
         for device in snapshot["devices"]:

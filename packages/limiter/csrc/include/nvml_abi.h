@@ -256,6 +256,8 @@ _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "smUtil")
       (nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp), (device, sensorType, temp)) \
     X(nvmlDeviceGetPowerUsage, nvmlReturn_t, (nvmlDevice_t device, unsigned int *power), (device, power)) \
     X(nvmlDeviceGetEnforcedPowerLimit, nvmlReturn_t, (nvmlDevice_t device, unsigned int *limit), (device, limit)) \
+    X(nvmlDeviceGetTotalEnergyConsumption, nvmlReturn_t, (nvmlDevice_t device, unsigned long long *energy), \
+      (device, energy)) \
     X(nvmlDeviceGetPowerManagementLimit, nvmlReturn_t, (nvmlDevice_t device, unsigned int *limit), \
       (device, limit)) \
     X(nvmlDeviceGetClockInfo, nvmlReturn_t, (nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock), \

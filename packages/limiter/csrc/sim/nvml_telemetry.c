@@ -1,7 +1,16 @@
 /* Sensors and clocks. The simulator models no physics: each value moves linearly between an
  * idle and a full-load figure of an H100 SXM with the device's utilization over the last
- * second, so monitoring code sees numbers that react to work. */
+ * second, so monitoring code sees numbers that react to work.
+ *
+ * Energy is counted from the busy time: the awake-idle power all along, plus the active power's
+ * excess while a kernel runs. The active power is VGPU_SIM_ACTIVE_POWER_W (watts; default the
+ * power limit): above the limit it stands for work that GPU Boost runs faster while the GPU is
+ * partly idle than at the limit, which the daemon's boost estimate then sees. */
 #define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
 #include "nvml_sim.h"
 
 #define TEMP_IDLE_C 32U
@@ -9,6 +18,7 @@
 #define TEMP_HOTSPOT_EXTRA_C 6U
 #define POWER_IDLE_MW 72000U
 #define POWER_LIMIT_MW 700000U
+#define POWER_AWAKE_MW 112000U /* idle between kernels, clocks up: 16 % of the limit, as measured */
 #define FAN_IDLE_PERCENT 30U
 #define FAN_FULL_PERCENT 80U
 
@@ -74,6 +84,41 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *
         *limit = POWER_LIMIT_MW;
     }
     return result;
+}
+
+static unsigned long long active_power_mw(void) {
+    const char *text = getenv("VGPU_SIM_ACTIVE_POWER_W");
+    char *end = NULL;
+    unsigned long watts = text != NULL ? strtoul(text, &end, 10) : 0;
+    bool valid = text != NULL && end != text && *end == '\0' && watts >= 1 && watts <= 5000;
+    return valid ? watts * 1000ULL : POWER_LIMIT_MW;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    static _Atomic unsigned long long reported[SIM_MAX_DEVICES]; /* the counter never goes back */
+    struct sim_state *state;
+    unsigned index, percent;
+    nvmlReturn_t result = load(device, energy, &percent);
+    if (result != NVML_SUCCESS) {
+        return result;
+    }
+    nvml_sim_device(device, &state, &index);
+    uint64_t now = sim_now_ns();
+    sim_lock(state);
+    const struct sim_device *target = &state->devices[index];
+    uint64_t ahead = target->busy_until_ns > now ? target->busy_until_ns - now : 0;
+    uint64_t busy = target->busy_total_ns > ahead ? target->busy_total_ns - ahead : 0;
+    sim_unlock(state);
+    unsigned long long active = active_power_mw();
+    double extra_mw = active > POWER_AWAKE_MW ? (double)(active - POWER_AWAKE_MW) : 0.0;
+    /* mW × s = mJ */
+    unsigned long long total =
+        (unsigned long long)(((double)POWER_AWAKE_MW * (double)now + extra_mw * (double)busy) / 1e9);
+    unsigned long long last = atomic_load(&reported[index]);
+    while (total > last && !atomic_compare_exchange_weak(&reported[index], &last, total)) {
+    }
+    *energy = total > last ? total : last;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit) {

@@ -311,6 +311,7 @@ uint64_t sim_enqueue(int device, uint64_t ready_ns, uint64_t duration_ns) {
     start = target->busy_until_ns > start ? target->busy_until_ns : start;
     uint64_t end = start + duration_ns;
     target->busy_until_ns = end;
+    target->busy_total_ns += duration_ns;
     struct sim_process *self = sim_self_locked(state);
     int32_t pid = self != NULL ? self->pid : (int32_t)getpid();
     if (self != NULL) {
