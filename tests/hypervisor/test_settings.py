@@ -476,6 +476,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'log_path = "/var/log/tf/hypervisor.log"',
                 'simulate = "auto"',
                 'sim_state = "/tmp/sim.state"',
+                'boost_correction = "off"',
             ]
         ),
     )
@@ -491,6 +492,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.log_path == Path("/var/log/tf/hypervisor.log")
     assert settings.simulate is None
     assert settings.sim_state == Path("/tmp/sim.state")
+    assert settings.boost_correction is False
     assert {resolved.sources[name] for name in FIELDS if name != "config_file"} == {
         f"file:{config}"
     }

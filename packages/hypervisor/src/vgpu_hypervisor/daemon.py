@@ -21,6 +21,7 @@ import uvicorn
 
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.api import ApiContext, create_app, read_or_create_token
+from vgpu_hypervisor.boost import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
 from vgpu_hypervisor.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.node import Node
@@ -161,6 +162,16 @@ class Daemon:
             asyncio.create_task(self._supervise("pod passes", lambda: self._pod_passes(node))),
             asyncio.create_task(server.serve(sockets=[listener])),
         ]
+        publisher = None
+        if settings.boost_correction:
+            publisher = BoostPublisher(settings.shm_base_path, observer.backend.device_count)
+            tasks.append(
+                asyncio.create_task(
+                    self._supervise(
+                        "boost correction", lambda: _every(READ_INTERVAL_S, publisher.tick)
+                    )
+                )
+            )
         if settings.gpu_metrics_file is not None:
             metrics = MetricsFile(settings.gpu_metrics_file, settings.metrics_rotate_bytes)
             tasks.append(
@@ -177,6 +188,8 @@ class Daemon:
             for task in tasks[:2] + tasks[3:]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if publisher is not None:
+                publisher.close()
             listener.close()
             if isinstance(settings.api_listen_addr, UnixAddress):
                 settings.api_listen_addr.path.unlink(missing_ok=True)

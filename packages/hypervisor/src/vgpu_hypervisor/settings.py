@@ -230,15 +230,22 @@ _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
 
 
-def _simulate(value: object) -> bool | None:
-    if value is None or isinstance(value, bool):
+def _switch(value: object) -> bool:
+    if isinstance(value, bool):
         return value
     text = value.strip().lower() if isinstance(value, str) else None
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    if text == "auto":
+    raise ValueError("expected true or false")
+
+
+def _simulate(value: object) -> bool | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
-    raise ValueError("expected true, false or auto")
+    try:
+        return _switch(value)
+    except ValueError:
+        raise ValueError("expected true, false or auto") from None
 
 
 AbsolutePath = Annotated[Path, BeforeValidator(_absolute_path)]
@@ -265,6 +272,7 @@ class Settings(BaseSettings):
     log_path: OptionalPath = None
     simulate: Annotated[bool | None, BeforeValidator(_simulate)] = None
     sim_state: OptionalPath = None
+    boost_correction: Annotated[bool, BeforeValidator(_switch)] = True
 
     @classmethod
     def settings_customise_sources(
@@ -295,6 +303,7 @@ FLAGS: Final[Mapping[str, str]] = MappingProxyType(
         "log_path": "--log-path",
         "simulate": "--simulate",
         "sim_state": "--sim-state",
+        "boost_correction": "--boost-correction",
     }
 )
 _SHARED_ENV: Final = {
@@ -368,8 +377,8 @@ def _flag_layer(flags: Mapping[str, object]) -> dict[str, _Given]:
             continue
         value = raw
         flag = FLAGS[name]
-        if name == "simulate":
-            flag = "--simulate" if value is True else "--no-simulate" if value is False else flag
+        if isinstance(value, bool):  # --NAME/--no-NAME
+            flag = flag if value else flag.replace("--", "--no-", 1)
             layer[name] = _Given(value, f"flag:{flag}", flag)
             continue
         if name in _PATHS and isinstance(value, str | os.PathLike) and not isinstance(value, bytes):

@@ -82,6 +82,14 @@ SimStateFlag = Annotated[
     str | None,
     _option("sim_state", "FILE", "The simulated GPU's node state file (VGPU_SIM_STATE)."),
 ]
+BoostCorrectionFlag = Annotated[
+    bool | None,
+    typer.Option(
+        "--boost-correction/--no-boost-correction",
+        help="Charge limited pods for the clock boost a partly idle GPU gives. Default: on.",
+        show_default=False,
+    ),
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 # The option type of each setting, by field name.
@@ -97,6 +105,7 @@ FLAG_TYPES: Mapping[str, Any] = {
     "log_path": LogPathFlag,
     "simulate": SimulateFlag,
     "sim_state": SimStateFlag,
+    "boost_correction": BoostCorrectionFlag,
 }
 # What a client command needs: where the daemon listens and its token.
 CLIENT_SETTINGS = ("config_file", "api_listen_addr", "token_file")

@@ -1,0 +1,101 @@
+"""How much faster a GPU runs its work now than it would saturated at its power limit.
+
+A compute limit leaves a GPU partly idle, and GPU Boost spends the power headroom on clocks:
+on an H100 a bf16 matmul paced to 25 % of the time ran each busy second ~11 % faster than the
+same matmul unlimited, which holds the GPU at its 700 W limit. Charged by time alone, such a
+pod would get ~28 % of its unlimited throughput. The limiter charges time times this factor.
+
+Model. Over the last second, from NVML's energy counter and utilization U (the share of time a
+kernel ran, whoever's), the power while busy is P_busy = (P - (1 - U) * P_idle) / U, where
+P_idle is the power between kernels with clocks up. Saturated, the GPU would run at its power
+limit P_limit, and the work rate follows power as a power law:
+
+    boost = max(1, (P_busy / P_limit) ** EXPONENT)
+
+An ideal cube law (dynamic power ~ clock * voltage², voltage following the clock) gives 1/3; a
+voltage at its floor gives 1/2. 0.4 fits what benchmarks/limiter_power_gpu.py measured on an
+H100. Predicted/measured speed-up per GPU-second, at 10/25/50/75 %: bf16 4096³ matmul
+1.173/1.109, 1.128/1.107, 1.131/1.118, 1.099/1.098; 8192³ 1.153/1.167, 1.142/1.166,
+1.082/1.107 (25-75 %); 2048³, launch-bound, 1.087/1.024, 1.089/1.041, 1.071/1.048; fp32 and
+elementwise kernels, which stay below the limit, ~1.0 as measured. It is one factor per GPU:
+pods sharing a GPU share it.
+
+Only a steady load is measured: while utilization changes (a program starting or stopping) the
+energy and utilization readings cover different loads, so the estimate is kept until the load
+settles. A GPU's workload rarely changes between its busy spells, so the estimate kept through
+an idle spell is usually right for the next one from its first kernel.
+
+Nothing here calls NVML: ``BoostEstimator.add`` takes readings and answers the estimate.
+"""
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+IDLE_SHARE = 0.16
+"""P_idle / P_limit: an H100 SXM drew ~110 W of its 700 W between a paced workload's kernels."""
+WINDOW_S = 1.0
+"""Readings older than this are forgotten."""
+MIN_SPAN_S = 0.3
+"""The energy counter moves in steps (every 100 ms on an H100): this much of them at least."""
+MIN_BUSY = 0.05
+"""Below this utilization the power says little about the work: the estimate is kept."""
+MAX_BOOST = 1.5
+EXPONENT = 0.4
+STEADY = 0.3
+"""The load is steady when the two halves of the window's utilization differ by at most this
+share of the larger."""
+
+
+def boost_from(power_w: float, busy: float, limit_w: float) -> float:
+    """The model above for a window of mean power ``power_w`` and utilization ``busy`` (0..1]."""
+    idle_w = IDLE_SHARE * limit_w
+    busy_w = (power_w - (1.0 - busy) * idle_w) / busy
+    if busy_w <= limit_w:
+        return 1.0
+    return min(MAX_BOOST, float((busy_w / limit_w) ** EXPONENT))
+
+
+@dataclass
+class BoostEstimator:
+    """One GPU's estimate from its readings, oldest first."""
+
+    boost: float | None = None
+    """The latest estimate; None until one could be made."""
+    _energy: deque[tuple[float, int]] = field(default_factory=deque)  # (time, mJ) when it moved
+    _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
+
+    def add(
+        self, now: float, energy_mj: int | None, utilization: int | None, limit_mw: int | None
+    ) -> float | None:
+        """Take one reading (``now`` in seconds, monotonic; None: the GPU did not answer that
+        query) and give the estimate, which stays as it was when the readings say too little."""
+        if energy_mj is None or utilization is None or not limit_mw or limit_mw <= 0:
+            return self.boost
+        if self._energy and energy_mj < self._energy[-1][1]:
+            self._energy.clear()  # the counter started again (driver reloaded)
+        if not self._energy or energy_mj != self._energy[-1][1]:
+            self._energy.append((now, energy_mj))
+        self._busy.append((now, min(max(utilization, 0), 100) / 100.0))
+        while len(self._energy) > 2 and now - self._energy[1][0] > WINDOW_S:
+            self._energy.popleft()
+        while self._busy and self._busy[0][0] <= self._energy[0][0]:
+            self._busy.popleft()
+        (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
+        if last - first < MIN_SPAN_S:
+            return self.boost
+        # Utilization over the span the energy covers (readings after its first step).
+        middle = (first + last) / 2
+        early = [value for at, value in self._busy if first < at <= middle]
+        late = [value for at, value in self._busy if at > middle]
+        if not early or not late:
+            return self.boost
+        early_busy, late_busy = sum(early) / len(early), sum(late) / len(late)
+        busy = (sum(early) + sum(late)) / (len(early) + len(late))
+        if busy < MIN_BUSY or abs(early_busy - late_busy) > STEADY * max(early_busy, late_busy):
+            return self.boost
+        power_w = (last_mj - first_mj) / (last - first) / 1000.0
+        estimate = boost_from(power_w, busy, limit_mw / 1000.0)
+        if math.isfinite(estimate):
+            self.boost = estimate
+        return self.boost
