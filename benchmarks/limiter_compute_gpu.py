@@ -2,24 +2,31 @@
 
 Workloads (PyTorch): bf16 4096³ matmul loop; medium elementwise kernels (~40 µs); the same as a
 CUDA graph replay; long kernels (50 ms spin kernels). Other frameworks' launch paths with the
-same elementwise step (--kinds cupy jax triton): CuPy, JAX (XLA), Triton. Each runs alone
-unlimited first (its throughput is 100 %), then under each limit in a fresh process. Throughput
-is counted per 1-s window from the program's own synchronizations.
+same elementwise step (--kinds cupy jax triton): CuPy, JAX (XLA), Triton; bf16 matmuls of
+other sizes and fp32 (matmul_large, matmul_small, matmul_fp32), which draw other power. Each
+runs alone unlimited first (its throughput is 100 %), then under each limit in a fresh process.
+Throughput is counted per 1-s window from the program's own synchronizations.
   single   every workload at every --limits value: mean, first window, worst window
   pods     two pods at once (30/70 and 30/30), one pod of two processes at 40 %
   cost     limit 100 and no library against no library: tiny launches and matmul
+With --daemon the node daemon runs meanwhile, so its boost correction applies (the daemon's
+package and its dependencies must be importable).
 Usage: python benchmarks/limiter_compute_gpu.py --library path/to/libcuda_limiter.so [--only …]
 """
 
 import argparse
+import atexit
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 PROGRAM = textwrap.dedent(
     """
@@ -55,6 +62,13 @@ PROGRAM = textwrap.dedent(
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         step, batch = (lambda: a @ b), 40
+    elif kind in ("matmul_large", "matmul_small", "matmul_fp32"):  # other power draws
+        size = {"matmul_large": 8192, "matmul_small": 2048, "matmul_fp32": 4096}[kind]
+        dtype = torch.float32 if kind == "matmul_fp32" else torch.bfloat16
+        torch.backends.cuda.matmul.allow_tf32 = False
+        a = torch.randn(size, size, device="cuda", dtype=dtype)
+        b = torch.randn(size, size, device="cuda", dtype=dtype)
+        step, batch = (lambda: a @ b), {8192: 5, 2048: 400, 4096: 4}[size]
     elif kind == "elementwise":
         x = torch.randn(16 << 20, device="cuda")
         step, batch = (lambda: x.mul_(1.0000001)), 200
@@ -79,14 +93,14 @@ PROGRAM = textwrap.dedent(
     for _ in range(3):
         step()
     synchronize()
-    marks, done, start = [], 0, time.perf_counter()
+    marks, done, start, started = [], 0, time.perf_counter(), time.time()
     while time.perf_counter() - start < seconds:
         for _ in range(batch):
             step()
         synchronize()
         done += batch
         marks.append((time.perf_counter() - start, done))
-    print(json.dumps({"kind": kind, "marks": marks}))
+    print(json.dumps({"kind": kind, "marks": marks, "started": started}))
     """
 )
 
@@ -99,21 +113,20 @@ def command(kind: str, seconds: int) -> list[str]:
     return [sys.executable, str(program), kind, str(seconds)]
 
 
+def done_at(marks: list[list[float]], t: float) -> float:
+    """Work done by `t` seconds after the start, interpolated between the program's marks."""
+    previous = (0.0, 0.0)
+    for time_, count in marks:
+        if time_ >= t:
+            span = time_ - previous[0]
+            return previous[1] + (count - previous[1]) * ((t - previous[0]) / span if span else 1)
+        previous = (time_, count)
+    return previous[1]
+
+
 def windows(marks: list[list[float]], seconds: int) -> list[float]:
-    """Work done in each whole second, interpolated between the program's marks."""
-
-    def done_at(t: float) -> float:
-        previous = (0.0, 0.0)
-        for time_, count in marks:
-            if time_ >= t:
-                span = time_ - previous[0]
-                return previous[1] + (count - previous[1]) * (
-                    (t - previous[0]) / span if span else 1
-                )
-            previous = (time_, count)
-        return previous[1]
-
-    return [done_at(k + 1) - done_at(k) for k in range(seconds)]
+    """Work done in each whole second."""
+    return [done_at(marks, k + 1) - done_at(marks, k) for k in range(seconds)]
 
 
 def run(kind: str, seconds: int, env: dict[str, str]) -> list[float]:
@@ -140,11 +153,28 @@ def start(kind: str, seconds: int, env: dict[str, str]) -> subprocess.Popen[str]
     )
 
 
-def collect(process: subprocess.Popen[str], seconds: int) -> list[float]:
+def collect(process: subprocess.Popen[str], seconds: int) -> dict[str, Any]:
+    """The program's report: its marks and when (wall clock) it started counting."""
     out, err = process.communicate(timeout=seconds + 60)
     if process.returncode != 0:
         raise RuntimeError(err[-800:])
-    return windows(json.loads(out)["marks"], seconds)
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+def overlap_rates(reports: list[dict[str, Any]], seconds: int) -> list[float]:
+    """Each program's work per second while all of them were counting (programs that start
+    together still begin counting up to a second or two apart: their imports and CUDA set-up
+    differ)."""
+    begin = max(report["started"] for report in reports)
+    end = min(report["started"] for report in reports) + seconds
+    if end - begin < 1:
+        raise RuntimeError("the programs ran at the same time for less than a second")
+    return [
+        (done_at(r["marks"], end - r["started"]) - done_at(r["marks"], begin - r["started"]))
+        / (end - begin)
+        for r in reports
+    ]
 
 
 class Node:
@@ -153,6 +183,32 @@ class Node:
         self.work = Path(tempfile.mkdtemp(prefix="vgpu-compute-"))
         self.pods = 0
         self.plain = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+        self.daemon: subprocess.Popen[bytes] | None = None
+
+    def start_daemon(self) -> None:
+        """The node daemon on this node's base path, for its boost correction (its API on a
+        free local port); it runs until the benchmark ends."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        log = self.work / "daemon.log"
+        self.daemon = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "vgpu_hypervisor", "daemon", "--config", ""),
+                *("--shm-base-path", str(self.work / "base")),
+                *("--listen", f"127.0.0.1:{port}", "--token-file", str(self.work / "token")),
+                *("--log-path", str(log)),
+            ],
+            env=self.plain,
+        )
+        atexit.register(self.daemon.terminate)
+        for _ in range(300):
+            if "API listening" in (log.read_text() if log.exists() else ""):
+                return
+            if self.daemon.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError(f"the daemon did not start: {log.read_text() if log.exists() else ''}")
 
     def pod_env(self, limit: float | None, pod: str | None = None) -> dict[str, str]:
         self.pods += 1
@@ -214,8 +270,8 @@ def pods(node: Node, seconds: int, kind: str) -> None:
     ):
         pod = f"shared{node.pods}" if same_pod else None
         processes = [start(kind, seconds, node.pod_env(limit, pod)) for limit in limits]
-        results = [pct(collect(p, seconds), baseline) for p in processes]
-        means = [round(statistics.mean(r), 2) for r in results]
+        reports = [collect(p, seconds) for p in processes]
+        means = pct(overlap_rates(reports, seconds), baseline)
         print(
             json.dumps(
                 {
@@ -223,9 +279,9 @@ def pods(node: Node, seconds: int, kind: str) -> None:
                     "case": name,
                     "workload": kind,
                     "limits": limits,
-                    "mean_pct": means,
+                    "mean_pct": means,  # over the seconds they all ran
                     "total_pct": round(sum(means), 2),
-                    "windows_pct": results,
+                    "windows_pct": [pct(windows(r["marks"], seconds), baseline) for r in reports],
                 }
             ),
             flush=True,
@@ -283,8 +339,15 @@ def main() -> None:
     parser.add_argument(
         "--control-preload", help="cost: also preload this library (no CUDA hooks) alone"
     )
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="run the node daemon (tf-hypervisor) meanwhile: its boost correction applies",
+    )
     args = parser.parse_args()
     node = Node(str(Path(args.library).resolve()))
+    if args.daemon:
+        node.start_daemon()
     if "single" in args.only:
         single(node, args.kinds, args.limits, args.seconds)
     if "pods" in args.only:

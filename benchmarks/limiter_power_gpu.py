@@ -36,8 +36,9 @@ _spec.loader.exec_module(compute)
 INSTANT = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
 
 
-def read(handle: Any) -> tuple[float, int, int, int, int]:
-    """(time, SM clock MHz, energy mJ, instantaneous power mW or -1, clock event reasons)."""
+def read(handle: Any) -> tuple[float, int, int, int, int, int]:
+    """(time, SM clock MHz, energy mJ, instantaneous power mW or -1, clock event reasons,
+    NVML's GPU utilization %)."""
     now = time.perf_counter()
     clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
     energy = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
@@ -50,7 +51,8 @@ def read(handle: Any) -> tuple[float, int, int, int, int]:
         reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
     except pynvml.NVMLError:
         reasons = -1
-    return now, clock, energy, instant, reasons
+    utilization = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+    return now, clock, energy, instant, reasons, utilization
 
 
 def percentiles(values: list[float]) -> list[float]:
@@ -93,7 +95,19 @@ def case(handle: Any, kind: str, env: dict[str, str], seconds: int) -> dict[str,
         if len(moves) > 2
         else None,
         "reasons": reasons,
+        "utilization_pct": round(statistics.mean(s[5] for s in steady), 1),
+        "window_power_w": window_power(steady),
     }
+
+
+def window_power(samples: list[tuple[float, int, int, int, int, int]]) -> list[float]:
+    """Mean power over consecutive 200-ms windows (what a daemon polling NVML would see)."""
+    out, first = [], samples[0]
+    for sample in samples:
+        if sample[0] - first[0] >= 0.2:
+            out.append(round((sample[2] - first[2]) / (sample[0] - first[0]) / 1000, 1))
+            first = sample
+    return out
 
 
 def main() -> None:
