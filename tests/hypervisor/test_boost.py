@@ -110,6 +110,14 @@ def test_the_daemon_publishes_the_boost_and_the_pod_is_charged_for_it(tmp_path: 
         for window in windows[1:]:
             assert window == pytest.approx(25 / 1.130, abs=3.0)
         assert "GPU 0 boost 1.1" in daemon.log_file.read_text()
+        (gpu0, gpu1) = daemon.http.get("/api/v1/gpus").json()
+        assert gpu0["boost"] == pytest.approx(1.130, abs=0.04) and gpu1["boost"] is None
+        metrics = daemon.http.get("/metrics").text
+        (line,) = [m for m in metrics.splitlines() if m.startswith("tf_gpu_boost_ratio{")]
+        assert 'gpu="0"' in line, metrics
+        assert float(line.rsplit(" ", 1)[1]) == pytest.approx(1.130, abs=0.04)
+        table = daemon.cli("gpus")
+        assert table.returncode == 0 and "×1.1" in table.stdout, table.stdout + table.stderr
         assert daemon.stop() == 0
         with DeviceLease.open(daemon.base, SIM_GPU0) as lease:
             assert lease.boost() is None  # withdrawn on the way out

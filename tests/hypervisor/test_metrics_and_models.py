@@ -25,6 +25,7 @@ def _view() -> NodeView:
         temperature_c=40,
         power_draw_w=None,
         sm_clock_mhz=1980,
+        boost=1.125,
         pods=1,
         workers=0,
     )
@@ -53,7 +54,8 @@ def test_influx_lines_escape_tags_and_leave_out_what_is_missing() -> None:
     gpu_line, worker_line = influx_lines(_view(), node="node 1")
     assert gpu_line == (
         f"tf_gpu_usage,uuid={UUID},node=node\\ 1 memory_bytes={20 << 30}i,"
-        "memory_percentage=25.0,temperature=40.0,sm_clock_mhz=1980.0 1700000000500000000\n"
+        "memory_percentage=25.0,temperature=40.0,sm_clock_mhz=1980.0,boost=1.125 "
+        "1700000000500000000\n"
     )
     assert worker_line.startswith(
         f"tf_worker_usage,uuid={UUID},node=node\\ 1,namespace=team\\ a,worker=p\\,1,workload=p\\,1 "

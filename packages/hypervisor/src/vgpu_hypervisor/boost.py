@@ -42,7 +42,7 @@ def _known(value: object) -> int | None:
 
 
 class BoostPublisher:
-    """Not thread-safe: one caller ticks (the daemon's boost task)."""
+    """One caller ticks (the daemon's boost task); ``boosts`` may be read from any thread."""
 
     def __init__(self, base: Path, device_count: int) -> None:
         self._base = base

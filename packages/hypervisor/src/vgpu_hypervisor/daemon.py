@@ -129,7 +129,10 @@ class Daemon:
                 f"cannot create the base path {settings.shm_base_path}: {error.strerror}"
             ) from None
         store = PodStore(settings.shm_base_path)
-        node = Node(observer, store)
+        publisher = None
+        if settings.boost_correction:
+            publisher = BoostPublisher(settings.shm_base_path, observer.backend.device_count)
+        node = Node(observer, store, publisher.boosts if publisher is not None else dict)
         await asyncio.to_thread(node.sample)
         view = await asyncio.to_thread(node.refresh)
         log.info(
@@ -162,9 +165,7 @@ class Daemon:
             asyncio.create_task(self._supervise("pod passes", lambda: self._pod_passes(node))),
             asyncio.create_task(server.serve(sockets=[listener])),
         ]
-        publisher = None
-        if settings.boost_correction:
-            publisher = BoostPublisher(settings.shm_base_path, observer.backend.device_count)
+        if publisher is not None:
             tasks.append(
                 asyncio.create_task(
                     self._supervise(

@@ -38,7 +38,7 @@ def _table(title: str | None, *columns: str) -> Table:
 
 
 def gpu_table(gpus: list[dict[str, Any]], *, bars: bool = False) -> Table:
-    columns = ["GPU", "Name", "Memory", "Util", "Temp", "Power", "Pods", "Workers"]
+    columns = ["GPU", "Name", "Memory", "Util", "Temp", "Power", "Boost", "Pods", "Workers"]
     if bars:
         columns[3:3] = ["", ""]
     table = _table("GPUs" if bars else None, *columns)
@@ -51,6 +51,7 @@ def gpu_table(gpus: list[dict[str, Any]], *, bars: bool = False) -> Table:
             percent(gpu.get("utilization")),
             NA if gpu.get("temperature_c") is None else f"{gpu['temperature_c']} °C",
             NA if gpu.get("power_draw_w") is None else f"{gpu['power_draw_w']:.0f} W",
+            NA if gpu.get("boost") is None else f"×{gpu['boost']:.2f}",
             str(gpu.get("pods", 0)),
             str(gpu.get("workers", 0)),
         ]

@@ -38,6 +38,11 @@ _GPU_GAUGES: tuple[tuple[str, str, Callable[[models.Gpu], float | None]], ...] =
     ("tf_gpu_temperature_celsius", "GPU temperature.", lambda g: g.temperature_c),
     ("tf_gpu_power_watts", "GPU power draw.", lambda g: g.power_draw_w),
     ("tf_gpu_sm_clock_mhz", "SM clock.", lambda g: g.sm_clock_mhz),
+    (
+        "tf_gpu_boost_ratio",
+        "Limited pods' GPU time is charged times this (boost correction; absent: none).",
+        lambda g: g.boost,
+    ),
     ("tf_gpu_pods", "Pods with limits on the GPU.", lambda g: g.pods),
     ("tf_gpu_workers", "Workers holding memory on the GPU.", lambda g: g.workers),
 )
@@ -180,6 +185,8 @@ def _gpu_fields(gpu: models.Gpu) -> dict[str, float | int]:
         fields["sm_clock_mhz"] = float(gpu.sm_clock_mhz)
     if gpu.power_draw_w is not None:
         fields["power_usage"] = gpu.power_draw_w
+    if gpu.boost is not None:
+        fields["boost"] = gpu.boost
     return fields
 
 

@@ -122,6 +122,10 @@ class Gpu(_Document):
     temperature_c: int | None
     power_draw_w: float | None
     sm_clock_mhz: int | None
+    boost: float | None = Field(
+        description="What limited pods' GPU time is charged times (boost correction); "
+        "null: no estimate, or correction off."
+    )
     pods: int
     workers: int
 

@@ -10,7 +10,7 @@ after every change through the API, so a reply already shows what it did).
 import dataclasses
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from vgpu_limiter.region import ProcessInfo, process_alive
 
@@ -38,9 +38,16 @@ class NodeView:
 class Node:
     """GPUs, pods and workers of this node. Thread-safe."""
 
-    def __init__(self, observer: GpuObserver, store: PodStore) -> None:
+    def __init__(
+        self,
+        observer: GpuObserver,
+        store: PodStore,
+        boosts: Callable[[], Mapping[str, float]] = dict,
+    ) -> None:
+        """``boosts``: the boost correction's estimates by GPU UUID (none when it is off)."""
         self.observer = observer
         self.store = store
+        self._boosts = boosts
         self._host_pids = HostPids()
         self._processes = ProcessTable()
         self._utilization = Utilization()
@@ -101,7 +108,8 @@ class Node:
         self._host_pids.forget_except(
             {(p.pid, p.pid_namespace, p.start_time) for r in records for p in r.processes}
         )
-        gpus = tuple(self._gpu(device, pods, workers) for device in devices)
+        boosts = {uuid.lower(): boost for uuid, boost in self._boosts().items()}
+        gpus = tuple(self._gpu(device, pods, workers, boosts) for device in devices)
         return NodeView(time.time(), snapshot, gpus, tuple(pods), tuple(workers))
 
     def _worker(self, record: PodRecord, process: ProcessInfo) -> models.Worker:
@@ -169,6 +177,7 @@ class Node:
         device: DeviceSnapshot,
         pods: Iterable[models.Pod],
         workers: Iterable[models.Worker],
+        boosts: Mapping[str, float],
     ) -> models.Gpu:
         """A GPU with the pods that have an entry for it and the workers holding memory on it."""
         uuid = device.uuid if isinstance(device.uuid, str) else None
@@ -186,6 +195,7 @@ class Node:
             temperature_c=or_default(device.temperature_c, None),
             power_draw_w=None if power is NOT_AVAILABLE else power / 1000,
             sm_clock_mhz=or_default(device.sm_clock_mhz, None),
+            boost=boosts.get(key) if key else None,
             pods=len(users),
             workers=sum(
                 1 for w in workers if any(g.uuid.lower() == key and g.memory_used for g in w.gpus)
