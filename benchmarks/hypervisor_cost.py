@@ -8,7 +8,7 @@ sampled every second, pod passes every second, influx metrics file on) it measur
     workers, /metrics in turn), and the daemon's CPU during that load.
 Prints one JSON line per measurement.
 Usage: python benchmarks/hypervisor_cost.py [--gpus 8] [--pods 32] [--workers 64]
-       [--idle-seconds 30] [--rate 200] [--load-seconds 20]
+       [--idle-seconds 30] [--rate 200] [--load-seconds 20] [--daemon-flag=FLAG ...]
 """
 
 import argparse
@@ -114,7 +114,7 @@ def _measure_load(http: httpx.Client, process: psutil.Process, rate: float, seco
     )
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--pods", type=int, default=32)
@@ -122,8 +122,17 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30)
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--load-seconds", type=float, default=20)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--daemon-flag",
+        action="append",
+        default=[],
+        help="one more daemon flag (repeatable), e.g. --daemon-flag=--no-boost-correction",
+    )
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = _arguments()
     root = Path(tempfile.mkdtemp(prefix="vgpu-daemon-cost-"))
     port = _free_port()
     environment = {
@@ -148,6 +157,7 @@ def main() -> None:
             "--log-path",
             str(root / "daemon.log"),
             *flags,
+            *args.daemon_flag,
         ],
         env=environment,
     )

@@ -51,7 +51,7 @@ def gpu_table(gpus: list[dict[str, Any]], *, bars: bool = False) -> Table:
             percent(gpu.get("utilization")),
             NA if gpu.get("temperature_c") is None else f"{gpu['temperature_c']} °C",
             NA if gpu.get("power_draw_w") is None else f"{gpu['power_draw_w']:.0f} W",
-            NA if gpu.get("boost") is None else f"×{gpu['boost']:.2f}",
+            NA if gpu.get("boost") is None else f"{gpu['boost']:.2f}",
             str(gpu.get("pods", 0)),
             str(gpu.get("workers", 0)),
         ]
