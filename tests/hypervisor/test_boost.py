@@ -160,3 +160,14 @@ def test_a_changing_load_is_not_measured() -> None:
     assert ramp == pytest.approx(steady, rel=0.03)  # not the 1.5 this window alone gives
     settled, _ = feed(estimator, 600.0, 60, 1.5, now)
     assert settled == pytest.approx(boost_from(600.0, 0.6, 700.0), rel=0.02)
+
+
+def test_readings_after_a_pause_start_a_new_window() -> None:
+    """The daemon stops reading a GPU without paced work; when it starts again, the energy used
+    meanwhile (by unlimited work, say) is not taken for the new load's."""
+    estimator = BoostEstimator()
+    steady, now = feed(estimator, 320.6, 25, 1.5)
+    estimator._energy.append((now + 5.0, estimator._energy[-1][1] + 5 * 700_000))
+    resumed, _ = feed(estimator, 320.6, 25, 0.2, now + 5.0)
+    assert resumed == steady  # too little since the pause for a new estimate
+    assert len(estimator._energy) <= 3

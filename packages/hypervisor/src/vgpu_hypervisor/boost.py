@@ -1,8 +1,10 @@
 """Boost correction: every GPU's boost estimate (gpu/boost.py), published into its device lease
 under the base path, where the compute limiter of every pod on the GPU reads it.
 
-Readings are taken often (the energy counter moves in 100-ms steps on an H100, and the times of
-its steps are what the power is measured from), three cheap NVML queries per GPU. A GPU whose
+Only GPUs with paced work (their lease active in the last few seconds) are read often: the
+energy counter every 50 ms (it moves in 100-ms steps on an H100, and the times of its steps are
+what the power is measured from), utilization every 200 ms (NVML averages it over 1/6 s or
+more itself). A GPU without paced work is left alone and its estimate kept. A GPU whose
 readings fail keeps its last estimate until it goes stale in the lease (5 s); on close the
 estimates are withdrawn, so the limiter charges plain GPU time again at once.
 """
@@ -17,10 +19,13 @@ from vgpu_limiter.region import RegionError, normalize_uuid
 from .gpu import NOT_AVAILABLE, nvml
 from .gpu.boost import BoostEstimator
 
-READ_INTERVAL_S = 0.025
-"""Between two readings: the error of a step's time over a 1-s window, 2.5 %."""
+READ_INTERVAL_S = 0.05
+"""Between two energy readings: the time of a counter step is known to this much."""
+UTILIZATION_EVERY_S = 0.2
 LIMIT_EVERY_S = 5.0
 """The power limit changes rarely (an operator's nvidia-smi -pl): read it this often."""
+PACED_RECENTLY_S = 5.0
+"""A GPU whose lease saw a limited process this recently is read."""
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,8 @@ class _Gpu:
         self.lease: DeviceLease | None = None
         self.limit_mw: int | None = None
         self.limit_read = -LIMIT_EVERY_S
+        self.utilization: int | None = None
+        self.utilization_read = -UTILIZATION_EVERY_S
         self.estimator = BoostEstimator()
         self.published: float | None = None
 
@@ -57,40 +64,56 @@ class BoostPublisher:
         }
 
     def tick(self) -> None:
-        """Read every GPU once and publish what changed (blocking: a few NVML calls each)."""
+        """Read every GPU with paced work once and publish (blocking: a few NVML calls each)."""
         now = time.monotonic()
         with nvml.LOCK:
             for gpu in self._gpus:
-                self._read(gpu, now)
+                if self._connect(gpu) and self._paced(gpu):
+                    self._read(gpu, now)
         for gpu in self._gpus:
             self._publish(gpu)
 
-    def _read(self, gpu: _Gpu, now: float) -> None:
+    def _connect(self, gpu: _Gpu) -> bool:
+        """The GPU's handle, UUID and lease, found once; False while they cannot be had."""
+        if gpu.lease is not None:
+            return True
         if gpu.handle is None:
             handle = nvml.device_handle(gpu.index)
             uuid = nvml.device_uuid(handle) if handle is not NOT_AVAILABLE else NOT_AVAILABLE
             if handle is NOT_AVAILABLE or not isinstance(uuid, str):
-                return
+                return False
             gpu.handle, gpu.uuid = handle, uuid
+        if gpu.uuid is None:
+            return False  # its lease could not be made: given up
+        try:
+            gpu.lease = DeviceLease.open(self._base, normalize_uuid(gpu.uuid))
+        except (RegionError, ValueError) as error:
+            log.warning("boost correction off for GPU %d: %s", gpu.index, error)
+            gpu.uuid = None
+            return False
+        return True
+
+    @staticmethod
+    def _paced(gpu: _Gpu) -> bool:
+        assert gpu.lease is not None
+        return gpu.lease.active_within(PACED_RECENTLY_S)
+
+    def _read(self, gpu: _Gpu, now: float) -> None:
+        assert gpu.handle is not None
         if now - gpu.limit_read >= LIMIT_EVERY_S:
             gpu.limit_mw = _known(nvml.device_power_limit(gpu.handle))
             gpu.limit_read = now
-        rates = nvml.device_utilization(gpu.handle)
-        busy = _known(rates[0]) if rates is not NOT_AVAILABLE else None
+        if now - gpu.utilization_read >= UTILIZATION_EVERY_S:
+            rates = nvml.device_utilization(gpu.handle)
+            gpu.utilization = _known(rates[0]) if rates is not NOT_AVAILABLE else None
+            gpu.utilization_read = now
         energy = _known(nvml.device_energy(gpu.handle))
-        gpu.estimator.add(now, energy, busy, gpu.limit_mw)
+        gpu.estimator.add(now, energy, gpu.utilization, gpu.limit_mw)
 
     def _publish(self, gpu: _Gpu) -> None:
         boost = gpu.estimator.boost
-        if boost is None or gpu.uuid is None:
+        if boost is None or gpu.lease is None:
             return
-        if gpu.lease is None:
-            try:
-                gpu.lease = DeviceLease.open(self._base, normalize_uuid(gpu.uuid))
-            except (RegionError, ValueError) as error:
-                log.warning("boost correction off for GPU %d: %s", gpu.index, error)
-                gpu.uuid = None  # not again
-                return
         gpu.lease.publish_boost(boost)  # also when unchanged: the time says the daemon lives
         if gpu.published is None or abs(boost - gpu.published) >= 0.05:
             log.info("GPU %d boost %.3f", gpu.index, boost)

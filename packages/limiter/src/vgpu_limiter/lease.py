@@ -93,6 +93,11 @@ class DeviceLease:
             return None
         return min(BOOST_MAX, max(BOOST_ONE, parts)) / BOOST_ONE
 
+    def active_within(self, seconds: float) -> bool:
+        """Whether a limited process ran an epoch on the GPU in the last ``seconds``."""
+        activity = int(self._lease.activity_ns)
+        return activity != 0 and time.monotonic_ns() - activity <= seconds * 1e9
+
     def withdraw_boost(self) -> None:
         """Stop correcting: the limiter charges plain GPU time again."""
         self._lease.boost = 0

@@ -38,6 +38,8 @@ WINDOW_S = 1.0
 """Readings older than this are forgotten."""
 MIN_SPAN_S = 0.3
 """The energy counter moves in steps (every 100 ms on an H100): this much of them at least."""
+GAP_S = 0.5
+"""Readings this far apart are not one window: the older ones are dropped."""
 MIN_BUSY = 0.05
 """Below this utilization the power says little about the work: the estimate is kept."""
 MAX_BOOST = 1.5
@@ -72,6 +74,9 @@ class BoostEstimator:
         query) and give the estimate, which stays as it was when the readings say too little."""
         if energy_mj is None or utilization is None or not limit_mw or limit_mw <= 0:
             return self.boost
+        if self._busy and now - self._busy[-1][0] > GAP_S:
+            self._energy.clear()  # readings resumed after a pause: the old ones say nothing
+            self._busy.clear()
         if self._energy and energy_mj < self._energy[-1][1]:
             self._energy.clear()  # the counter started again (driver reloaded)
         if not self._energy or energy_mj != self._energy[-1][1]:
