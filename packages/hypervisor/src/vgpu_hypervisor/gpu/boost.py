@@ -29,6 +29,7 @@ Nothing here calls NVML: ``BoostEstimator.add`` takes readings and answers the e
 """
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -45,8 +46,12 @@ MIN_BUSY = 0.05
 MAX_BOOST = 1.5
 EXPONENT = 0.4
 STEADY = 0.3
-"""The load is steady when the two halves of the window's utilization differ by at most this
-share of the larger."""
+"""The load is steady when the two halves of the window's utilization and of its power, and its
+newest utilization reading and its mean, differ by at most this share of the larger."""
+HISTORY = 40
+"""The published boost is the median of this many latest window estimates (2 s of readings
+every 50 ms): a window that straddles the end of the work (whose last 100 ms were idle, say)
+slips through the checks above now and then, and P_busy magnifies its error by 1/U."""
 
 
 def boost_from(power_w: float, busy: float, limit_w: float) -> float:
@@ -66,6 +71,7 @@ class BoostEstimator:
     """The latest estimate; None until one could be made."""
     _energy: deque[tuple[float, int]] = field(default_factory=deque)  # (time, mJ) when it moved
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
+    _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
     def add(
         self, now: float, energy_mj: int | None, utilization: int | None, limit_mw: int | None
@@ -93,14 +99,34 @@ class BoostEstimator:
         middle = (first + last) / 2
         early = [value for at, value in self._busy if first < at <= middle]
         late = [value for at, value in self._busy if at > middle]
-        if not early or not late:
+        if not early or not late or not self._steady_power(middle):
             return self.boost
-        early_busy, late_busy = sum(early) / len(early), sum(late) / len(late)
         busy = (sum(early) + sum(late)) / (len(early) + len(late))
-        if busy < MIN_BUSY or abs(early_busy - late_busy) > STEADY * max(early_busy, late_busy):
+        if (
+            busy < MIN_BUSY
+            or _differ(sum(early) / len(early), sum(late) / len(late))
+            # NVML's utilization lags when work stops or starts: wait until it settled
+            or _differ(late[-1], busy)
+        ):
             return self.boost
         power_w = (last_mj - first_mj) / (last - first) / 1000.0
         estimate = boost_from(power_w, busy, limit_mw / 1000.0)
         if math.isfinite(estimate):
-            self.boost = estimate
+            self._estimates.append(estimate)
+            self.boost = statistics.median(self._estimates)
         return self.boost
+
+    def _steady_power(self, middle: float) -> bool:
+        """Whether the window's two halves drew about the same power (energy steps around the
+        middle split it): power falls at once when work stops, before NVML's utilization does."""
+        (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
+        split, split_mj = min(self._energy, key=lambda point: abs(point[0] - middle))
+        if not first < split < last:
+            return False
+        return not _differ(
+            (split_mj - first_mj) / (split - first), (last_mj - split_mj) / (last - split)
+        )
+
+
+def _differ(a: float, b: float) -> bool:
+    return abs(a - b) > STEADY * max(a, b)
