@@ -68,7 +68,7 @@ class BoostEstimator:
     """One GPU's estimate from its readings, oldest first."""
 
     boost: float | None = None
-    """The latest estimate; None until one could be made."""
+    """The median of the latest window estimates; None until one could be made."""
     _energy: deque[tuple[float, int]] = field(default_factory=deque)  # (time, mJ) when it moved
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
