@@ -8,6 +8,9 @@ from pathlib import Path
 
 import nox
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "packages" / "limiter"))
+from sim_sources import driver_sources
+
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.error_on_missing_interpreters = True
@@ -102,14 +105,7 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         "sim_driver_test",
         [
             ROOT / "tests/c/sim_driver_test.c",
-            *sorted(LIMITER_C.glob("sim/cuda_*.c")),
-            LIMITER_C / "sim/sim_state.c",
-            LIMITER_C / "sim/sim_config.c",
-            LIMITER_C / "common/vgpu_parse.c",
-            LIMITER_C / "common/vgpu_proc.c",
-            LIMITER_C / "common/vgpu_cuda_sizes.c",
-            LIMITER_C / "common/vgpu_cuda_table.c",
-            LIMITER_C / "common/vgpu_table.c",
+            *driver_sources(ROOT / "packages/limiter"),
         ],
         [LIMITER_C / "include", LIMITER_C / "common", LIMITER_C / "sim"],
         # Destroyed driver objects are kept on purpose (a stale handle must fail cleanly).

@@ -3,6 +3,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from sim_sources import driver_sources, nvml_sources
 from vgpu_build import NativeLibrary, setup_package
 
 
@@ -10,29 +11,19 @@ def sources(pattern: str) -> list[str]:
     return sorted(str(path) for path in Path().glob(pattern))
 
 
-# The simulated GPU: a driver and NVML that share the node-wide state code.
-SIM_COMMON = [
-    "csrc/sim/sim_state.c",
-    "csrc/sim/sim_config.c",
-    "csrc/common/vgpu_parse.c",
-    "csrc/common/vgpu_proc.c",
-    "csrc/common/vgpu_cuda_sizes.c",
-    "csrc/common/vgpu_cuda_table.c",
-    "csrc/common/vgpu_table.c",
-]
 SIM_OPTIONS = {
     "include_dirs": ["csrc/include", "csrc/common", "csrc/sim"],
-    "define_macros": [("VGPU_API_VISIBILITY", '__attribute__((visibility("default")))')],
+    "define_macros": [("VGPU_API_VISIBILITY", "VGPU_EXPORT")],
     "libraries": ["pthread", "dl", "rt"],
 }
 
 
-def sim_library(soname: str, sources: list[str]) -> NativeLibrary:
+def sim_library(soname: str, sources: list[Path]) -> NativeLibrary:
     # -Bsymbolic: the library's calls to itself never go back through an interposer, as in
     # the real driver; otherwise tests of the limiter could pass for the wrong reason.
     return NativeLibrary(
         f"vgpu_limiter.sim.lib.{soname.split('.', maxsplit=1)[0]}",
-        sources=[*sources, *SIM_COMMON],
+        sources=[str(source) for source in sources],
         filename=soname,
         extra_link_args=[f"-Wl,-soname,{soname}", "-Wl,-Bsymbolic"],
         **SIM_OPTIONS,
@@ -45,7 +36,7 @@ LIMITER = NativeLibrary(
     sources=[*sources("csrc/limiter/*.c"), *sources("csrc/common/*.c")],
     include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
     # The wrappers carry the driver's own prototypes; this exports the ones defined.
-    define_macros=[("VGPU_API_VISIBILITY", '__attribute__((visibility("default")))')],
+    define_macros=[("VGPU_API_VISIBILITY", "VGPU_EXPORT")],
     extra_compile_args=["-include", "glibc_compat.h"],
     # libdl and libpthread stay NEEDED: before glibc 2.34 dlsym and friends live there.
     extra_link_args=["-Wl,--no-as-needed", "-l:libdl.so.2", "-l:libpthread.so.0"],
@@ -66,8 +57,8 @@ setup_package(
     native=[
         LIMITER,
         REGION_CDEF,
-        sim_library("libcuda.so.1", sources("csrc/sim/cuda_*.c")),
-        sim_library("libnvidia-ml.so.1", sources("csrc/sim/nvml_*.c")),
+        sim_library("libcuda.so.1", driver_sources(Path())),
+        sim_library("libnvidia-ml.so.1", nvml_sources(Path())),
         NativeLibrary(
             "vgpu_limiter.sim.bin.workload",
             sources=[*sources("csrc/workload/*.c"), "csrc/common/vgpu_parse.c"],
