@@ -196,7 +196,9 @@
       (hGraphExec, hStream)) \
     X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, LEGACY, (CUgraphExec hGraphExec), (hGraphExec))
 
-/* A library that defines these (the simulated driver) sets VGPU_API_VISIBILITY to export them. */
+/* A library that defines these (the simulated driver, or the limiter's wrappers) is built with
+ * VGPU_API_VISIBILITY=VGPU_EXPORT to export them. */
+#include "vgpu_export.h"
 #ifndef VGPU_API_VISIBILITY
 #define VGPU_API_VISIBILITY
 #endif

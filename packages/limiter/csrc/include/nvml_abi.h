@@ -268,7 +268,9 @@ _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "smUtil")
     X(nvmlDeviceGetPerformanceState, nvmlReturn_t, (nvmlDevice_t device, nvmlPstates_t *pState), (device, pState)) \
     X(nvmlDeviceGetPowerState, nvmlReturn_t, (nvmlDevice_t device, nvmlPstates_t *pState), (device, pState))
 
-/* A library that defines these (the simulated NVML) sets VGPU_API_VISIBILITY to export them. */
+/* A library that defines these (the simulated NVML, or the limiter's wrappers) is built with
+ * VGPU_API_VISIBILITY=VGPU_EXPORT to export them. */
+#include "vgpu_export.h"
 #ifndef VGPU_API_VISIBILITY
 #define VGPU_API_VISIBILITY
 #endif

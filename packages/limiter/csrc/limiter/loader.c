@@ -12,8 +12,7 @@
 #include "hooks.h"
 #include "log.h"
 #include "vgpu_cuda_table.h"
-
-#define VGPU_EXPORT __attribute__((visibility("default")))
+#include "vgpu_export.h"
 
 struct vgpu_real_functions vgpu_real;
 

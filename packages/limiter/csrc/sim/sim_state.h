@@ -13,8 +13,6 @@
 #define SIM_STATE_MAGIC 0x31304d5355504756ULL /* "VGPUSM01" */
 #define SIM_STATE_VERSION 2
 
-#define SIM_EXPORT __attribute__((visibility("default")))
-
 struct sim_device_config {
     char name[96];
     char uuid[48];       /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
