@@ -1,34 +1,14 @@
-/* Simulated driver: contexts, the primary context of each device, the per-thread stack. */
+/* Simulated driver: contexts and the primary context of each device (the thread's stack of
+ * current contexts is in cuda_core.c). */
 #define _GNU_SOURCE
 #include <stdlib.h>
-#include <string.h>
 
 #include "cuda_sim.h"
-
-#define STACK_DEPTH 32
-
-pthread_mutex_t sim_driver_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static __thread struct CUctx_st *context_stack[STACK_DEPTH];
-static __thread int stack_depth;
 
 /* Primary contexts by physical device, with their retain counts. */
 static struct CUctx_st *primary[SIM_MAX_DEVICES];
 static unsigned primary_retains[SIM_MAX_DEVICES];
 static unsigned primary_flags[SIM_MAX_DEVICES];
-
-bool sim_valid(const void *object, uint32_t magic) {
-    return object != NULL && *(const uint32_t *)object == magic;
-}
-
-CUresult sim_current_context(struct CUctx_st **context) {
-    struct CUctx_st *top = stack_depth > 0 ? context_stack[stack_depth - 1] : NULL;
-    if (!sim_valid(top, SIM_CONTEXT)) {
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
-    *context = top;
-    return CUDA_SUCCESS;
-}
 
 CUresult sim_context_new(int device, bool is_primary, unsigned flags, struct CUctx_st **out) {
     struct CUctx_st *context = calloc(1, sizeof *context);
@@ -71,14 +51,7 @@ void sim_context_free(struct CUctx_st *context) {
     pthread_mutex_unlock(&sim_driver_lock);
     sim_context_detach(context->device);
     /* Pop it from this thread's stack; other threads holding it see an invalid context. */
-    for (int i = 0; i < stack_depth; i++) {
-        if (context_stack[i] == context) {
-            memmove(&context_stack[i], &context_stack[i + 1],
-                    (size_t)(stack_depth - i - 1) * sizeof context_stack[0]);
-            stack_depth--;
-            i--;
-        }
-    }
+    sim_context_forget(context);
     /* The struct is kept (magic cleared): a stale handle must fail cleanly, not crash. */
 }
 
@@ -91,16 +64,17 @@ static CUresult create(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     if (pctx == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (stack_depth == STACK_DEPTH) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
     struct CUctx_st *context = NULL;
     result = sim_context_new(device, false, flags, &context);
-    if (result == CUDA_SUCCESS) {
-        context_stack[stack_depth++] = context; /* a new context becomes current */
-        *pctx = context;
+    if (result != CUDA_SUCCESS) {
+        return result;
     }
-    return result;
+    if (!sim_context_push(context)) { /* a new context becomes current */
+        sim_context_free(context);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pctx = context;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
@@ -136,11 +110,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
     if (!sim_valid(ctx, SIM_CONTEXT)) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if (stack_depth == STACK_DEPTH) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    context_stack[stack_depth++] = ctx;
-    return CUDA_SUCCESS;
+    return sim_context_push(ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
@@ -148,10 +118,10 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    if (stack_depth == 0) {
+    struct CUctx_st *top = sim_context_pop();
+    if (top == NULL) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    struct CUctx_st *top = context_stack[--stack_depth];
     if (pctx != NULL) {
         *pctx = top;
     }
@@ -163,19 +133,10 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    if (ctx == NULL) {
-        if (stack_depth > 0) {
-            stack_depth--;
-        }
-        return CUDA_SUCCESS;
-    }
-    if (!sim_valid(ctx, SIM_CONTEXT)) {
+    if (ctx != NULL && !sim_valid(ctx, SIM_CONTEXT)) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if (stack_depth == 0) {
-        stack_depth = 1;
-    }
-    context_stack[stack_depth - 1] = ctx;
+    sim_context_replace_top(ctx);
     return CUDA_SUCCESS;
 }
 
@@ -187,7 +148,7 @@ CUresult cuCtxGetCurrent(CUcontext *pctx) {
     if (pctx == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *pctx = stack_depth > 0 ? context_stack[stack_depth - 1] : NULL;
+    *pctx = sim_context_top();
     return CUDA_SUCCESS;
 }
 

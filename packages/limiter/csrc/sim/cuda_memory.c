@@ -9,19 +9,6 @@
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CU_MEM_ATTACH_HOST 0x2
 
-CUresult sim_current_device(int *device, struct CUctx_st **context) {
-    struct CUctx_st *current;
-    CUresult result = sim_initialized();
-    if (result != CUDA_SUCCESS || (result = sim_current_context(&current)) != CUDA_SUCCESS) {
-        return result;
-    }
-    *device = current->device;
-    if (context != NULL) {
-        *context = current;
-    }
-    return CUDA_SUCCESS;
-}
-
 /* Charge `bytes` (page-rounded) to the current device and record an allocation at a fresh
  * device address, or at `host` for managed memory. */
 static CUresult allocate(CUdeviceptr *dptr, size_t bytes, enum sim_allocation_kind kind,

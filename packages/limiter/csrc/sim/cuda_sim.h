@@ -135,9 +135,21 @@ int sim_visible_count(void);
  * error to return (not initialized, or an invalid ordinal). */
 CUresult sim_device_argument(CUdevice ordinal, int *physical);
 
+/* cuda_core.c: handle checks and the calling thread's stack of current contexts. */
+bool sim_valid(const void *object, uint32_t magic);
 /* The current context of the calling thread, or CUDA_ERROR_INVALID_CONTEXT. */
 CUresult sim_current_context(struct CUctx_st **context);
-bool sim_valid(const void *object, uint32_t magic);
+/* The current context's physical device, after the init and context checks. */
+CUresult sim_current_device(int *device, struct CUctx_st **context);
+/* The top of the stack as it is (NULL when empty; possibly a destroyed context). */
+struct CUctx_st *sim_context_top(void);
+/* Push (false when the stack is full), pop (NULL when empty), replace the top (NULL pops). */
+bool sim_context_push(struct CUctx_st *context);
+struct CUctx_st *sim_context_pop(void);
+void sim_context_replace_top(struct CUctx_st *context);
+/* Drop a destroyed context from the calling thread's stack. */
+void sim_context_forget(struct CUctx_st *context);
+
 /* Context objects: create (charging the overhead) and destroy (freeing what it owns). */
 CUresult sim_context_new(int device, bool primary, unsigned flags, struct CUctx_st **out);
 void sim_context_free(struct CUctx_st *context);
@@ -170,9 +182,6 @@ uint64_t sim_address_space(uint64_t size, uint64_t alignment);
 void sim_pools_release_unused(void);
 /* A pool allocation was freed (by cuMemFreeAsync, cuMemFree or context teardown). Under lock. */
 void sim_pool_returned(struct CUmemPoolHandle_st *pool, uint64_t bytes);
-/* The current context's physical device, after the init and context checks. */
-CUresult sim_current_device(int *device, struct CUctx_st **context);
-
 /* The kernel duration of a launch: nanoseconds in the uint64_t that kernelParams[0] points to. */
 uint64_t sim_kernel_duration(void **kernel_params);
 
