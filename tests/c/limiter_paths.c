@@ -1,8 +1,12 @@
 /* Every allocation path under libcuda_limiter.so on the simulated GPU. Run with the limiter
  * preloaded, a 1 GiB limit on device 0 and TF_CUDA_CONTEXT_OVERHEAD=256MiB: each API must be
  * charged what it holds, refused past the limit, and give everything back when freed. The
- * virtual view (cuMemGetInfo_v2) shows the pod's usage. Prints "N passed, M failed". */
+ * virtual view (cuMemGetInfo_v2) shows the pod's usage. The legacy entry points and context
+ * limits are reached by the call path named in argv[1] (linked, dlopen or procaddress).
+ * Prints "N passed, M failed". */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,7 +146,146 @@ static void contexts(void) {
     CHECK(used() == CONTEXT);
 }
 
-int main(void) {
+/* The entry points reached by one call path. */
+struct legacy_api {
+    __typeof__(&cuMemAlloc) mem_alloc;
+    __typeof__(&cuMemAllocPitch) mem_alloc_pitch;
+    __typeof__(&cuMemFree) mem_free;
+    __typeof__(&cuArrayCreate) array_create;
+    __typeof__(&cuArray3DCreate) array3d_create;
+    __typeof__(&cuCtxCreate) ctx_create;
+    __typeof__(&cuCtxCreate_v3) ctx_create_v3;
+    __typeof__(&cuCtxSetLimit) set_limit;
+};
+
+/* As the CUDA runtime asks: a base name and the version whose signature the caller uses. */
+static void *proc_address(const char *base, int version) {
+    void *function = NULL;
+    return cuGetProcAddress_v2(base, &function, version, 0, NULL) == CUDA_SUCCESS ? function
+                                                                                : NULL;
+}
+
+static bool resolve(const char *path, struct legacy_api *api) {
+    if (strcmp(path, "linked") == 0) {
+        *api = (struct legacy_api){cuMemAlloc,    cuMemAllocPitch, cuMemFree,
+                                   cuArrayCreate, cuArray3DCreate, cuCtxCreate,
+                                   cuCtxCreate_v3, cuCtxSetLimit};
+        return true;
+    }
+    if (strcmp(path, "dlopen") == 0) {
+        void *driver = dlopen("libcuda.so.1", RTLD_NOW);
+        if (driver == NULL) {
+            return false;
+        }
+#define VGPU_LOOKUP(field, name) api->field = (__typeof__(api->field))dlsym(driver, name)
+        VGPU_LOOKUP(mem_alloc, "cuMemAlloc");
+        VGPU_LOOKUP(mem_alloc_pitch, "cuMemAllocPitch");
+        VGPU_LOOKUP(mem_free, "cuMemFree");
+        VGPU_LOOKUP(array_create, "cuArrayCreate");
+        VGPU_LOOKUP(array3d_create, "cuArray3DCreate");
+        VGPU_LOOKUP(ctx_create, "cuCtxCreate");
+        VGPU_LOOKUP(ctx_create_v3, "cuCtxCreate_v3");
+        VGPU_LOOKUP(set_limit, "cuCtxSetLimit");
+#undef VGPU_LOOKUP
+    } else if (strcmp(path, "procaddress") == 0) {
+#define VGPU_ADDRESS(field, base, version) \
+    api->field = (__typeof__(api->field))proc_address(base, version)
+        VGPU_ADDRESS(mem_alloc, "cuMemAlloc", 3010);
+        VGPU_ADDRESS(mem_alloc_pitch, "cuMemAllocPitch", 3010);
+        VGPU_ADDRESS(mem_free, "cuMemFree", 3010);
+        VGPU_ADDRESS(array_create, "cuArrayCreate", 3010);
+        VGPU_ADDRESS(array3d_create, "cuArray3DCreate", 3010);
+        VGPU_ADDRESS(ctx_create, "cuCtxCreate", 3010);
+        VGPU_ADDRESS(ctx_create_v3, "cuCtxCreate", 12000);
+        VGPU_ADDRESS(set_limit, "cuCtxSetLimit", 13000);
+#undef VGPU_ADDRESS
+    } else {
+        return false;
+    }
+    /* Each must be the limiter's wrapper, not the driver's function. */
+    return api->mem_alloc == cuMemAlloc && api->mem_alloc_pitch == cuMemAllocPitch &&
+           api->mem_free == cuMemFree && api->array_create == cuArrayCreate &&
+           api->array3d_create == cuArray3DCreate && api->ctx_create == cuCtxCreate &&
+           api->ctx_create_v3 == cuCtxCreate_v3 && api->set_limit == cuCtxSetLimit;
+}
+
+/* The legacy (v1) entry points the driver still exports: 32-bit pointers and sizes. */
+static void legacy(const struct legacy_api *api) {
+    CUdeviceptr_v1 a = 0, b = 0;
+    unsigned pitch = 0;
+    CHECK(api->mem_alloc(&a, 1) == CUDA_SUCCESS && used() == CONTEXT + 2 * MiB);
+    CHECK(api->mem_free(a) == CUDA_SUCCESS && used() == CONTEXT);
+    CHECK(api->mem_alloc(&a, LIMIT - CONTEXT) == CUDA_SUCCESS && used() == LIMIT);
+    CHECK(api->mem_alloc(&b, 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS && used() == CONTEXT); /* either free gives it back */
+    CHECK(api->mem_alloc(&a, LIMIT - CONTEXT + 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(used() == CONTEXT);
+    CHECK(api->mem_alloc_pitch(&a, &pitch, 1000, 3000, 4) == CUDA_SUCCESS && pitch == 1024);
+    CHECK(used() == CONTEXT + 4 * MiB);
+    CHECK(api->mem_free(a) == CUDA_SUCCESS && used() == CONTEXT);
+    CHECK(api->mem_alloc_pitch(&a, &pitch, 1 << 20, 1000, 4) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(used() == CONTEXT);
+
+    CUarray array = NULL;
+    CUDA_ARRAY_DESCRIPTOR_v1 desc = {4096, 1024, CU_AD_FORMAT_FLOAT, 4}; /* 64 MiB */
+    CHECK(api->array_create(&array, &desc) == 0 && used() == CONTEXT + 64 * MiB);
+    CHECK(cuArrayDestroy(array) == CUDA_SUCCESS && used() == CONTEXT);
+    CUDA_ARRAY3D_DESCRIPTOR_v1 big = {8192, 8192, 8, CU_AD_FORMAT_FLOAT, 1, 0}; /* 2 GiB */
+    CHECK(api->array3d_create(&array, &big) == CUDA_ERROR_OUT_OF_MEMORY && used() == CONTEXT);
+    CUDA_ARRAY3D_DESCRIPTOR_v1 desc3 = {1024, 1024, 4, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+    CHECK(api->array3d_create(&array, &desc3) == 0 && used() == CONTEXT + 4 * MiB);
+    CHECK(cuArrayDestroy(array) == CUDA_SUCCESS && used() == CONTEXT);
+
+    CUcontext own = NULL, current = NULL, many[4] = {0};
+    CUdeviceptr c = 0;
+    CHECK(cuCtxGetCurrent(&current) == CUDA_SUCCESS);
+    CHECK(api->ctx_create(&own, 0, 0) == CUDA_SUCCESS && used() == 2 * CONTEXT);
+    CHECK(cuMemAlloc_v2(&c, 100 * MiB) == CUDA_SUCCESS && used() == 2 * CONTEXT + 100 * MiB);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS && used() == CONTEXT);
+    int created = 0;
+    while (created < 4 && api->ctx_create_v3(&many[created], NULL, 0, 0, 0) == CUDA_SUCCESS) {
+        created++;
+    }
+    CHECK(created == 3 && used() == 4 * CONTEXT);
+    for (int i = 0; i < created; i++) {
+        CHECK(cuCtxDestroy_v2(many[i]) == CUDA_SUCCESS);
+    }
+    CHECK(used() == CONTEXT && cuCtxSetCurrent(current) == CUDA_SUCCESS);
+}
+
+/* Context limits that make the driver reserve device memory. */
+static void limits(const struct legacy_api *api) {
+    CHECK(api->set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 108 * MiB) == 0);
+    CHECK(used() == CONTEXT + 100 * MiB); /* the increase over the 8 MiB default */
+    CHECK(api->set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MiB + LIMIT) == CUDA_ERROR_OUT_OF_MEMORY);
+    size_t value = 0;
+    CHECK(cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE) == 0 && value == 108 * MiB);
+    CHECK(used() == CONTEXT + 100 * MiB);
+    CHECK(api->set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MiB) == 0 && used() == CONTEXT);
+    CHECK(api->set_limit(CU_LIMIT_PRINTF_FIFO_SIZE, 33 * MiB) == 0);
+    CHECK(used() == CONTEXT + 32 * MiB);
+    CHECK(api->set_limit(CU_LIMIT_PRINTF_FIFO_SIZE, 1 * MiB) == 0 && used() == CONTEXT);
+    /* The stack for every resident thread: 132 SMs × 2048 threads × 1 KiB more = 264 MiB. */
+    CHECK(api->set_limit(CU_LIMIT_STACK_SIZE, 2048) == 0 && used() == CONTEXT + 264 * MiB);
+    CHECK(api->set_limit(CU_LIMIT_STACK_SIZE, 4096) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(api->set_limit(CU_LIMIT_STACK_SIZE, 1024) == 0 && used() == CONTEXT);
+    CHECK(api->set_limit(CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 4) == 0 && used() == CONTEXT);
+    /* A context's limits go with it. */
+    CUcontext own = NULL, current = NULL;
+    CHECK(cuCtxGetCurrent(&current) == CUDA_SUCCESS);
+    CHECK(api->ctx_create(&own, 0, 0) == CUDA_SUCCESS);
+    CHECK(api->set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 208 * MiB) == 0);
+    CHECK(used() == 2 * CONTEXT + 200 * MiB);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS && used() == CONTEXT);
+    CHECK(cuCtxSetCurrent(current) == CUDA_SUCCESS);
+}
+
+int main(int argc, char **argv) {
+    struct legacy_api api;
+    if (argc != 2 || !resolve(argv[1], &api)) {
+        fprintf(stderr, "usage: limiter_paths linked|dlopen|procaddress (under the limiter)\n");
+        return 2;
+    }
     CUcontext ctx = NULL;
     size_t total = 0;
     CHECK(cuInit(0) == CUDA_SUCCESS);
@@ -154,6 +297,8 @@ int main(void) {
     pools();
     vmm();
     arrays();
+    legacy(&api);
+    limits(&api);
     CHECK(cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
     contexts();
     CHECK(cuCtxSetCurrent(ctx) == CUDA_SUCCESS);

@@ -210,8 +210,13 @@ static void test_proc_address(void) {
     CHECK(cuGetProcAddress_v2("cuLaunchKernel", &function, 13000,
                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status) == 0 &&
           function == (void *)cuLaunchKernel_ptsz);
-    CHECK(cuGetProcAddress_v2("cuCtxCreate", &function, 12000, 0, &status) == 0 &&
+    /* The versions of cudaTypedefs.h: PFN_cuCtxCreate_v3020, _v11040 (v3), _v12050 (v4). */
+    CHECK(cuGetProcAddress_v2("cuCtxCreate", &function, 11030, 0, &status) == 0 &&
           function == (void *)cuCtxCreate_v2);
+    CHECK(cuGetProcAddress_v2("cuCtxCreate", &function, 12000, 0, &status) == 0 &&
+          function == (void *)cuCtxCreate_v3);
+    CHECK(cuGetProcAddress_v2("cuMemAlloc", &function, 3010, 0, &status) == 0 &&
+          function == (void *)cuMemAlloc);
     CHECK(cuGetProcAddress_v2("cuCtxCreate", &function, 13000, 0, &status) == 0 &&
           function == (void *)cuCtxCreate_v4);
     CHECK(cuGetProcAddress_v2("cuMemCreate", &function, 10000, 0, &status) ==
@@ -250,6 +255,55 @@ static void test_threads(CUcontext ctx, uint64_t base) {
     CHECK(used(0) == base);
 }
 
+/* The legacy (v1) entry points the real driver still exports: 32-bit pointers, the same memory. */
+static void test_legacy(uint64_t base) {
+    CUdeviceptr_v1 a = 0, b = 0;
+    unsigned pitch = 0;
+    CHECK(cuMemAlloc(&a, 1) == CUDA_SUCCESS && a != 0 && used(0) == base + 2 * MiB);
+    CHECK(cuMemAllocPitch(&b, &pitch, 1000, 3000, 4) == CUDA_SUCCESS && pitch == 1024);
+    CHECK(used(0) == base + 6 * MiB);
+    CHECK(cuMemFree(a) == CUDA_SUCCESS && cuMemFree_v2(b) == CUDA_SUCCESS && used(0) == base);
+    CHECK(cuMemFree(a) == CUDA_ERROR_INVALID_VALUE);
+    CUarray array = NULL;
+    CUDA_ARRAY_DESCRIPTOR_v1 desc = {4096, 1024, CU_AD_FORMAT_FLOAT, 4}; /* 64 MiB */
+    CHECK(cuArrayCreate(&array, &desc) == CUDA_SUCCESS && used(0) == base + 64 * MiB);
+    CHECK(cuArrayDestroy(array) == CUDA_SUCCESS && used(0) == base);
+    CUDA_ARRAY3D_DESCRIPTOR_v1 desc3 = {1024, 1024, 4, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+    CHECK(cuArray3DCreate(&array, &desc3) == CUDA_SUCCESS && used(0) == base + 4 * MiB);
+    CHECK(cuArrayDestroy(array) == CUDA_SUCCESS && used(0) == base);
+    CUcontext own = NULL, current = NULL;
+    CHECK(cuCtxGetCurrent(&current) == CUDA_SUCCESS);
+    CHECK(cuCtxCreate(&own, 0, 0) == CUDA_SUCCESS && used(0) == base + 512 * MiB);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS && used(0) == base);
+    CHECK(cuCtxCreate_v3(&own, NULL, 0, 0, 0) == CUDA_SUCCESS && used(0) == base + 512 * MiB);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS && used(0) == base);
+    CHECK(cuCtxSetCurrent(current) == CUDA_SUCCESS);
+}
+
+/* cuCtxSetLimit: a larger heap, FIFO or stack reserves device memory; a smaller one gives it
+ * back, and so does the context's end. */
+static void test_limits(uint64_t base) {
+    size_t value = 0;
+    CHECK(cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE) == CUDA_SUCCESS && value == 8 * MiB);
+    CHECK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 108 * MiB) == 0);
+    CHECK(used(0) == base + 100 * MiB);
+    CHECK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 64 * GiB) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE) == 0 && value == 108 * MiB);
+    CHECK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 1 * MiB) == 0 && used(0) == base);
+    CHECK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MiB) == 0);
+    /* 132 SMs × 2048 threads × 1 KiB more stack each: 264 MiB. */
+    CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 2048) == 0 && used(0) == base + 264 * MiB);
+    CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1024) == 0 && used(0) == base);
+    CHECK(cuCtxSetLimit((CUlimit)99, 1) == CUDA_ERROR_INVALID_VALUE);
+    CUcontext own = NULL, current = NULL;
+    CHECK(cuCtxGetCurrent(&current) == CUDA_SUCCESS);
+    CHECK(cuCtxCreate_v2(&own, 0, 0) == CUDA_SUCCESS);
+    CHECK(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 33 * MiB) == 0);
+    CHECK(used(0) == base + 512 * MiB + 32 * MiB);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS && used(0) == base);
+    CHECK(cuCtxSetCurrent(current) == CUDA_SUCCESS);
+}
+
 static void test_contexts(void) {
     uint64_t before = used(1);
     CUcontext own = NULL, popped = NULL, current = NULL;
@@ -286,6 +340,8 @@ int main(void) {
     test_pools(base);
     test_vmm(base);
     test_arrays(base);
+    test_legacy(base);
+    test_limits(base);
     test_execution();
     test_proc_address();
     test_threads(ctx, base);

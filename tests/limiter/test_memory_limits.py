@@ -26,12 +26,13 @@ def workload(environment: dict[str, str], *options: str) -> dict[str, object]:
     return report
 
 
+@pytest.mark.parametrize("path", PATHS)
 def test_every_allocation_api_is_charged_refused_and_given_back(
-    limited_env: LimitedEnv, tmp_path: Path
+    limited_env: LimitedEnv, tmp_path: Path, path: str
 ) -> None:
     program = build_program("limiter_paths", tmp_path)
     environment = limited_env('{"0": "1GiB"}', TF_CUDA_CONTEXT_OVERHEAD="256MiB")
-    result = run([str(program)], environment)
+    result = run([str(program), path], environment)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("passed, 0 failed")
 

@@ -111,7 +111,9 @@ PROCADDRESS_CASES: list[tuple[tuple[str, int, int], tuple[int, int, str | None]]
     (("cuMemAlloc", 13000, 0), (0, 0, "cuMemAlloc_v2")),
     (("cuCtxSynchronize", 12090, 0), (0, 0, "cuCtxSynchronize")),
     (("cuCtxSynchronize", 13000, 0), (0, 0, "cuCtxSynchronize_v2")),
-    (("cuCtxCreate", 12000, 0), (0, 0, "cuCtxCreate_v2")),
+    (("cuMemAlloc", 3010, 0), (0, 0, "cuMemAlloc")),  # the legacy 32-bit entry point
+    (("cuCtxCreate", 11030, 0), (0, 0, "cuCtxCreate_v2")),
+    (("cuCtxCreate", 12000, 0), (0, 0, "cuCtxCreate_v3")),
     (("cuCtxCreate", 13000, 0), (0, 0, "cuCtxCreate_v4")),
     (("cuGraphInstantiate", 12000, 0), (0, 0, "cuGraphInstantiateWithFlags")),
     (("cuLaunchKernel", 13000, 0), (0, 0, "cuLaunchKernel")),

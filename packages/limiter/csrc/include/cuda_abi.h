@@ -10,6 +10,7 @@
 typedef uint32_t cuuint32_t;
 typedef uint64_t cuuint64_t;
 typedef unsigned long long CUdeviceptr;
+typedef unsigned int CUdeviceptr_v1; /* the 32-bit pointer of the legacy (pre-3.2) entry points */
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
@@ -196,6 +197,14 @@ typedef struct CUctxCreateParams_st {
     CUctxCigParam *cigParams;
 } CUctxCreateParams;
 
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+} CUlimit;
+
 /* Launches */
 typedef struct CUlaunchAttribute_st {
     int id;
@@ -346,6 +355,23 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
     unsigned int NumChannels;
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
+
+/* The descriptors of the legacy cuArrayCreate and cuArray3DCreate. */
+typedef struct CUDA_ARRAY_DESCRIPTOR_v1_st {
+    unsigned int Width;
+    unsigned int Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
 
 /* Event and stream flags */
 #define CU_EVENT_DEFAULT 0x0

@@ -38,8 +38,13 @@
       (CUdevice dev, unsigned int *flags, int *active), (dev, flags, active)) \
     X(cuDevicePrimaryCtxSetFlags_v2, cuDevicePrimaryCtxSetFlags, 11000, LEGACY, (CUdevice dev, unsigned int flags), \
       (dev, flags)) \
+    X(cuCtxCreate, cuCtxCreate, 2000, LEGACY, (CUcontext *pctx, unsigned int flags, CUdevice dev), \
+      (pctx, flags, dev)) \
     X(cuCtxCreate_v2, cuCtxCreate, 3020, LEGACY, (CUcontext *pctx, unsigned int flags, CUdevice dev), \
       (pctx, flags, dev)) \
+    X(cuCtxCreate_v3, cuCtxCreate, 11040, LEGACY, \
+      (CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev), \
+      (pctx, paramsArray, numParams, flags, dev)) \
     X(cuCtxCreate_v4, cuCtxCreate, 12050, LEGACY, \
       (CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev), \
       (pctx, ctxCreateParams, flags, dev)) \
@@ -52,7 +57,15 @@
     X(cuCtxGetDevice_v2, cuCtxGetDevice, 13000, LEGACY, (CUdevice *device, CUcontext ctx), (device, ctx)) \
     X(cuCtxSynchronize, cuCtxSynchronize, 2000, LEGACY, (void), ()) \
     X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, LEGACY, (CUcontext ctx), (ctx)) \
+    X(cuCtxSetLimit, cuCtxSetLimit, 3010, LEGACY, (CUlimit limit, size_t value), (limit, value)) \
+    X(cuCtxGetLimit, cuCtxGetLimit, 3010, LEGACY, (size_t *pvalue, CUlimit limit), (pvalue, limit)) \
     X(cuMemGetInfo_v2, cuMemGetInfo, 3020, LEGACY, (size_t *free, size_t *total), (free, total)) \
+    X(cuMemAlloc, cuMemAlloc, 2000, LEGACY, (CUdeviceptr_v1 *dptr, unsigned int bytesize), (dptr, bytesize)) \
+    X(cuMemFree, cuMemFree, 2000, LEGACY, (CUdeviceptr_v1 dptr), (dptr)) \
+    X(cuMemAllocPitch, cuMemAllocPitch, 2000, LEGACY, \
+      (CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes, unsigned int Height, \
+       unsigned int ElementSizeBytes), \
+      (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes)) \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, LEGACY, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize)) \
     X(cuMemFree_v2, cuMemFree, 3020, LEGACY, (CUdeviceptr dptr), (dptr)) \
     X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, LEGACY, \
@@ -104,6 +117,10 @@
     X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, LEGACY, \
       (size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option), \
       (granularity, prop, option)) \
+    X(cuArrayCreate, cuArrayCreate, 2000, LEGACY, (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray), \
+      (pHandle, pAllocateArray)) \
+    X(cuArray3DCreate, cuArray3DCreate, 2000, LEGACY, \
+      (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray), (pHandle, pAllocateArray)) \
     X(cuArrayCreate_v2, cuArrayCreate, 3020, LEGACY, (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray), \
       (pHandle, pAllocateArray)) \
     X(cuArray3DCreate_v2, cuArray3DCreate, 3020, LEGACY, \

@@ -25,7 +25,7 @@ CUresult cuInit(unsigned int Flags) {
 static bool owned_by(const struct vgpu_record *record, void *context) {
     return record->context == context &&
            (record->kind == VGPU_RECORD_MEMORY || record->kind == VGPU_RECORD_ARRAY ||
-            record->kind == VGPU_RECORD_CONTEXT);
+            record->kind == VGPU_RECORD_CONTEXT || record->kind == VGPU_RECORD_LIMIT);
 }
 
 /* Give back the context's overhead and everything allocated in it. */
@@ -86,6 +86,36 @@ static CUresult call_create_v2(void *arguments) {
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     struct create_v2 arguments = {pctx, flags, dev};
     return create(pctx, dev, call_create_v2, &arguments);
+}
+
+/* The legacy entry points the driver still exports: v1 (as v2) and v3 (execution affinity). */
+static CUresult call_create_v1(void *arguments) {
+    struct create_v2 *a = arguments;
+    return VGPU_REAL(cuCtxCreate, a->pctx, a->flags, a->dev);
+}
+
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    struct create_v2 arguments = {pctx, flags, dev};
+    return create(pctx, dev, call_create_v1, &arguments);
+}
+
+struct create_v3 {
+    CUcontext *pctx;
+    CUexecAffinityParam *params;
+    int count;
+    unsigned int flags;
+    CUdevice dev;
+};
+
+static CUresult call_create_v3(void *arguments) {
+    struct create_v3 *a = arguments;
+    return VGPU_REAL(cuCtxCreate_v3, a->pctx, a->params, a->count, a->flags, a->dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                        unsigned int flags, CUdevice dev) {
+    struct create_v3 arguments = {pctx, paramsArray, numParams, flags, dev};
+    return create(pctx, dev, call_create_v3, &arguments);
 }
 
 struct create_v4 {

@@ -16,15 +16,21 @@
     X(cuGetProcAddress_v2) \
     X(cuDeviceTotalMem_v2) \
     X(cuMemGetInfo_v2) \
+    X(cuCtxCreate) \
     X(cuCtxCreate_v2) \
+    X(cuCtxCreate_v3) \
     X(cuCtxCreate_v4) \
+    X(cuCtxSetLimit) \
     X(cuCtxDestroy_v2) \
     X(cuDevicePrimaryCtxRetain) \
     X(cuDevicePrimaryCtxRelease_v2) \
     X(cuDevicePrimaryCtxReset_v2) \
+    X(cuMemAlloc) \
     X(cuMemAlloc_v2) \
+    X(cuMemAllocPitch) \
     X(cuMemAllocPitch_v2) \
     X(cuMemAllocManaged) \
+    X(cuMemFree) \
     X(cuMemFree_v2) \
     X(cuMemAllocAsync) \
     X(cuMemAllocAsync_ptsz) \
@@ -38,7 +44,9 @@
     X(cuMemRelease) \
     X(cuMemMap) \
     X(cuMemUnmap) \
+    X(cuArrayCreate) \
     X(cuArrayCreate_v2) \
+    X(cuArray3DCreate) \
     X(cuArray3DCreate_v2) \
     X(cuArrayDestroy) \
     X(cuMipmappedArrayCreate) \
@@ -64,6 +72,8 @@
     X(cuDeviceGetUuid_v2) \
     X(cuCtxGetCurrent) \
     X(cuCtxGetDevice) \
+    X(cuCtxGetLimit) \
+    X(cuDeviceGetAttribute) \
     X(cuDeviceGetMemPool) \
     X(cuMemPoolGetAttribute) \
     X(cuEventCreate) \

@@ -16,6 +16,7 @@ enum vgpu_record_kind {
     VGPU_RECORD_CONTEXT, /* a context's own overhead */
     VGPU_RECORD_POOL,    /* a memory pool: charged what it has reserved on the device */
     VGPU_RECORD_POOLED,  /* an allocation from a pool (charged through its pool) */
+    VGPU_RECORD_LIMIT,   /* what cuCtxSetLimit made a context reserve */
 };
 
 struct vgpu_record {
@@ -24,7 +25,8 @@ struct vgpu_record {
     int entry;         /* region device entry */
     uint64_t bytes;    /* charged to the pod */
     CUcontext context; /* that owned it, for teardown with the context */
-    uint64_t link;     /* MAPPING: its physical handle; POOLED: its pool */
+    uint64_t link;     /* MAPPING: its physical handle; POOLED: its pool; LIMIT: the value
+                        * the context had before its first change */
     uint32_t mappings; /* PHYSICAL: live mappings */
     bool released;     /* PHYSICAL: cuMemRelease was called */
 };

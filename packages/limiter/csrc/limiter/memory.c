@@ -46,53 +46,88 @@ static uint64_t pages(uint64_t bytes) {
     return rounded < bytes ? UINT64_MAX : rounded;
 }
 
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+/* A real allocation call: its arguments, and where it leaves the address and the pitch. */
+struct allocation {
+    CUresult (*call)(struct allocation *a);
+    uint64_t address; /* out */
+    uint64_t pitch;   /* out, pitched calls */
+    CUdeviceptr *dptr;
+    size_t *pitch_out;
+    size_t width;
+    size_t height;
+    unsigned element;
+    unsigned flags;
+    CUdeviceptr_v1 *dptr_v1;
+    unsigned *pitch_v1;
+};
+
+/* Charge `bytes`, make the call, record it. */
+static CUresult allocate(uint64_t bytes, struct allocation *a) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
     }
     int entry = vgpu_current_entry();
-    uint64_t bytes = pages(bytesize);
     if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
         return result;
     }
-    result = VGPU_REAL(cuMemAlloc_v2, dptr, bytesize);
-    return settle(result, entry, bytes, result == CUDA_SUCCESS ? *dptr : 0, VGPU_RECORD_MEMORY);
+    result = a->call(a);
+    return settle(result, entry, bytes, a->address, VGPU_RECORD_MEMORY);
+}
+
+static CUresult call_alloc(struct allocation *a) {
+    CUresult result = VGPU_REAL(cuMemAlloc_v2, a->dptr, a->width);
+    a->address = result == CUDA_SUCCESS ? *a->dptr : 0;
+    return result;
+}
+
+static CUresult call_alloc_v1(struct allocation *a) {
+    CUresult result = VGPU_REAL(cuMemAlloc, a->dptr_v1, (unsigned)a->width);
+    a->address = result == CUDA_SUCCESS ? *a->dptr_v1 : 0;
+    return result;
+}
+
+static CUresult call_managed(struct allocation *a) {
+    CUresult result = VGPU_REAL(cuMemAllocManaged, a->dptr, a->width, a->flags);
+    a->address = result == CUDA_SUCCESS ? *a->dptr : 0;
+    return result;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    struct allocation a = {.call = call_alloc, .dptr = dptr, .width = bytesize};
+    return allocate(pages(bytesize), &a);
+}
+
+/* The legacy entry point (32-bit pointer and size), which the driver still exports. */
+CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
+    struct allocation a = {.call = call_alloc_v1, .dptr_v1 = dptr, .width = bytesize};
+    return allocate(pages(bytesize), &a);
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
-    CUresult result = vgpu_cuda_ready();
-    if (result != CUDA_SUCCESS) {
-        return result;
-    }
-    int entry = vgpu_current_entry();
-    uint64_t bytes = pages(bytesize);
-    if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
-        return result;
-    }
-    result = VGPU_REAL(cuMemAllocManaged, dptr, bytesize, flags);
-    return settle(result, entry, bytes, result == CUDA_SUCCESS ? *dptr : 0, VGPU_RECORD_MEMORY);
+    struct allocation a = {.call = call_managed, .dptr = dptr, .width = bytesize, .flags = flags};
+    return allocate(pages(bytesize), &a);
 }
 
-CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
-                            size_t Height, unsigned int ElementSizeBytes) {
+/* A pitched allocation: the driver pads rows (to 512 bytes on current GPUs), so that estimate
+ * is charged first, then corrected to the pitch the driver chose. */
+static CUresult allocate_pitched(struct allocation *a) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
     }
     int entry = vgpu_current_entry();
-    /* The driver pads rows (to 512 bytes on current GPUs): charge that estimate first, then
-     * correct it to the pitch the driver chose. */
-    unsigned __int128 estimate = (unsigned __int128)vgpu_round_up(WidthInBytes, 512) * Height;
+    unsigned __int128 estimate = (unsigned __int128)vgpu_round_up(a->width, 512) * a->height;
     uint64_t bytes = estimate > UINT64_MAX ? UINT64_MAX : pages((uint64_t)estimate);
     if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
         return result;
     }
-    result = VGPU_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    result = a->call(a);
     if (result == CUDA_SUCCESS) {
-        uint64_t actual = pages((uint64_t)*pPitch * Height);
+        unsigned __int128 exact = (unsigned __int128)a->pitch * a->height;
+        uint64_t actual = exact > UINT64_MAX ? UINT64_MAX : pages((uint64_t)exact);
         if (actual > bytes && !vgpu_charge(entry, actual - bytes)) {
-            VGPU_REAL(cuMemFree_v2, *dptr);
+            VGPU_REAL(cuMemFree_v2, a->address);
             vgpu_uncharge(entry, bytes);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -101,7 +136,45 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
         }
         bytes = actual;
     }
-    return settle(result, entry, bytes, result == CUDA_SUCCESS ? *dptr : 0, VGPU_RECORD_MEMORY);
+    return settle(result, entry, bytes, a->address, VGPU_RECORD_MEMORY);
+}
+
+static CUresult call_pitch(struct allocation *a) {
+    CUresult result =
+        VGPU_REAL(cuMemAllocPitch_v2, a->dptr, a->pitch_out, a->width, a->height, a->element);
+    a->address = result == CUDA_SUCCESS ? *a->dptr : 0;
+    a->pitch = result == CUDA_SUCCESS ? *a->pitch_out : 0;
+    return result;
+}
+
+static CUresult call_pitch_v1(struct allocation *a) {
+    CUresult result = VGPU_REAL(cuMemAllocPitch, a->dptr_v1, a->pitch_v1, (unsigned)a->width,
+                                (unsigned)a->height, a->element);
+    a->address = result == CUDA_SUCCESS ? *a->dptr_v1 : 0;
+    a->pitch = result == CUDA_SUCCESS ? *a->pitch_v1 : 0;
+    return result;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes) {
+    struct allocation a = {.call = call_pitch,
+                           .dptr = dptr,
+                           .pitch_out = pPitch,
+                           .width = WidthInBytes,
+                           .height = Height,
+                           .element = ElementSizeBytes};
+    return allocate_pitched(&a);
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                         unsigned int Height, unsigned int ElementSizeBytes) {
+    struct allocation a = {.call = call_pitch_v1,
+                           .dptr_v1 = dptr,
+                           .pitch_v1 = pPitch,
+                           .width = WidthInBytes,
+                           .height = Height,
+                           .element = ElementSizeBytes};
+    return allocate_pitched(&a);
 }
 
 /* Give back what a freed record was charged. Memory from a pool stays with the pool. */
@@ -137,6 +210,14 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
     return free_recorded(dptr, call_free, &dptr);
 }
 
+static CUresult call_free_v1(void *arguments) {
+    return VGPU_REAL(cuMemFree, *(CUdeviceptr_v1 *)arguments);
+}
+
+CUresult cuMemFree(CUdeviceptr_v1 dptr) {
+    return free_recorded(dptr, call_free_v1, &dptr);
+}
+
 /* --- arrays --------------------------------------------------------------------------------- */
 
 static CUresult create_array(void *handle_out, const CUDA_ARRAY3D_DESCRIPTOR *desc,
@@ -159,6 +240,8 @@ struct array_call {
     CUarray *handle;
     const CUDA_ARRAY_DESCRIPTOR *desc;
     const CUDA_ARRAY3D_DESCRIPTOR *desc3d;
+    const CUDA_ARRAY_DESCRIPTOR_v1 *desc_v1;
+    const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc3d_v1;
     CUmipmappedArray *mipmapped;
     unsigned levels;
 };
@@ -173,27 +256,64 @@ static CUresult call_array3d(void *arguments) {
     return VGPU_REAL(cuArray3DCreate_v2, a->handle, a->desc3d);
 }
 
+static CUresult call_array_v1(void *arguments) {
+    struct array_call *a = arguments;
+    return VGPU_REAL(cuArrayCreate, a->handle, a->desc_v1);
+}
+
+static CUresult call_array3d_v1(void *arguments) {
+    struct array_call *a = arguments;
+    return VGPU_REAL(cuArray3DCreate, a->handle, a->desc3d_v1);
+}
+
 static CUresult call_mipmapped(void *arguments) {
     struct array_call *a = arguments;
     return VGPU_REAL(cuMipmappedArrayCreate, a->mipmapped, a->desc3d, a->levels);
 }
 
+/* A 2D array's descriptor as the 3D one its size is computed from. */
+static CUDA_ARRAY3D_DESCRIPTOR planar(size_t width, size_t height, CUarray_format format,
+                                      unsigned channels) {
+    return (CUDA_ARRAY3D_DESCRIPTOR){
+        .Width = width, .Height = height, .Format = format, .NumChannels = channels};
+}
+
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
     CUDA_ARRAY3D_DESCRIPTOR desc = {0};
-    if (pAllocateArray != NULL) {
-        desc.Width = pAllocateArray->Width;
-        desc.Height = pAllocateArray->Height;
-        desc.Format = pAllocateArray->Format;
-        desc.NumChannels = pAllocateArray->NumChannels;
+    if (d != NULL) {
+        desc = planar(d->Width, d->Height, d->Format, d->NumChannels);
     }
-    struct array_call arguments = {.handle = pHandle, .desc = pAllocateArray};
-    return create_array(pHandle, pAllocateArray != NULL ? &desc : NULL, 1, call_array,
-                        &arguments);
+    struct array_call arguments = {.handle = pHandle, .desc = d};
+    return create_array(pHandle, d != NULL ? &desc : NULL, 1, call_array, &arguments);
 }
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
     struct array_call arguments = {.handle = pHandle, .desc3d = pAllocateArray};
     return create_array(pHandle, pAllocateArray, 1, call_array3d, &arguments);
+}
+
+/* The legacy descriptors (32-bit sizes), which the driver still takes. */
+CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray) {
+    const CUDA_ARRAY_DESCRIPTOR_v1 *d = pAllocateArray;
+    CUDA_ARRAY3D_DESCRIPTOR desc = {0};
+    if (d != NULL) {
+        desc = planar(d->Width, d->Height, d->Format, d->NumChannels);
+    }
+    struct array_call arguments = {.handle = pHandle, .desc_v1 = d};
+    return create_array(pHandle, d != NULL ? &desc : NULL, 1, call_array_v1, &arguments);
+}
+
+CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray) {
+    const CUDA_ARRAY3D_DESCRIPTOR_v1 *d = pAllocateArray;
+    CUDA_ARRAY3D_DESCRIPTOR desc = {0};
+    if (d != NULL) {
+        desc = planar(d->Width, d->Height, d->Format, d->NumChannels);
+        desc.Depth = d->Depth;
+        desc.Flags = d->Flags;
+    }
+    struct array_call arguments = {.handle = pHandle, .desc3d_v1 = d};
+    return create_array(pHandle, d != NULL ? &desc : NULL, 1, call_array3d_v1, &arguments);
 }
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,

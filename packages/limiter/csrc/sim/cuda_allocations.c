@@ -79,3 +79,16 @@ uint64_t sim_address_space(uint64_t size, uint64_t alignment) {
     next = address + sim_round_up(size, SIM_PAGE_SIZE);
     return address;
 }
+
+uint64_t sim_legacy_address_space(uint64_t size) {
+    /* Below 4 GiB for the 32-bit pointers of the legacy entry points, never reused; 0 when that
+     * range is used up (the real driver's 32-bit allocations are scarce too). */
+    static uint64_t next = 0x10000000ULL;
+    uint64_t address = next;
+    uint64_t end = address + sim_round_up(size, SIM_PAGE_SIZE);
+    if (end < address || end > 0x100000000ULL) {
+        return 0;
+    }
+    next = end;
+    return address;
+}

@@ -89,6 +89,26 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAl
     return new_array(pHandle, pAllocateArray);
 }
 
+/* The legacy descriptors: 32-bit sizes, the same arrays. */
+CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray) {
+    const CUDA_ARRAY_DESCRIPTOR_v1 *d = pAllocateArray;
+    CUDA_ARRAY_DESCRIPTOR desc = {0};
+    if (d != NULL) {
+        desc = (CUDA_ARRAY_DESCRIPTOR){d->Width, d->Height, d->Format, d->NumChannels};
+    }
+    return cuArrayCreate_v2(pHandle, d != NULL ? &desc : NULL);
+}
+
+CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray) {
+    const CUDA_ARRAY3D_DESCRIPTOR_v1 *d = pAllocateArray;
+    CUDA_ARRAY3D_DESCRIPTOR desc = {0};
+    if (d != NULL) {
+        desc = (CUDA_ARRAY3D_DESCRIPTOR){d->Width,  d->Height,      d->Depth,
+                                         d->Format, d->NumChannels, d->Flags};
+    }
+    return cuArray3DCreate_v2(pHandle, d != NULL ? &desc : NULL);
+}
+
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
                                 const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels) {

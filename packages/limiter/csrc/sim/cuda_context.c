@@ -2,6 +2,7 @@
  * current contexts is in cuda_core.c). */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_sim.h"
 
@@ -9,6 +10,33 @@
 static struct CUctx_st *primary[SIM_MAX_DEVICES];
 static unsigned primary_retains[SIM_MAX_DEVICES];
 static unsigned primary_flags[SIM_MAX_DEVICES];
+
+/* Each limit's value in a new context; the memory behind these is part of the context's
+ * overhead, and only what a larger value adds is reserved on top of it. */
+static const size_t limit_defaults[SIM_LIMITS] = {1024, 1 << 20, 8 << 20, 2, 2048};
+
+/* Device memory a limit's value reserves beyond its default: the malloc heap and the printf
+ * FIFO byte for byte, the stack once for every thread the device can hold resident. */
+static uint64_t limit_reservation(const struct CUctx_st *context, CUlimit limit, size_t value) {
+    if (limit > CU_LIMIT_MALLOC_HEAP_SIZE || value <= limit_defaults[limit]) {
+        return 0;
+    }
+    unsigned __int128 bytes = value - limit_defaults[limit];
+    if (limit == CU_LIMIT_STACK_SIZE) {
+        bytes *= (uint64_t)sim_driver_state()->devices[context->device].config.sm_count *
+                 SIM_THREADS_PER_SM;
+    }
+    bytes = (bytes + SIM_PAGE_SIZE - 1) / SIM_PAGE_SIZE * SIM_PAGE_SIZE;
+    return bytes > UINT64_MAX ? UINT64_MAX : (uint64_t)bytes;
+}
+
+static uint64_t limits_reservation(const struct CUctx_st *context) {
+    uint64_t total = 0;
+    for (int limit = 0; limit < SIM_LIMITS; limit++) {
+        total += limit_reservation(context, (CUlimit)limit, context->limits[limit]);
+    }
+    return total;
+}
 
 CUresult sim_context_new(int device, bool is_primary, unsigned flags, struct CUctx_st **out) {
     struct CUctx_st *context = calloc(1, sizeof *context);
@@ -23,6 +51,7 @@ CUresult sim_context_new(int device, bool is_primary, unsigned flags, struct CUc
     context->device = device;
     context->primary = is_primary;
     context->flags = flags;
+    memcpy(context->limits, limit_defaults, sizeof context->limits);
     context->default_stream = sim_stream_new(context, 0);
     if (context->default_stream == NULL) {
         sim_context_detach(device);
@@ -49,6 +78,7 @@ void sim_context_free(struct CUctx_st *context) {
     sim_stream_free(context->default_stream);
     context->magic = 0;
     pthread_mutex_unlock(&sim_driver_lock);
+    sim_memory_release(context->device, limits_reservation(context));
     sim_context_detach(context->device);
     /* Pop it from this thread's stack; other threads holding it see an invalid context. */
     sim_context_forget(context);
@@ -86,6 +116,19 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
     if (ctxCreateParams != NULL &&
         (ctxCreateParams->numExecAffinityParams != 0 || ctxCreateParams->cigParams != NULL)) {
         return CUDA_ERROR_NOT_SUPPORTED; /* execution affinity and CIG are not simulated */
+    }
+    return create(pctx, flags, dev);
+}
+
+/* The legacy entry points: the same context without (v1) or with (v3) execution affinity. */
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    return create(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                        unsigned int flags, CUdevice dev) {
+    if (paramsArray != NULL || numParams != 0) {
+        return CUDA_ERROR_NOT_SUPPORTED; /* execution affinity is not simulated */
     }
     return create(pctx, flags, dev);
 }
@@ -149,6 +192,48 @@ CUresult cuCtxGetCurrent(CUcontext *pctx) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     *pctx = sim_context_top();
+    return CUDA_SUCCESS;
+}
+
+/* The current context's limits. A larger stack, heap or printf FIFO reserves device memory
+ * at once (CUDA_ERROR_OUT_OF_MEMORY when the device cannot hold it); a smaller one gives it
+ * back. */
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+    struct CUctx_st *context;
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS || (result = sim_current_context(&context)) != CUDA_SUCCESS) {
+        return result;
+    }
+    if ((unsigned)limit >= SIM_LIMITS) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    uint64_t before = limit_reservation(context, limit, context->limits[limit]);
+    uint64_t after = limit_reservation(context, limit, value);
+    if (after > before && !sim_memory_reserve(context->device, after - before)) {
+        pthread_mutex_unlock(&sim_driver_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (after < before) {
+        sim_memory_release(context->device, before - after);
+    }
+    context->limits[limit] = value;
+    pthread_mutex_unlock(&sim_driver_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit) {
+    struct CUctx_st *context;
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS || (result = sim_current_context(&context)) != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pvalue == NULL || (unsigned)limit >= SIM_LIMITS) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    *pvalue = context->limits[limit];
+    pthread_mutex_unlock(&sim_driver_lock);
     return CUDA_SUCCESS;
 }
 

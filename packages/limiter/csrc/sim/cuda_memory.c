@@ -10,9 +10,10 @@
 #define CU_MEM_ATTACH_HOST 0x2
 
 /* Charge `bytes` (page-rounded) to the current device and record an allocation at a fresh
- * device address, or at `host` for managed memory. */
+ * device address (below 4 GiB for the legacy 32-bit entry points), or at `host` for managed
+ * memory. */
 static CUresult allocate(CUdeviceptr *dptr, size_t bytes, enum sim_allocation_kind kind,
-                         void *host) {
+                         void *host, bool legacy) {
     int device;
     struct CUctx_st *context;
     CUresult result = sim_current_device(&device, &context);
@@ -28,14 +29,16 @@ static CUresult allocate(CUdeviceptr *dptr, size_t bytes, enum sim_allocation_ki
     }
     pthread_mutex_lock(&sim_driver_lock);
     struct sim_allocation record = {
-        .key = host != NULL ? (uint64_t)(uintptr_t)host : sim_address_space(size, SIM_PAGE_SIZE),
+        .key = host != NULL ? (uint64_t)(uintptr_t)host
+               : legacy     ? sim_legacy_address_space(size)
+                            : sim_address_space(size, SIM_PAGE_SIZE),
         .size = size,
         .requested = bytes,
         .kind = kind,
         .device = device,
         .context = context,
     };
-    bool stored = sim_allocation_insert(&record);
+    bool stored = record.key != 0 && sim_allocation_insert(&record);
     pthread_mutex_unlock(&sim_driver_lock);
     if (!stored) {
         sim_memory_release(device, size);
@@ -53,11 +56,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     if (dptr == NULL || bytesize == 0) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    return allocate(dptr, bytesize, SIM_ALLOC_DEVICE, NULL);
+    return allocate(dptr, bytesize, SIM_ALLOC_DEVICE, NULL, false);
 }
 
-CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
-                            size_t Height, unsigned int ElementSizeBytes) {
+static CUresult allocate_pitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                               size_t Height, unsigned int ElementSizeBytes, bool legacy) {
     CUresult result = sim_initialized();
     if (result != CUDA_SUCCESS) {
         return result;
@@ -71,11 +74,56 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     if (pitch < WidthInBytes || Height > SIZE_MAX / pitch) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    result = allocate(dptr, pitch * Height, SIM_ALLOC_DEVICE, NULL);
+    result = allocate(dptr, pitch * Height, SIM_ALLOC_DEVICE, NULL, legacy);
     if (result == CUDA_SUCCESS) {
         *pPitch = pitch;
     }
     return result;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                            size_t Height, unsigned int ElementSizeBytes) {
+    return allocate_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes, false);
+}
+
+/* The legacy entry points: 32-bit pointers and sizes, the same memory. */
+CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dptr == NULL || bytesize == 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUdeviceptr address = 0;
+    result = allocate(&address, bytesize, SIM_ALLOC_DEVICE, NULL, true);
+    if (result == CUDA_SUCCESS) {
+        *dptr = (CUdeviceptr_v1)address;
+    }
+    return result;
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                         unsigned int Height, unsigned int ElementSizeBytes) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (dptr == NULL || pPitch == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUdeviceptr address = 0;
+    size_t pitch = 0;
+    result = allocate_pitch(&address, &pitch, WidthInBytes, Height, ElementSizeBytes, true);
+    if (result == CUDA_SUCCESS) {
+        *dptr = (CUdeviceptr_v1)address;
+        *pPitch = (unsigned int)pitch;
+    }
+    return result;
+}
+
+CUresult cuMemFree(CUdeviceptr_v1 dptr) {
+    return cuMemFree_v2(dptr);
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
@@ -93,7 +141,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     if (host == MAP_FAILED) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    result = allocate(dptr, bytesize, SIM_ALLOC_MANAGED, host);
+    result = allocate(dptr, bytesize, SIM_ALLOC_MANAGED, host, false);
     if (result != CUDA_SUCCESS) {
         munmap(host, bytesize);
     }

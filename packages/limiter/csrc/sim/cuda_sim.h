@@ -14,6 +14,11 @@
 
 /* Device allocations are rounded to this page size, as the real driver does. */
 #define SIM_PAGE_SIZE VGPU_PAGE_SIZE
+/* Resident threads per multiprocessor: each may use the per-thread stack (CU_LIMIT_STACK_SIZE). */
+#define SIM_THREADS_PER_SM 2048
+/* The cuCtxSetLimit limits simulated: CU_LIMIT_STACK_SIZE to
+ * CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT. */
+#define SIM_LIMITS 5
 /* Launches a stream may have outstanding before the next one blocks (the real queue depth). */
 #define SIM_QUEUE_DEPTH 1024
 
@@ -38,6 +43,7 @@ struct CUctx_st {
     unsigned flags;
     uint64_t last_end_ns; /* completion of the latest work queued in this context */
     struct CUstream_st *default_stream;
+    size_t limits[SIM_LIMITS]; /* cuCtxSetLimit's values, by CUlimit */
 };
 
 struct CUstream_st {
@@ -178,6 +184,8 @@ void sim_allocation_free(struct sim_allocation *record);
 void sim_allocations_each(void (*visit)(struct sim_allocation *record, void *data), void *data);
 /* Fresh device addresses (never host-mapped), aligned to `alignment`. */
 uint64_t sim_address_space(uint64_t size, uint64_t alignment);
+/* The same below 4 GiB (page-aligned) for the legacy 32-bit entry points; 0 when used up. */
+uint64_t sim_legacy_address_space(uint64_t size);
 /* Return unused pool memory above each pool's release threshold, as a synchronize does. */
 void sim_pools_release_unused(void);
 /* A pool allocation was freed (by cuMemFreeAsync, cuMemFree or context teardown). Under lock. */
