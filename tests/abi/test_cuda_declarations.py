@@ -28,7 +28,21 @@ STRUCTS: list[tuple[str, list[str], bool]] = [
         False,
     ),
     ("CUmemAccessDesc", ["location", "flags"], False),
-    ("CUmemPoolProps", ["allocType", "handleTypes", "location"], True),
+    (
+        "CUmemPoolProps",
+        ["allocType", "handleTypes", "location", "maxSize", "usage", "reserved"],
+        False,
+    ),
+    (
+        "CUDA_MEM_ALLOC_NODE_PARAMS",
+        ["poolProps", "accessDescs", "accessDescCount", "bytesize", "dptr"],
+        False,
+    ),
+    (
+        "CUDA_GRAPH_INSTANTIATE_PARAMS",
+        ["flags", "hUploadStream", "hErrNode_out", "result_out"],
+        False,
+    ),
     ("CUDA_ARRAY_DESCRIPTOR", ["Width", "Height", "Format", "NumChannels"], False),
     (
         "CUDA_ARRAY3D_DESCRIPTOR",

@@ -156,6 +156,10 @@ struct legacy_api {
     __typeof__(&cuCtxCreate) ctx_create;
     __typeof__(&cuCtxCreate_v3) ctx_create_v3;
     __typeof__(&cuCtxSetLimit) set_limit;
+    __typeof__(&cuGraphInstantiateWithFlags) instantiate;
+    __typeof__(&cuGraphInstantiate_v2) instantiate_v2;
+    __typeof__(&cuGraphExecDestroy) exec_destroy;
+    __typeof__(&cuDeviceGraphMemTrim) trim;
 };
 
 /* As the CUDA runtime asks: a base name and the version whose signature the caller uses. */
@@ -167,9 +171,18 @@ static void *proc_address(const char *base, int version) {
 
 static bool resolve(const char *path, struct legacy_api *api) {
     if (strcmp(path, "linked") == 0) {
-        *api = (struct legacy_api){cuMemAlloc,    cuMemAllocPitch, cuMemFree,
-                                   cuArrayCreate, cuArray3DCreate, cuCtxCreate,
-                                   cuCtxCreate_v3, cuCtxSetLimit};
+        *api = (struct legacy_api){cuMemAlloc,
+                                   cuMemAllocPitch,
+                                   cuMemFree,
+                                   cuArrayCreate,
+                                   cuArray3DCreate,
+                                   cuCtxCreate,
+                                   cuCtxCreate_v3,
+                                   cuCtxSetLimit,
+                                   cuGraphInstantiateWithFlags,
+                                   cuGraphInstantiate_v2,
+                                   cuGraphExecDestroy,
+                                   cuDeviceGraphMemTrim};
         return true;
     }
     if (strcmp(path, "dlopen") == 0) {
@@ -186,6 +199,10 @@ static bool resolve(const char *path, struct legacy_api *api) {
         VGPU_LOOKUP(ctx_create, "cuCtxCreate");
         VGPU_LOOKUP(ctx_create_v3, "cuCtxCreate_v3");
         VGPU_LOOKUP(set_limit, "cuCtxSetLimit");
+        VGPU_LOOKUP(instantiate, "cuGraphInstantiateWithFlags");
+        VGPU_LOOKUP(instantiate_v2, "cuGraphInstantiate_v2");
+        VGPU_LOOKUP(exec_destroy, "cuGraphExecDestroy");
+        VGPU_LOOKUP(trim, "cuDeviceGraphMemTrim");
 #undef VGPU_LOOKUP
     } else if (strcmp(path, "procaddress") == 0) {
 #define VGPU_ADDRESS(field, base, version) \
@@ -198,6 +215,10 @@ static bool resolve(const char *path, struct legacy_api *api) {
         VGPU_ADDRESS(ctx_create, "cuCtxCreate", 3010);
         VGPU_ADDRESS(ctx_create_v3, "cuCtxCreate", 12000);
         VGPU_ADDRESS(set_limit, "cuCtxSetLimit", 13000);
+        VGPU_ADDRESS(instantiate, "cuGraphInstantiate", 12000);
+        VGPU_ADDRESS(instantiate_v2, "cuGraphInstantiate", 11000);
+        VGPU_ADDRESS(exec_destroy, "cuGraphExecDestroy", 13000);
+        VGPU_ADDRESS(trim, "cuDeviceGraphMemTrim", 13000);
 #undef VGPU_ADDRESS
     } else {
         return false;
@@ -206,7 +227,10 @@ static bool resolve(const char *path, struct legacy_api *api) {
     return api->mem_alloc == cuMemAlloc && api->mem_alloc_pitch == cuMemAllocPitch &&
            api->mem_free == cuMemFree && api->array_create == cuArrayCreate &&
            api->array3d_create == cuArray3DCreate && api->ctx_create == cuCtxCreate &&
-           api->ctx_create_v3 == cuCtxCreate_v3 && api->set_limit == cuCtxSetLimit;
+           api->ctx_create_v3 == cuCtxCreate_v3 && api->set_limit == cuCtxSetLimit &&
+           api->instantiate == cuGraphInstantiateWithFlags &&
+           api->instantiate_v2 == cuGraphInstantiate_v2 && api->exec_destroy == cuGraphExecDestroy &&
+           api->trim == cuDeviceGraphMemTrim;
 }
 
 /* The legacy (v1) entry points the driver still exports: 32-bit pointers and sizes. */
@@ -280,6 +304,42 @@ static void limits(const struct legacy_api *api) {
     CHECK(cuCtxSetCurrent(current) == CUDA_SUCCESS);
 }
 
+/* Graph memory nodes: charged when a graph is instantiated, and while the device's graph pool
+ * keeps the memory after the graph is gone, until a trim gives it back. */
+static void graph_memory(const struct legacy_api *api) {
+    CUgraph graph = NULL, big = NULL;
+    CUgraphNode alloc = NULL, release = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS params = {.bytesize = 300 * MiB - 5}; /* 300 MiB in pages */
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location = (CUmemLocation){CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    CHECK(cuGraphCreate(&graph, 0) == CUDA_SUCCESS);
+    CHECK(cuGraphAddMemAllocNode(&alloc, graph, NULL, 0, &params) == CUDA_SUCCESS);
+    CHECK(cuGraphAddMemFreeNode(&release, graph, &alloc, 1, params.dptr) == CUDA_SUCCESS);
+    CHECK(used() == CONTEXT); /* a graph holds nothing until it is instantiated */
+    CUgraphExec first = NULL, second = NULL, third = NULL;
+    CUstream stream = NULL;
+    CHECK(api->instantiate(&first, graph, 0) == CUDA_SUCCESS && used() == CONTEXT + 300 * MiB);
+    CHECK(cuStreamCreate(&stream, 0) == CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(first, stream) == 0 && cuStreamSynchronize(stream) == 0);
+    CHECK(used() == CONTEXT + 300 * MiB);
+    CHECK(api->instantiate_v2(&second, graph, NULL, NULL, 0) == 0);
+    CHECK(used() == CONTEXT + 600 * MiB);
+    CHECK(api->instantiate(&third, graph, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(used() == CONTEXT + 600 * MiB);
+    CHECK(api->exec_destroy(second) == CUDA_SUCCESS && used() == CONTEXT + 300 * MiB);
+    /* The pool keeps what the launch took, so it stays charged after the graph is gone. */
+    CHECK(api->exec_destroy(first) == CUDA_SUCCESS && used() == CONTEXT + 300 * MiB);
+    CUdeviceptr a = 0;
+    CHECK(cuMemAlloc_v2(&a, 500 * MiB) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(api->trim(0) == CUDA_SUCCESS && used() == CONTEXT);
+    params.bytesize = LIMIT;
+    CHECK(cuGraphCreate(&big, 0) == CUDA_SUCCESS);
+    CHECK(cuGraphAddMemAllocNode(&alloc, big, NULL, 0, &params) == CUDA_SUCCESS);
+    CHECK(api->instantiate(&third, big, 0) == CUDA_ERROR_OUT_OF_MEMORY && used() == CONTEXT);
+    CHECK(cuGraphDestroy(big) == 0 && cuGraphDestroy(graph) == 0);
+    CHECK(cuStreamDestroy_v2(stream) == CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv) {
     struct legacy_api api;
     if (argc != 2 || !resolve(argv[1], &api)) {
@@ -299,6 +359,7 @@ int main(int argc, char **argv) {
     arrays();
     legacy(&api);
     limits(&api);
+    graph_memory(&api);
     CHECK(cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
     contexts();
     CHECK(cuCtxSetCurrent(ctx) == CUDA_SUCCESS);

@@ -304,6 +304,50 @@ static void test_limits(uint64_t base) {
     CHECK(cuCtxSetCurrent(current) == CUDA_SUCCESS);
 }
 
+/* Graph memory nodes: the pool grows to what a launch takes and keeps it until trimmed. */
+static void test_graph_memory(uint64_t base) {
+    CUgraph graph = NULL;
+    CUgraphNode alloc = NULL, release = NULL, nodes[3] = {0};
+    CUDA_MEM_ALLOC_NODE_PARAMS params = {.bytesize = 300 * MiB};
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location = (CUmemLocation){CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    CHECK(cuGraphCreate(&graph, 0) == CUDA_SUCCESS);
+    CHECK(cuGraphAddMemAllocNode(&alloc, graph, NULL, 0, &params) == 0 && params.dptr != 0);
+    CHECK(cuGraphAddMemFreeNode(&release, graph, &alloc, 1, params.dptr) == CUDA_SUCCESS);
+    size_t count = 0;
+    CHECK(cuGraphGetNodes(graph, NULL, &count) == CUDA_SUCCESS && count == 2);
+    count = 3;
+    CHECK(cuGraphGetNodes(graph, nodes, &count) == 0 && count == 2 && nodes[1] == release);
+    CUgraphNodeType type;
+    CHECK(cuGraphNodeGetType(alloc, &type) == 0 && type == CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    CHECK(cuGraphNodeGetType(release, &type) == 0 && type == CU_GRAPH_NODE_TYPE_MEM_FREE);
+    CUDA_MEM_ALLOC_NODE_PARAMS read = {0};
+    CHECK(cuGraphMemAllocNodeGetParams(alloc, &read) == 0 && read.bytesize == 300 * MiB);
+    CHECK(read.dptr == params.dptr && read.poolProps.location.id == 0);
+    CHECK(cuGraphMemAllocNodeGetParams(release, &read) == CUDA_ERROR_INVALID_VALUE);
+    CUgraphExec exec = NULL;
+    CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0) == 0 && used(0) == base); /* at launch */
+    CUstream stream = NULL;
+    CHECK(cuStreamCreate(&stream, 0) == CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(exec, stream) == 0 && cuStreamSynchronize(stream) == 0);
+    CHECK(used(0) == base + 300 * MiB);
+    cuuint64_t reserved = 0;
+    CHECK(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) == 0);
+    CHECK(reserved == 300 * MiB);
+    CHECK(cuGraphExecDestroy(exec) == 0 && used(0) == base + 300 * MiB); /* kept by the pool */
+    CHECK(cuDeviceGraphMemTrim(0) == CUDA_SUCCESS && used(0) == base);
+    CUDA_GRAPH_INSTANTIATE_PARAMS instantiate = {0};
+    CHECK(cuGraphInstantiateWithParams(&exec, graph, &instantiate) == 0);
+    CHECK(instantiate.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS);
+    CHECK(cuGraphExecDestroy(exec) == CUDA_SUCCESS);
+    params.bytesize = 64 * GiB;
+    CHECK(cuGraphAddMemAllocNode(&alloc, graph, NULL, 0, &params) == CUDA_SUCCESS);
+    CHECK(cuGraphInstantiate_v2(&exec, graph, NULL, NULL, 0) == CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(exec, stream) == CUDA_ERROR_OUT_OF_MEMORY && used(0) == base);
+    CHECK(cuGraphExecDestroy(exec) == 0 && cuGraphDestroy(graph) == 0);
+    CHECK(cuStreamDestroy_v2(stream) == CUDA_SUCCESS);
+}
+
 static void test_contexts(void) {
     uint64_t before = used(1);
     CUcontext own = NULL, popped = NULL, current = NULL;
@@ -342,6 +386,7 @@ int main(void) {
     test_arrays(base);
     test_legacy(base);
     test_limits(base);
+    test_graph_memory(base);
     test_execution();
     test_proc_address();
     test_threads(ctx, base);

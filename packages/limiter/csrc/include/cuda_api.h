@@ -206,8 +206,37 @@
       (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, \
        const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams), \
       (phGraphNode, hGraph, dependencies, numDependencies, nodeParams)) \
+    X(cuGraphInstantiate, cuGraphInstantiate, 10000, LEGACY, \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize), \
+      (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize)) \
+    X(cuGraphInstantiate_v2, cuGraphInstantiate, 11000, LEGACY, \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize), \
+      (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize)) \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiate, 11040, LEGACY, \
       (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags), (phGraphExec, hGraph, flags)) \
+    X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, LEGACY, \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), \
+      (phGraphExec, hGraph, instantiateParams)) \
+    X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, PTSZ, \
+      (CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), \
+      (phGraphExec, hGraph, instantiateParams)) \
+    X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, LEGACY, \
+      (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, \
+       CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams), \
+      (phGraphNode, hGraph, dependencies, numDependencies, nodeParams)) \
+    X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, LEGACY, \
+      (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, \
+       CUdeviceptr dptr), \
+      (phGraphNode, hGraph, dependencies, numDependencies, dptr)) \
+    X(cuGraphMemAllocNodeGetParams, cuGraphMemAllocNodeGetParams, 11040, LEGACY, \
+      (CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out), (hNode, params_out)) \
+    X(cuGraphGetNodes, cuGraphGetNodes, 10000, LEGACY, (CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes), \
+      (hGraph, nodes, numNodes)) \
+    X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, LEGACY, (CUgraphNode hNode, CUgraphNodeType *type), \
+      (hNode, type)) \
+    X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, LEGACY, (CUdevice device), (device)) \
+    X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, LEGACY, \
+      (CUdevice device, CUgraphMem_attribute attr, void *value), (device, attr, value)) \
     X(cuGraphLaunch, cuGraphLaunch, 10000, LEGACY, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream)) \
     X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, PTSZ, (CUgraphExec hGraphExec, CUstream hStream), \
       (hGraphExec, hStream)) \

@@ -64,7 +64,14 @@
     X(cuLaunchCooperativeKernel) \
     X(cuLaunchCooperativeKernel_ptsz) \
     X(cuGraphLaunch) \
-    X(cuGraphLaunch_ptsz)
+    X(cuGraphLaunch_ptsz) \
+    X(cuGraphInstantiate) \
+    X(cuGraphInstantiate_v2) \
+    X(cuGraphInstantiateWithFlags) \
+    X(cuGraphInstantiateWithParams) \
+    X(cuGraphInstantiateWithParams_ptsz) \
+    X(cuGraphExecDestroy) \
+    X(cuDeviceGraphMemTrim)
 
 /* Driver entry points the limiter calls without wrapping them. */
 #define VGPU_CUDA_CALLS(X) \
@@ -82,7 +89,11 @@
     X(cuEventQuery) \
     X(cuEventElapsedTime) \
     X(cuEventElapsedTime_v2) \
-    X(cuStreamIsCapturing)
+    X(cuStreamIsCapturing) \
+    X(cuGraphGetNodes) \
+    X(cuGraphNodeGetType) \
+    X(cuGraphMemAllocNodeGetParams) \
+    X(cuDeviceGetGraphMemAttribute)
 
 /* NVML entry points with a wrapper in the limiter. */
 #define VGPU_NVML_HOOKS(X) \

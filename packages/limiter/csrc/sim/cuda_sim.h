@@ -74,7 +74,11 @@ struct CUfunc_st {
 
 struct CUgraphNode_st {
     uint32_t magic;
-    uint64_t duration_ns;
+    CUgraphNodeType type;
+    uint64_t duration_ns; /* KERNEL */
+    int device;           /* MEM_ALLOC: physical device */
+    uint64_t bytes;       /* MEM_ALLOC: page-rounded size */
+    CUdeviceptr dptr;     /* MEM_ALLOC, MEM_FREE */
 };
 
 struct CUgraph_st {
@@ -88,6 +92,7 @@ struct CUgraphExec_st {
     uint32_t magic;
     uint64_t total_ns;
     size_t kernels;
+    uint64_t graph_bytes[SIM_MAX_DEVICES]; /* what its allocation nodes take from each pool */
 };
 
 struct CUmemPoolHandle_st {
