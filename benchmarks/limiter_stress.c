@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -362,6 +363,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     max_bytes = strtoull(argv[4], NULL, 10);
+    /* A worker never outlives the benchmark, however that ends. */
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
+        return 1;
+    }
     struct sigaction action = {.sa_handler = on_term};
     sigaction(SIGTERM, &action, NULL);
     if (!load(argv[1])) {

@@ -104,7 +104,8 @@ def _monitor(
     region = None
     found = {"samples": 0, "region_samples": 0, "max_device": 0, "max_region": 0}
     found |= {"device_samples_over": 0, "region_samples_over": 0}
-    while not stop.is_set():
+    parent = os.getppid()
+    while not stop.is_set() and os.getppid() == parent:  # nor outlive the benchmark
         device = device_used()
         found["samples"] += 1
         found["max_device"] = max(found["max_device"], device)
@@ -112,7 +113,8 @@ def _monitor(
         if region is None and region_path.exists():
             region = open_region(region_path, writable=False)
         if region is not None:
-            held = region.devices[0].memory_used
+            # The pod has one device; its entry appears when the first process charges it.
+            held = sum(entry.memory_used for entry in region.devices)
             found["region_samples"] += 1
             found["max_region"] = max(found["max_region"], held)
             found["region_samples_over"] += held > limit
@@ -244,7 +246,7 @@ def _leaks(
     )
     try:
         with open_region(region, writable=False) as opened:
-            held = opened.devices[0].memory_used
+            held = sum(entry.memory_used for entry in opened.devices)
     except RegionError as error:
         raise SystemExit(f"limiter_stress: {error}") from None
     return {
@@ -284,13 +286,19 @@ def main() -> None:
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     receive, send = context.Pipe(duplex=False)
-    monitor = context.Process(target=_monitor, args=(node, region, args.limit, stop, send))
+    monitor = context.Process(
+        target=_monitor, args=(node, region, args.limit, stop, send), daemon=True
+    )
     monitor.start()
+    send.close()  # the monitor's end only: its death is then an EOF here, not a hang
     rng = random.Random(args.seed)
     workers = _Workers(program, limited, work / "stats", args.threads, args.max_alloc, rng)
     duration = _race(args, workers)
     stop.set()
-    found = receive.recv()
+    try:
+        found = receive.recv()
+    except EOFError:
+        raise SystemExit("limiter_stress: the monitor died (its error is above)") from None
     monitor.join()
     leaks = _leaks(args, node, limited, region)
 
