@@ -368,8 +368,13 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
         return 1;
     }
+    /* SIGTERM comes blocked from the benchmark, so one sent before this handler waits for it. */
     struct sigaction action = {.sa_handler = on_term};
     sigaction(SIGTERM, &action, NULL);
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &term, NULL);
     if (!load(argv[1])) {
         fprintf(stderr, "limiter_stress: cannot reach the driver by the %s path\n", argv[1]);
         return 1;

@@ -145,7 +145,13 @@ class _Workers:
         command = ["nice", "-n", str(WORKER_NICENESS), str(self.program)]
         command += [PATHS[number % len(PATHS)], str(self.threads)]
         command += [str(self.rng.getrandbits(63)), str(self.max_alloc), str(stats)]
-        self.running.append(subprocess.Popen(command, env=self.environment))
+        # Started with SIGTERM blocked (the mask survives exec): the worker unblocks it once it
+        # can stop cleanly, so a worker started just before the end is not cut short by it.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            self.running.append(subprocess.Popen(command, env=self.environment))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def kill_one(self) -> None:
         victim = self.running.pop(self.rng.randrange(len(self.running)))
