@@ -62,7 +62,8 @@ static struct {
 #undef STRESS_FIELD
 } cu;
 
-/* The allocation kinds, in the order of the counters in STATS (one more row: frees). */
+/* The allocation kinds a thread picks from at random, in the order of the rows of counters in
+ * STATS; two more rows follow: the primary context (retried while the pod is full) and frees. */
 #define STRESS_KINDS(X) \
     X(KIND_ALLOC, "cuMemAlloc_v2") \
     X(KIND_PITCH, "cuMemAllocPitch_v2") \
@@ -79,7 +80,10 @@ enum kind {
 #define STRESS_ENUM(kind, name) kind,
     STRESS_KINDS(STRESS_ENUM)
 #undef STRESS_ENUM
-    KINDS
+    KINDS,
+    ROW_PRIMARY = KINDS,
+    ROW_FREE,
+    ROWS
 };
 
 enum counter { TRIED, REFUSED, FAILED, COUNTERS };
@@ -89,7 +93,7 @@ enum counter { TRIED, REFUSED, FAILED, COUNTERS };
 #define MAX_THREADS 64
 #define HELD 8
 
-static _Atomic uint64_t (*stats)[COUNTERS]; /* [KINDS + 1][COUNTERS], the last row frees */
+static _Atomic uint64_t (*stats)[COUNTERS]; /* [ROWS][COUNTERS] */
 static atomic_bool stopping;
 static CUcontext primary;
 static CUmemoryPool own_pool;
@@ -120,23 +124,24 @@ static uint64_t next_random(uint64_t *state) {
     return *state;
 }
 
-static const char *const kind_names[KINDS + 1] = {
+static const char *const row_names[ROWS] = {
 #define STRESS_NAME(kind, name) name,
     STRESS_KINDS(STRESS_NAME)
 #undef STRESS_NAME
-    "free",
+    "cuDevicePrimaryCtxRetain",
+    "clean-up", /* frees, unmaps, destroys, synchronizations, pool trims */
 };
 
 /* An error other than out of memory is a finding: the first of each row is told on stderr. */
 static void count(unsigned row, CUresult result) {
-    static atomic_bool told[KINDS + 1];
+    static atomic_bool told[ROWS];
     atomic_fetch_add(&stats[row][TRIED], 1);
     if (result == CUDA_ERROR_OUT_OF_MEMORY) {
         atomic_fetch_add(&stats[row][REFUSED], 1);
     } else if (result != CUDA_SUCCESS) {
         atomic_fetch_add(&stats[row][FAILED], 1);
         if (!atomic_exchange(&told[row], true)) {
-            fprintf(stderr, "limiter_stress: %s: CUDA error %d\n", kind_names[row], (int)result);
+            fprintf(stderr, "limiter_stress: %s: CUDA error %d\n", row_names[row], (int)result);
         }
     }
 }
@@ -182,9 +187,9 @@ static CUresult allocate(struct worker *self, enum kind kind, struct held *out) 
         /* Mapped, and half the time released while mapped: the unmap then frees it. */
         if (cu.reserve(&out->pointer, out->bytes, 0, 0, 0) != CUDA_SUCCESS ||
             cu.map(out->pointer, out->bytes, 0, out->handle, 0) != CUDA_SUCCESS) {
-            atomic_fetch_add(&stats[KINDS][FAILED], 1);
+            atomic_fetch_add(&stats[ROW_FREE][FAILED], 1);
         } else if (next_random(&self->random) % 2 == 0) {
-            count(KINDS, cu.release(out->handle));
+            count(ROW_FREE, cu.release(out->handle));
             out->handle = 0;
         }
         return CUDA_SUCCESS;
@@ -211,11 +216,11 @@ static CUresult allocate(struct worker *self, enum kind kind, struct held *out) 
         CUresult result = cu.ctx_create(&out->context, NULL, 0, 0);
         CUcontext popped = NULL;
         if (result == CUDA_SUCCESS && cu.ctx_pop(&popped) != CUDA_SUCCESS) {
-            atomic_fetch_add(&stats[KINDS][FAILED], 1);
+            atomic_fetch_add(&stats[ROW_FREE][FAILED], 1);
         }
         return result;
     }
-    case KINDS:
+    default:
         break;
     }
     return CUDA_ERROR_INVALID_VALUE;
@@ -226,36 +231,36 @@ static void give_back(struct worker *self, struct held *item) {
     case KIND_ALLOC:
     case KIND_PITCH:
     case KIND_MANAGED:
-        count(KINDS, cu.free(item->pointer));
+        count(ROW_FREE, cu.free(item->pointer));
         break;
     case KIND_ASYNC:
     case KIND_FROM_POOL:
-        count(KINDS, cu.free_async(item->pointer, self->stream));
+        count(ROW_FREE, cu.free_async(item->pointer, self->stream));
         /* Pooled memory goes back at a synchronization, now and then. */
         if (next_random(&self->random) % 4 == 0) {
-            count(KINDS, cu.stream_synchronize(self->stream));
+            count(ROW_FREE, cu.stream_synchronize(self->stream));
         }
         break;
     case KIND_VMM:
         if (item->pointer != 0) {
-            count(KINDS, cu.unmap(item->pointer, item->bytes));
-            count(KINDS, cu.address_free(item->pointer, item->bytes));
+            count(ROW_FREE, cu.unmap(item->pointer, item->bytes));
+            count(ROW_FREE, cu.address_free(item->pointer, item->bytes));
         }
         if (item->handle != 0) {
-            count(KINDS, cu.release(item->handle));
+            count(ROW_FREE, cu.release(item->handle));
         }
         break;
     case KIND_ARRAY:
     case KIND_ARRAY3D:
-        count(KINDS, cu.array_destroy(item->array));
+        count(ROW_FREE, cu.array_destroy(item->array));
         break;
     case KIND_MIPMAP:
-        count(KINDS, cu.mipmap_destroy(item->mipmap));
+        count(ROW_FREE, cu.mipmap_destroy(item->mipmap));
         break;
     case KIND_CONTEXT:
-        count(KINDS, cu.ctx_destroy(item->context));
+        count(ROW_FREE, cu.ctx_destroy(item->context));
         break;
-    case KINDS:
+    default:
         break;
     }
 }
@@ -264,7 +269,7 @@ static void *work(void *argument) {
     struct worker *self = argument;
     if (cu.ctx_set_current(primary) != CUDA_SUCCESS ||
         cu.stream_create(&self->stream, 0) != CUDA_SUCCESS) {
-        atomic_fetch_add(&stats[KINDS][FAILED], 1);
+        atomic_fetch_add(&stats[ROW_FREE][FAILED], 1);
         return NULL;
     }
     while (!atomic_load(&stopping)) {
@@ -285,8 +290,8 @@ static void *work(void *argument) {
     while (self->count > 0) {
         give_back(self, &self->held[--self->count]);
     }
-    count(KINDS, cu.stream_synchronize(self->stream));
-    count(KINDS, cu.stream_destroy(self->stream));
+    count(ROW_FREE, cu.stream_synchronize(self->stream));
+    count(ROW_FREE, cu.stream_destroy(self->stream));
     return NULL;
 }
 
@@ -333,7 +338,7 @@ static bool map_stats(const char *path) {
     if (fd < 0) {
         return false;
     }
-    size_t size = sizeof(uint64_t) * COUNTERS * (KINDS + 1);
+    size_t size = sizeof(uint64_t) * COUNTERS * ROWS;
     void *mapping = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (mapping == MAP_FAILED) {
@@ -349,9 +354,9 @@ static void on_term(int signal_number) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "--kinds") == 0) {
-        for (int kind = 0; kind < KINDS; kind++) {
-            puts(kind_names[kind]);
+    if (argc == 2 && strcmp(argv[1], "--rows") == 0) {
+        for (int row = 0; row < ROWS; row++) {
+            puts(row_names[row]);
         }
         return 0;
     }
@@ -384,10 +389,10 @@ int main(int argc, char **argv) {
     if (result == CUDA_SUCCESS) {
         while ((result = cu.primary_retain(&primary, 0)) == CUDA_ERROR_OUT_OF_MEMORY &&
                !atomic_load(&stopping)) {
-            count(KIND_CONTEXT, result);
+            count(ROW_PRIMARY, result);
             usleep(10000);
         }
-        count(KIND_CONTEXT, result);
+        count(ROW_PRIMARY, result);
     }
     CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
                             .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
@@ -411,9 +416,9 @@ int main(int argc, char **argv) {
     }
     CUmemoryPool device_pool = NULL;
     if (cu.device_pool(&device_pool, 0) == CUDA_SUCCESS) {
-        count(KINDS, cu.pool_trim(device_pool, 0));
+        count(ROW_FREE, cu.pool_trim(device_pool, 0));
     }
-    count(KINDS, cu.pool_destroy(own_pool));
-    count(KINDS, cu.primary_release(0));
+    count(ROW_FREE, cu.pool_destroy(own_pool));
+    count(ROW_FREE, cu.primary_release(0));
     return 0;
 }

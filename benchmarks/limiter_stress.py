@@ -130,6 +130,7 @@ class _Workers:
     threads: int
     max_alloc: int
     rng: random.Random
+    rows: int  # of counters in a worker's stats file
     running: list[subprocess.Popen[bytes]] = field(default_factory=list)
     started: int = 0
     killed: int = 0
@@ -139,7 +140,7 @@ class _Workers:
         number = self.started
         self.started += 1
         stats = self.stats / f"{number}.bin"
-        stats.write_bytes(bytes(8 * len(COUNTERS) * 32))
+        stats.write_bytes(bytes(8 * len(COUNTERS) * self.rows))
         # Niced (nice execs the program, so its pid is the worker's), so that the monitor and
         # the killer keep their pace on a busy machine.
         command = ["nice", "-n", str(WORKER_NICENESS), str(self.program)]
@@ -180,9 +181,9 @@ class _Workers:
         self.running.clear()
 
 
-def _totals(stats: Path, kinds: list[str]) -> dict[str, list[int]]:
-    """Counters of every worker by allocation API (the last row: frees)."""
-    totals = {name: [0] * len(COUNTERS) for name in [*kinds, "free"]}
+def _totals(stats: Path, rows: list[str]) -> dict[str, list[int]]:
+    """Counters of every worker by row: the allocation APIs, then the clean-up calls."""
+    totals = {name: [0] * len(COUNTERS) for name in rows}
     for file in stats.iterdir():
         data = file.read_bytes()
         for row, name in enumerate(totals):
@@ -285,8 +286,8 @@ def main() -> None:
     )
     if args.without_limiter:
         del limited["LD_PRELOAD"]
-    kinds = subprocess.run(
-        [str(program), "--kinds"], env=base | node, capture_output=True, text=True, check=True
+    rows = subprocess.run(
+        [str(program), "--rows"], env=base | node, capture_output=True, text=True, check=True
     ).stdout.splitlines()
 
     context = multiprocessing.get_context("fork")
@@ -298,7 +299,9 @@ def main() -> None:
     monitor.start()
     send.close()  # the monitor's end only: its death is then an EOF here, not a hang
     rng = random.Random(args.seed)
-    workers = _Workers(program, limited, work / "stats", args.threads, args.max_alloc, rng)
+    workers = _Workers(
+        program, limited, work / "stats", args.threads, args.max_alloc, rng, len(rows)
+    )
     duration = _race(args, workers)
     stop.set()
     try:
@@ -308,10 +311,10 @@ def main() -> None:
     monitor.join()
     leaks = _leaks(args, node, limited, region)
 
-    totals = _totals(work / "stats", kinds)
+    totals = _totals(work / "stats", rows)
     for name, (tried, refused, failed) in totals.items():
         print(json.dumps({"api": name, "tried": tried, "refused": refused, "failed": failed}))
-    allocations = [counts for name, counts in totals.items() if name != "free"]
+    allocations = list(totals.values())[:-1]
     summary = {
         "benchmark": "limiter_stress",
         "device": "simulated",
