@@ -18,7 +18,7 @@ summary (most bytes over the limit the monitor saw on the device and in the regi
 leaked, processes started and killed, duration and parameters).
 Usage: python benchmarks/limiter_stress.py [--processes 16] [--threads 4] [--seconds 60]
        [--kill-rate 10] [--limit 4GiB] [--max-alloc 512MiB] [--context 64MiB] [--seed 1]
-       [--without-limiter]   (the control: the same race unchecked; the monitor must see it)
+       [--preload LIBS] [--without-limiter]   (the control: the same race unchecked)
 """
 
 import argparse
@@ -204,6 +204,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--context", type=_size, default=_size("64MiB"), help="per context")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--preload",
+        default=str(library_path()),
+        help="LD_PRELOAD of the workers (default: libcuda_limiter.so), e.g. a sanitizer build",
+    )
+    parser.add_argument(
         "--without-limiter",
         action="store_true",
         help="the same race without libcuda_limiter.so: shows what the monitor sees unchecked",
@@ -277,7 +282,7 @@ def main() -> None:
         base
         | node
         | {
-            "LD_PRELOAD": str(library_path()),
+            "LD_PRELOAD": args.preload,
             "SHM_PATH": str(region.parent),
             "TENSOR_FUSION_CUDA_MEM_LIMIT": json.dumps({"0": str(args.limit)}),
             "TF_CUDA_CONTEXT_OVERHEAD": str(args.context),

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.limiter.conftest import PRELOAD
+
 BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "limiter_stress.py"
 SHORT = ("--processes", "4", "--threads", "2", "--seconds", "3", "--kill-rate", "4")
 SMALL = ("--limit", "2GiB", "--max-alloc", "256MiB")
@@ -15,7 +17,7 @@ SMALL = ("--limit", "2GiB", "--max-alloc", "256MiB")
 def stress(*options: str) -> tuple[list[dict[str, object]], dict[str, object]]:
     """The per-API lines and the summary of one run."""
     result = subprocess.run(
-        [sys.executable, str(BENCHMARK), *SHORT, *SMALL, *options],
+        [sys.executable, str(BENCHMARK), *SHORT, *SMALL, "--preload", PRELOAD, *options],
         capture_output=True,
         text=True,
         timeout=120,
