@@ -268,9 +268,7 @@ def _leaks(
     }
 
 
-def main() -> None:
-    args = _arguments()
-    work = Path(tempfile.mkdtemp(prefix="vgpu-stress-"))
+def _run(args: argparse.Namespace, work: Path) -> None:
     program = _build(work)
     (work / "stats").mkdir()
     region = work / "pod" / "shm"
@@ -345,6 +343,12 @@ def main() -> None:
         "limiter": not args.without_limiter,
     }
     print(json.dumps(summary), flush=True)
+
+
+def main() -> None:
+    args = _arguments()
+    with tempfile.TemporaryDirectory(prefix="vgpu-stress-") as work:
+        _run(args, Path(work))
 
 
 if __name__ == "__main__":
