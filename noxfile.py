@@ -165,6 +165,7 @@ def sanitize(session: nox.Session) -> None:
         "pytest",
         "tests/limiter/test_compute_limits.py",
         "tests/limiter/test_memory_limits.py",
+        "tests/limiter/test_stress.py",
         env={
             "VGPU_TEST_LIMITER": str(library),
             "VGPU_TEST_PRELOAD_FIRST": runtime,
