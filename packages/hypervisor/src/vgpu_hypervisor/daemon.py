@@ -10,6 +10,7 @@ and the tasks and closes NVML; the region files stay as they are, so a restart l
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -26,6 +27,7 @@ from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
 from vgpu_hypervisor.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.node import Node
 from vgpu_hypervisor.pods import PodStore
+from vgpu_hypervisor.server_limits import server_config
 from vgpu_hypervisor.settings import Settings, TcpAddress, UnixAddress
 
 log = logging.getLogger("vgpu_hypervisor")
@@ -93,6 +95,18 @@ def _listen_socket(settings: Settings) -> socket.socket:
     return sock
 
 
+def _loopback_only(address: TcpAddress | UnixAddress) -> bool:
+    """Only this host can connect: a unix socket, or a TCP address all of whose forms are
+    loopback (a name such as localhost is resolved)."""
+    if isinstance(address, UnixAddress):
+        return True
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
 class Daemon:
     def __init__(self, settings: Settings, *, listener: socket.socket | None = None) -> None:
         self.settings = settings
@@ -152,10 +166,7 @@ class Daemon:
             running=lambda: not self._failing,
         )
         listener = self._listener or _listen_socket(settings)
-        config = uvicorn.Config(
-            create_app(context), log_config=None, access_log=False, lifespan="off"
-        )
-        server = _Server(config)
+        server = _Server(server_config(create_app(context)))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -181,6 +192,13 @@ class Daemon:
                 )
             )
         log.info("API listening on %s", settings.api_listen_addr)
+        if not _loopback_only(settings.api_listen_addr):
+            log.warning(
+                "the API listens on %s, beyond this host: reads need no token, and they show "
+                "every worker's command line (listen on 127.0.0.1 or a unix socket to keep "
+                "them on the node)",
+                settings.api_listen_addr,
+            )
         try:
             await self._stop.wait()
         finally:
