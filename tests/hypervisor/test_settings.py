@@ -12,6 +12,7 @@ import typer
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
+from vgpu_common.units import parse_size
 from vgpu_hypervisor.settings import (
     ENV_NAMES,
     FIELDS,
@@ -23,7 +24,6 @@ from vgpu_hypervisor.settings import (
     UnixAddress,
     load_settings,
     parse_listen_address,
-    parse_size,
     resolve_settings,
 )
 from vgpu_hypervisor.settings_cli import app as config_app

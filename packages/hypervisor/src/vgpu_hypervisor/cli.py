@@ -311,7 +311,7 @@ def shm_show(
 ) -> None:
     """A pod's region file: limits and usage per GPU and per process."""
     from vgpu_limiter import region as regions
-    from vgpu_limiter.region_cli import print_tables, region_report, resolve_path
+    from vgpu_limiter.region_report import print_tables, region_report, resolve_path
 
     settings = _settings(flags)
     try:

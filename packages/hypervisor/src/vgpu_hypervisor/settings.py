@@ -28,13 +28,13 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BeforeValidator, PlainSerializer, PlainValidator, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from vgpu_common.units import parse_size
 
 DEFAULT_CONFIG_FILE: Final = Path("/etc/tensor-fusion/hypervisor.toml")
 ENV_PREFIX: Final = "TF_HYPERVISOR_"
@@ -167,42 +167,6 @@ def _listen(value: object) -> ListenAddress:
     if not isinstance(value, str):
         raise ValueError(_LISTEN_FORMS)
     return parse_listen_address(value)
-
-
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE)
-_SIZE_UNITS = {
-    **dict.fromkeys(("", "b"), 1),
-    **dict.fromkeys(("k", "ki", "kib"), 1 << 10),
-    **dict.fromkeys(("m", "mi", "mib"), 1 << 20),
-    **dict.fromkeys(("g", "gi", "gib"), 1 << 30),
-    **dict.fromkeys(("t", "ti", "tib"), 1 << 40),
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-}
-_SIZE_FORMS = 'expected a number of bytes greater than 0, or a size such as "64MiB"'
-
-
-def parse_size(value: object) -> int:
-    """Bytes from an int or a size string, with the limiter's units: `k`/`KiB`… binary,
-    `KB`… decimal (docs/configuration.md). Must be a whole number of bytes, > 0."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
-        factor = _SIZE_UNITS.get(match[2].lower())
-        try:
-            exact = Decimal(match[1]) * factor if factor is not None else None
-        except InvalidOperation:  # pragma: no cover (the pattern admits only plain decimals)
-            exact = None
-        if exact is None or exact != exact.to_integral_value():
-            raise ValueError(_SIZE_FORMS)
-        size = int(exact)
-    else:
-        raise ValueError(_SIZE_FORMS)
-    if size <= 0:
-        raise ValueError(_SIZE_FORMS)
-    return size
 
 
 def _interval(value: object) -> float:

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from vgpu_common.cli import fail
+from vgpu_common.units import format_size
 
 from vgpu_hypervisor.settings import (
     DEFAULT_CONFIG_FILE,
@@ -148,14 +149,6 @@ _NONE_TEXT = {
     "simulate": "auto-detect",
     "sim_state": "the simulator's default",
 }
-_BINARY_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-
-
-def _format_bytes(size: int) -> str:
-    for factor, unit in _BINARY_UNITS:
-        if size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
 
 
 def format_value(name: str, value: object) -> str:
@@ -163,7 +156,7 @@ def format_value(name: str, value: object) -> str:
     if value is None:
         return _NONE_TEXT.get(name, "none")
     if name == "metrics_rotate_bytes" and isinstance(value, int):
-        return _format_bytes(value)
+        return format_size(value)
     if name == "sample_interval_s" and isinstance(value, float):
         return f"{value:g} s"
     if isinstance(value, bool):
