@@ -16,10 +16,10 @@ from vgpu_common.units import hundredths_to_percent
 from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
+from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
+from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
-from vgpu_hypervisor.pods import PodRecord, PodStore
-from vgpu_hypervisor.workers import HostPids, ProcessTable, Utilization
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,13 +21,15 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from vgpu_hypervisor import package_version
-from vgpu_hypervisor.api import ApiContext, create_app, read_or_create_token
-from vgpu_hypervisor.boost import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.api.app import create_app
+from vgpu_hypervisor.daemon.api.auth import read_or_create_token
+from vgpu_hypervisor.daemon.api.context import ApiContext
+from vgpu_hypervisor.daemon.api.limits import server_config
+from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
+from vgpu_hypervisor.daemon.node import Node
+from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
-from vgpu_hypervisor.metrics import MetricsFile, influx_lines
-from vgpu_hypervisor.node import Node
-from vgpu_hypervisor.pods import PodStore
-from vgpu_hypervisor.server_limits import server_config
 from vgpu_hypervisor.settings import Settings, TcpAddress, UnixAddress
 
 log = logging.getLogger("vgpu_hypervisor")
