@@ -21,93 +21,31 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from vgpu_common.cli import fail
-from vgpu_common.units import format_size
 
 from vgpu_hypervisor.settings import (
-    DEFAULT_CONFIG_FILE,
-    FLAGS,
+    SETTINGS,
     ResolvedSettings,
+    Setting,
     SettingsError,
+    format_value,
     resolve_settings,
 )
 
 
-def _option(name: str, metavar: str, help_text: str) -> Any:
-    return typer.Option(FLAGS[name], metavar=metavar, help=help_text, show_default=False)
+def _option_type(setting: Setting) -> Any:
+    """The typer option of a setting; values arrive as text (a switch as a bool)."""
+    if setting.metavar is None:
+        switch = f"{setting.flag}/--no-{setting.flag.removeprefix('--')}"
+        return Annotated[bool | None, typer.Option(switch, help=setting.help, show_default=False)]
+    option = typer.Option(
+        setting.flag, metavar=setting.metavar, help=setting.help, show_default=False
+    )
+    return Annotated[str | None, option]
 
 
-ConfigFlag = Annotated[
-    str | None,
-    _option(
-        "config_file",
-        "FILE",
-        f"Config file (TOML); '' reads none. Default: {DEFAULT_CONFIG_FILE} if it exists.",
-    ),
-]
-ShmBasePathFlag = Annotated[
-    str | None, _option("shm_base_path", "PATH", "Base folder of the pods' regions.")
-]
-ListenFlag = Annotated[
-    str | None,
-    _option("api_listen_addr", "ADDR", "API address: HOST:PORT, [IPV6]:PORT or unix:/PATH."),
-]
-TokenFileFlag = Annotated[
-    str | None, _option("token_file", "FILE", "File of the API's bearer token (mode 0600).")
-]
-MetricsFileFlag = Annotated[
-    str | None,
-    _option("gpu_metrics_file", "FILE", "Influx line-protocol metrics file; '' turns it off."),
-]
-MetricsRotateFlag = Annotated[
-    str | None,
-    _option("metrics_rotate_bytes", "SIZE", "Rotate the metrics file at this size (64MiB)."),
-]
-SampleIntervalFlag = Annotated[
-    str | None, _option("sample_interval_s", "SECONDS", "GPU sampling period, 0.05 to 60.")
-]
-LogLevelFlag = Annotated[
-    str | None, _option("log_level", "LEVEL", "error, warning, info or debug.")
-]
-LogPathFlag = Annotated[
-    str | None, _option("log_path", "FILE", "Append the log to FILE; '' means stderr.")
-]
-SimulateFlag = Annotated[
-    bool | None,
-    typer.Option(
-        "--simulate/--no-simulate",
-        help="Force the simulated GPU, or forbid it. Default: simulated when no driver is found.",
-        show_default=False,
-    ),
-]
-SimStateFlag = Annotated[
-    str | None,
-    _option("sim_state", "FILE", "The simulated GPU's node state file (VGPU_SIM_STATE)."),
-]
-BoostCorrectionFlag = Annotated[
-    bool | None,
-    typer.Option(
-        "--boost-correction/--no-boost-correction",
-        help="Charge limited pods for the clock boost a partly idle GPU gives. Default: on.",
-        show_default=False,
-    ),
-]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
 # The option type of each setting, by field name.
-FLAG_TYPES: Mapping[str, Any] = {
-    "config_file": ConfigFlag,
-    "shm_base_path": ShmBasePathFlag,
-    "api_listen_addr": ListenFlag,
-    "token_file": TokenFileFlag,
-    "gpu_metrics_file": MetricsFileFlag,
-    "metrics_rotate_bytes": MetricsRotateFlag,
-    "sample_interval_s": SampleIntervalFlag,
-    "log_level": LogLevelFlag,
-    "log_path": LogPathFlag,
-    "simulate": SimulateFlag,
-    "sim_state": SimStateFlag,
-    "boost_correction": BoostCorrectionFlag,
-}
+FLAG_TYPES: Mapping[str, Any] = {name: _option_type(s) for name, s in SETTINGS.items()}
 # What a client command needs: where the daemon listens and its token.
 CLIENT_SETTINGS = ("config_file", "api_listen_addr", "token_file")
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -139,29 +77,6 @@ def settings_flags(*names: str) -> Callable[[Command], Command]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
-
-
-# What a None value means, per setting that can be None.
-_NONE_TEXT = {
-    "config_file": "none",
-    "gpu_metrics_file": "off",
-    "log_path": "stderr",
-    "simulate": "auto-detect",
-    "sim_state": "the simulator's default",
-}
-
-
-def format_value(name: str, value: object) -> str:
-    """A setting's value as `config show` prints it."""
-    if value is None:
-        return _NONE_TEXT.get(name, "none")
-    if name == "metrics_rotate_bytes" and isinstance(value, int):
-        return format_size(value)
-    if name == "sample_interval_s" and isinstance(value, float):
-        return f"{value:g} s"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
 
 
 def _console() -> Console:

@@ -30,7 +30,8 @@ from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
-from vgpu_hypervisor.settings import Settings, TcpAddress, UnixAddress
+from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
+from vgpu_hypervisor.settings import Settings
 
 log = logging.getLogger("vgpu_hypervisor")
 _POD_PASS_S = 1.0  # dead workers' memory comes back within two of these
