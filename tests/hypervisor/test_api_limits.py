@@ -189,3 +189,23 @@ def test_listening_beyond_this_host_warns_that_reads_need_no_token(tmp_path: Pat
 def test_listening_on_loopback_gives_no_warning(daemon: Daemon) -> None:
     wait_for(lambda: any("API listening on" in line for line in log_lines(daemon)))
     assert not [line for line in log_lines(daemon) if " WARNING " in line]
+
+
+def test_a_head_over_64_kib_is_refused(daemon: Daemon) -> None:
+    with connect(daemon) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * (80 << 10))
+        status, _, body = read_reply(sock)
+    assert status == 400, body
+    assert daemon.http.get("/healthz").status_code == 200
+
+
+def test_connections_over_the_limit_get_503_until_some_close(
+    daemon: Daemon, half_sent: list[socket.socket]
+) -> None:
+    half_sent.extend(connect(daemon) for _ in range(256))
+    with connect(daemon) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_reply(sock)[0] == 503
+    for sock in half_sent[:8]:
+        sock.close()
+    assert wait_for(lambda: daemon.http.get("/healthz").status_code == 200)
