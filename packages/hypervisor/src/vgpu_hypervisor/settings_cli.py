@@ -23,6 +23,7 @@ from rich.text import Text
 from vgpu_common.cli import fail
 
 from vgpu_hypervisor.settings import (
+    ENV_PREFIX,
     SETTINGS,
     ResolvedSettings,
     Setting,
@@ -105,13 +106,6 @@ def print_table(resolved: ResolvedSettings) -> None:
 
 @settings_flags()
 def show(*, flags: Mapping[str, object], json_output: JsonFlag = False) -> None:
-    """Show the daemon's effective settings and where each comes from.
-
-    Precedence: flag > environment > config file > default.
-    Environment: TF_HYPERVISOR_<SETTING>, then the vgpu.rs names SHM_BASE_PATH, API_LISTEN_ADDR,
-    GPU_METRICS_FILE, TF_LOG_LEVEL, TF_LOG_PATH and VGPU_SIM_STATE.
-    A bad value: one line on stderr and exit code 2.
-    """
     try:
         resolved = resolve_settings(flags)
     except SettingsError as error:
@@ -124,10 +118,21 @@ def show(*, flags: Mapping[str, object], json_output: JsonFlag = False) -> None:
         print_table(resolved)
 
 
+def _show_help() -> str:
+    shared = [name for s in SETTINGS.values() for name in s.env if not name.startswith(ENV_PREFIX)]
+    return (
+        "Show the daemon's effective settings and where each comes from.\n\n"
+        "Precedence: flag > environment > config file > default.\n"
+        f"Environment: {ENV_PREFIX}<SETTING>, then the vgpu.rs names {', '.join(shared[:-1])} "
+        f"and {shared[-1]}.\n"
+        "A bad value: one line on stderr and exit code 2."
+    )
+
+
 app = typer.Typer(
     help="The daemon's configuration.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-app.command("show")(show)
+app.command("show", help=_show_help())(show)
