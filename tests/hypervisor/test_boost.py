@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from vgpu_hypervisor.gpu.boost import MAX_BOOST, BoostEstimator, boost_from
+from vgpu_hypervisor.gpu.boost_estimate import MAX_BOOST, BoostEstimator, boost_from
 from vgpu_limiter.lease import DeviceLease
 
 from tests.hypervisor.conftest import Daemon

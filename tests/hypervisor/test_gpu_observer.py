@@ -105,17 +105,14 @@ def test_forced_simulation_lists_the_devices_with_names_uuids_and_memory(
     assert [d["index"] for d in devices] == [0, 1, 2]
     assert [d["name"] for d in devices] == ["NVIDIA A100-SXM4-40GB"] + ["NVIDIA H100 80GB HBM3"] * 2
     assert devices[0]["uuid"] == A100_UUID
-    assert len({d["uuid"] for d in devices}) == len({d["pci_bus_id"] for d in devices}) == 3
+    assert len({d["uuid"] for d in devices}) == 3
     assert [d["memory_total"] for d in devices] == [40 * GiB, 80 * GiB, 80 * GiB]
-    assert all(d["memory_used"] == 0 and d["memory_free"] == d["memory_total"] for d in devices)
+    assert all(d["memory_used"] == 0 for d in devices)
     assert all(d["processes"] == [] and d["process_utilization"] == [] for d in devices)
 
 
-def test_queries_the_simulator_lacks_are_not_available_and_the_rest_is_there(
-    node: dict[str, str],
-) -> None:
-    # The simulated NVML has no nvmlDeviceGetSerial or nvmlDeviceGetTotalEnergyConsumption
-    # (Function Not Found) and answers nvmlDeviceGetMigMode with Not Supported.
+def test_the_simulator_answers_every_query_of_a_pass(node: dict[str, str]) -> None:
+    # A pass reads only what the daemon shows or exports; the simulated NVML has all of it.
     passes = scenario(
         node,
         """
@@ -123,13 +120,12 @@ def test_queries_the_simulator_lacks_are_not_available_and_the_rest_is_there(
             emit([observer.sample().to_dict() for _ in range(3)])
         """,
     ).value
-    missing = {"serial", "mig_mode"}
     for snapshot in passes:
         assert len(snapshot["devices"]) == 3
         for device in snapshot["devices"]:
-            assert {key for key, value in device.items() if value is None} == missing
-            assert device["temperature_c"] > 0 and device["power_limit_mw"] > 0
-            assert 0 < device["sm_clock_mhz"] <= device["sm_clock_max_mhz"]
+            assert [key for key, value in device.items() if value is None] == []
+            assert device["temperature_c"] > 0 and device["power_draw_mw"] > 0
+            assert device["sm_clock_mhz"] > 0
 
 
 # A workload that allocates 1 GiB and runs kernels for 3 s, then holds its memory idle.
@@ -374,6 +370,6 @@ def test_on_a_real_gpu_the_driver_is_found_and_sampled(node: dict[str, str]) -> 
         assert snapshot["backend"] == "nvml"
         assert len(snapshot["devices"]) == info["device_count"]
         for device in snapshot["devices"]:
-            for field in ("uuid", "name", "pci_bus_id", "memory_total", "memory_used"):
+            for field in ("uuid", "name", "memory_total", "memory_used"):
                 assert device[field] is not None, (field, device)
             assert device["uuid"].startswith(("GPU-", "MIG-"))

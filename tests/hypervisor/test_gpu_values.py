@@ -25,22 +25,13 @@ def device(index: int = 0, uuid: str = UUID) -> DeviceSnapshot:
         index=index,
         uuid=uuid,
         name="NVIDIA H100 80GB HBM3",
-        serial=na,
-        pci_bus_id="00000000:18:00.0",
         memory_total=80 << 30,
         memory_used=1 << 30,
-        memory_free=79 << 30,
-        memory_reserved=na,
         gpu_utilization=50,
         memory_utilization=20,
-        temperature_c=52,
-        fan_speed=na,
+        temperature_c=na,
         power_draw_mw=386000,
-        power_limit_mw=700000,
-        energy_mj=na,
         sm_clock_mhz=1162,
-        sm_clock_max_mhz=1980,
-        mig_mode=na,
         processes=(ProcessMemory(pid=42, used_memory=1 << 30), ProcessMemory(7, na)),
         process_utilization=(ProcessUtilization(42, 1_700_000_000_000_000, 50, 20, 0, na),),
     )
@@ -63,7 +54,7 @@ def test_snapshot_to_dict_is_json_with_none_for_not_available() -> None:
     plain = node.to_dict()
     assert json.loads(json.dumps(plain)) == plain
     first = plain["devices"][0]
-    assert first["serial"] is None and first["mig_mode"] is None
+    assert first["temperature_c"] is None
     assert first["memory_used"] == 1 << 30
     assert first["processes"] == [
         {"pid": 42, "used_memory": 1 << 30},

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from vgpu_hypervisor import models
-from vgpu_hypervisor.metrics import MetricsFile, influx_lines
-from vgpu_hypervisor.node import NodeView
+from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
+from vgpu_hypervisor.daemon.node import NodeView
 
 UUID = "GPU-5157a1e0-0000-4000-8000-000000000001"
 

@@ -12,18 +12,17 @@ import typer
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
+from vgpu_common.units import parse_size
+from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress, parse_listen_address
 from vgpu_hypervisor.settings import (
     ENV_NAMES,
     FIELDS,
     FLAGS,
+    SETTINGS,
     ResolvedSettings,
     Settings,
     SettingsError,
-    TcpAddress,
-    UnixAddress,
     load_settings,
-    parse_listen_address,
-    parse_size,
     resolve_settings,
 )
 from vgpu_hypervisor.settings_cli import app as config_app
@@ -90,6 +89,16 @@ def test_every_field_has_a_flag_and_its_own_variable() -> None:
     assert set(FLAGS) == set(FIELDS)
     for name in FIELDS:
         assert ENV_NAMES[name][0] == f"TF_HYPERVISOR_{name.upper()}"
+
+
+def test_every_setting_s_declaration_is_its_flag_and_help_in_config_show() -> None:
+    result = CliRunner().invoke(config_app, ["show", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for name, setting in SETTINGS.items():
+        flag = setting.flag if setting.metavar else f"{setting.flag} --no-"
+        assert flag in text, name
+        assert " ".join(setting.help.split()[:4]) in text, name
 
 
 def test_settings_built_directly_read_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:

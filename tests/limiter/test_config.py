@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vgpu_common.units import format_percent, format_size
 from vgpu_limiter.config import (
     ConfigError,
     DeviceSetting,
@@ -24,7 +25,6 @@ from vgpu_limiter.config import (
     environment_names,
     load_config,
 )
-from vgpu_limiter.config_cli import format_percent, format_size
 
 MEM = "TENSOR_FUSION_CUDA_MEM_LIMIT"
 UP = "TENSOR_FUSION_CUDA_UP_LIMIT"

@@ -17,8 +17,8 @@ from rich.console import Console
 from vgpu_common.cli import fail
 
 from vgpu_hypervisor import package_version
-from vgpu_hypervisor.client import API, Client, ClientError
-from vgpu_hypervisor.display import gpu_table, pod_table, worker_table
+from vgpu_hypervisor.client.api_client import API, Client, ClientError
+from vgpu_hypervisor.client.tables import gpu_table, pod_table, worker_table
 from vgpu_hypervisor.settings import Settings, SettingsError, load_settings
 from vgpu_hypervisor.settings_cli import (
     CLIENT_SETTINGS,
@@ -87,7 +87,7 @@ def _show(document: Any, as_json: bool, table: Callable[[Any], Any]) -> None:
 @settings_flags()
 def daemon(*, flags: Mapping[str, object]) -> None:
     """Run the node daemon (until SIGTERM or Ctrl-C)."""
-    from vgpu_hypervisor.daemon import DaemonError, run
+    from vgpu_hypervisor.daemon.service import DaemonError, run
 
     settings = _settings(flags)
     try:
@@ -149,7 +149,7 @@ def top(
     ] = 1.0,
 ) -> None:
     """A live view of GPUs, pods and workers; q or Ctrl-C quits."""
-    from vgpu_hypervisor.top import run_top
+    from vgpu_hypervisor.client.top import run_top
 
     _call(flags, lambda client: run_top(client, interval=interval))
 
@@ -311,7 +311,7 @@ def shm_show(
 ) -> None:
     """A pod's region file: limits and usage per GPU and per process."""
     from vgpu_limiter import region as regions
-    from vgpu_limiter.region_cli import print_tables, region_report, resolve_path
+    from vgpu_limiter.region_report import print_tables, region_report, resolve_path
 
     settings = _settings(flags)
     try:

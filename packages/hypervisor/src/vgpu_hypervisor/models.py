@@ -9,8 +9,7 @@ import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
-
-from vgpu_hypervisor.settings import parse_size
+from vgpu_common.units import parse_size
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$"
 _DEVICE_KEY = re.compile(r"(0|[1-9][0-9]{0,2}|GPU-[0-9A-Fa-f-]{36})")

@@ -17,130 +17,42 @@ daemon alone, and a mistake there would otherwise surface the day the override g
 
 An empty variable counts as unset (as the limiter reads them), except for the settings that can
 be off (`config_file`, `gpu_metrics_file`, `log_path`), where it turns them off.
+
+Each setting is declared once, as a field of Settings with its `Setting` (flag, shared variables,
+help, what None means, how it is shown); FLAGS, ENV_NAMES, the typer options of settings_cli and
+`config show`'s text all derive from those declarations.
 """
 
 import difflib
-import ipaddress
 import json
 import math
 import os
-import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BeforeValidator, PlainSerializer, PlainValidator, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from vgpu_common.units import format_size, parse_size
+
+from vgpu_hypervisor.listen_address import (
+    LISTEN_FORMS,
+    ListenAddress,
+    TcpAddress,
+    UnixAddress,
+    parse_listen_address,
+)
 
 DEFAULT_CONFIG_FILE: Final = Path("/etc/tensor-fusion/hypervisor.toml")
 ENV_PREFIX: Final = "TF_HYPERVISOR_"
-UNIX_PATH_MAX: Final = 107  # sockaddr_un.sun_path holds 108 bytes, the final NUL included
 LogLevel = Literal["error", "warning", "info", "debug"]
 
 
 class SettingsError(ValueError):
     """A bad setting. str() is one line naming the flag, variable or key, and the value."""
-
-
-# --- listen addresses --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TcpAddress:
-    """A TCP listen address; `host` is an IPv4 or IPv6 address (no brackets) or a host name."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class UnixAddress:
-    """A unix socket listen address."""
-
-    path: Path
-
-    def __str__(self) -> str:
-        return f"unix:{self.path}"
-
-
-ListenAddress = TcpAddress | UnixAddress
-_LISTEN_FORMS = "expected HOST:PORT, [IPV6]:PORT or unix:/ABSOLUTE/PATH"
-_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
-_SCOPE = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def _port(text: str) -> int:
-    if not re.fullmatch(r"[0-9]+", text):
-        raise ValueError(f"port {text!r} is not a number" if text else "the port is missing")
-    if len(text.lstrip("0")) > 5 or not 1 <= int(text) <= 65535:
-        raise ValueError(f"port {text} is out of range 1-65535")
-    return int(text)
-
-
-def _host(text: str) -> str:
-    if re.fullmatch(r"[0-9.]+", text):
-        try:
-            return str(ipaddress.IPv4Address(text))
-        except ValueError:
-            raise ValueError(f"{text!r} is not an IPv4 address") from None
-    labels = text.split(".")
-    if len(text) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
-        raise ValueError(f"{text!r} is not a valid host name or address")
-    return text.lower()
-
-
-def _unix_address(raw: str) -> UnixAddress:
-    if not raw or "\0" in raw:
-        raise ValueError("a unix socket needs a path: unix:/ABSOLUTE/PATH")
-    if not raw.startswith("/"):
-        raise ValueError("the unix socket path must be absolute")
-    try:
-        size = len(os.fsencode(raw))
-    except UnicodeEncodeError:
-        raise ValueError("the unix socket path is not valid text") from None
-    if size > UNIX_PATH_MAX:
-        raise ValueError(f"the unix socket path is longer than {UNIX_PATH_MAX} bytes")
-    return UnixAddress(Path(raw))
-
-
-def _bracketed_address(text: str) -> TcpAddress:
-    inside, bracket, rest = text[1:].partition("]")
-    if not bracket:
-        raise ValueError("missing ']' after the IPv6 address")
-    address, percent, scope = inside.partition("%")
-    try:
-        host = str(ipaddress.IPv6Address(address))
-    except ValueError:
-        raise ValueError(f"{inside!r} is not an IPv6 address") from None
-    if percent and not _SCOPE.fullmatch(scope):
-        raise ValueError(f"{inside!r} is not an IPv6 address")
-    if not rest.startswith(":"):
-        raise ValueError(f"expected :PORT after ']'; {_LISTEN_FORMS}")
-    return TcpAddress(f"{host}%{scope}" if percent else host, _port(rest[1:]))
-
-
-def parse_listen_address(text: str) -> ListenAddress:
-    """Parse `host:port`, `[ipv6]:port` or `unix:/abs/path`; ValueError with one line if bad.
-    Port 0 ("any free port") is refused: the CLI finds the daemon through the same setting."""
-    if text.startswith("unix:"):
-        return _unix_address(text.removeprefix("unix:"))
-    if text.startswith("["):
-        return _bracketed_address(text)
-    host, colon, port = text.rpartition(":")
-    if not colon:
-        raise ValueError(_LISTEN_FORMS)
-    if ":" in host:
-        raise ValueError("an IPv6 address needs brackets, as in [::1]:8080")
-    if not host:
-        raise ValueError("the host is missing; 0.0.0.0:PORT or [::]:PORT means all interfaces")
-    return TcpAddress(_host(host), _port(port))
 
 
 # --- value checks (pydantic "before" validators: messages are ours, one line) --------------
@@ -165,44 +77,8 @@ def _listen(value: object) -> ListenAddress:
     if isinstance(value, TcpAddress | UnixAddress):
         return value
     if not isinstance(value, str):
-        raise ValueError(_LISTEN_FORMS)
+        raise ValueError(LISTEN_FORMS)
     return parse_listen_address(value)
-
-
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE)
-_SIZE_UNITS = {
-    **dict.fromkeys(("", "b"), 1),
-    **dict.fromkeys(("k", "ki", "kib"), 1 << 10),
-    **dict.fromkeys(("m", "mi", "mib"), 1 << 20),
-    **dict.fromkeys(("g", "gi", "gib"), 1 << 30),
-    **dict.fromkeys(("t", "ti", "tib"), 1 << 40),
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-}
-_SIZE_FORMS = 'expected a number of bytes greater than 0, or a size such as "64MiB"'
-
-
-def parse_size(value: object) -> int:
-    """Bytes from an int or a size string, with the limiter's units: `k`/`KiB`… binary,
-    `KB`… decimal (docs/configuration.md). Must be a whole number of bytes, > 0."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
-        factor = _SIZE_UNITS.get(match[2].lower())
-        try:
-            exact = Decimal(match[1]) * factor if factor is not None else None
-        except InvalidOperation:  # pragma: no cover (the pattern admits only plain decimals)
-            exact = None
-        if exact is None or exact != exact.to_integral_value():
-            raise ValueError(_SIZE_FORMS)
-        size = int(exact)
-    else:
-        raise ValueError(_SIZE_FORMS)
-    if size <= 0:
-        raise ValueError(_SIZE_FORMS)
-    return size
 
 
 def _interval(value: object) -> float:
@@ -239,6 +115,10 @@ def _switch(value: object) -> bool:
     raise ValueError("expected true or false")
 
 
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
 def _simulate(value: object) -> bool | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
@@ -255,24 +135,138 @@ ListenField = Annotated[
 ]
 
 
+# --- one declaration per setting ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How people give and read one setting; attached to its field of Settings, from which
+    the flags, the environment names, the `config show` text and the checks derive.
+
+    ``flag``: the option (a switch gets ``--no-`` too when ``metavar`` is None); ``env``:
+    its vgpu.rs (shared) variables after TF_HYPERVISOR_<FIELD>; ``none_text``: what None means;
+    ``off_when_empty``: an empty value turns it off (otherwise it counts as unset); ``show``:
+    how `config show` prints a value."""
+
+    flag: str
+    metavar: str | None
+    help: str
+    env: tuple[str, ...] = ()
+    none_text: str = "none"
+    off_when_empty: bool = False
+    show: Callable[[Any], str] = str
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
 class Settings(BaseSettings):
     """The daemon's effective settings. Build it with `load_settings` / `resolve_settings`:
     constructed directly it reads no environment and no file, only its arguments."""
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True)
 
-    config_file: OptionalPath = None
-    shm_base_path: AbsolutePath = Path("/run/tensor-fusion/shm")
-    api_listen_addr: ListenField = TcpAddress("127.0.0.1", 8080)
-    token_file: AbsolutePath = Path("/var/lib/tensor-fusion/hypervisor.token")
-    gpu_metrics_file: OptionalPath = None
-    metrics_rotate_bytes: Annotated[int, BeforeValidator(parse_size)] = 64 << 20
-    sample_interval_s: Annotated[float, BeforeValidator(_interval)] = 1.0
-    log_level: Annotated[LogLevel, BeforeValidator(_log_level)] = "info"
-    log_path: OptionalPath = None
-    simulate: Annotated[bool | None, BeforeValidator(_simulate)] = None
-    sim_state: OptionalPath = None
-    boost_correction: Annotated[bool, BeforeValidator(_switch)] = True
+    config_file: Annotated[
+        OptionalPath,
+        Setting(
+            "--config",
+            "FILE",
+            f"Config file (TOML); '' reads none. Default: {DEFAULT_CONFIG_FILE} if it exists.",
+            env=("TF_HYPERVISOR_CONFIG",),
+            off_when_empty=True,
+        ),
+    ] = None
+    shm_base_path: Annotated[
+        AbsolutePath,
+        Setting("--shm-base-path", "PATH", "Base folder of the pods' regions.", ("SHM_BASE_PATH",)),
+    ] = Path("/run/tensor-fusion/shm")
+    api_listen_addr: Annotated[
+        ListenField,
+        Setting(
+            "--listen",
+            "ADDR",
+            "API address: HOST:PORT, [IPV6]:PORT or unix:/PATH.",
+            ("API_LISTEN_ADDR",),
+        ),
+    ] = TcpAddress("127.0.0.1", 8080)
+    token_file: Annotated[
+        AbsolutePath,
+        Setting("--token-file", "FILE", "File of the API's bearer token (mode 0600)."),
+    ] = Path("/var/lib/tensor-fusion/hypervisor.token")
+    gpu_metrics_file: Annotated[
+        OptionalPath,
+        Setting(
+            "--metrics-file",
+            "FILE",
+            "Influx line-protocol metrics file; '' turns it off.",
+            ("GPU_METRICS_FILE",),
+            none_text="off",
+            off_when_empty=True,
+        ),
+    ] = None
+    metrics_rotate_bytes: Annotated[
+        int,
+        BeforeValidator(parse_size),
+        Setting(
+            "--metrics-rotate-bytes",
+            "SIZE",
+            "Rotate the metrics file at this size (64MiB).",
+            show=format_size,
+        ),
+    ] = 64 << 20
+    sample_interval_s: Annotated[
+        float,
+        BeforeValidator(_interval),
+        Setting("--sample-interval", "SECONDS", "GPU sampling period, 0.05 to 60.", show=_seconds),
+    ] = 1.0
+    log_level: Annotated[
+        LogLevel,
+        BeforeValidator(_log_level),
+        Setting("--log-level", "LEVEL", "error, warning, info or debug.", ("TF_LOG_LEVEL",)),
+    ] = "info"
+    log_path: Annotated[
+        OptionalPath,
+        Setting(
+            "--log-path",
+            "FILE",
+            "Append the log to FILE; '' means stderr.",
+            ("TF_LOG_PATH",),
+            none_text="stderr",
+            off_when_empty=True,
+        ),
+    ] = None
+    simulate: Annotated[
+        bool | None,
+        BeforeValidator(_simulate),
+        Setting(
+            "--simulate",
+            None,
+            "Force the simulated GPU, or forbid it. Default: simulated when no driver is found.",
+            none_text="auto-detect",
+            show=_yes_no,
+        ),
+    ] = None
+    sim_state: Annotated[
+        OptionalPath,
+        Setting(
+            "--sim-state",
+            "FILE",
+            "The simulated GPU's node state file (VGPU_SIM_STATE).",
+            ("VGPU_SIM_STATE",),
+            none_text="the simulator's default",
+        ),
+    ] = None
+    boost_correction: Annotated[
+        bool,
+        BeforeValidator(_switch),
+        Setting(
+            "--boost-correction",
+            None,
+            "Charge limited pods for the clock boost a partly idle GPU gives. Default: on.",
+            show=_yes_no,
+        ),
+    ] = True
 
     @classmethod
     def settings_customise_sources(
@@ -287,41 +281,36 @@ class Settings(BaseSettings):
         return (init_settings,)
 
 
+def _declaration(name: str) -> Setting:
+    field = Settings.model_fields[name]
+    return next(item for item in field.metadata if isinstance(item, Setting))
+
+
+def _is_path(name: str) -> bool:
+    annotation = Settings.model_fields[name].annotation
+    return annotation is Path or Path in get_args(annotation)
+
+
 FIELDS: Final = tuple(Settings.model_fields)
+SETTINGS: Final[Mapping[str, Setting]] = MappingProxyType(
+    {name: _declaration(name) for name in FIELDS}
+)
 # The flag of each field. The daemon and `config show` take the same flags; typer parameters
 # named as the fields let a command pass its flags straight to load_settings.
 FLAGS: Final[Mapping[str, str]] = MappingProxyType(
-    {
-        "config_file": "--config",
-        "shm_base_path": "--shm-base-path",
-        "api_listen_addr": "--listen",
-        "token_file": "--token-file",
-        "gpu_metrics_file": "--metrics-file",
-        "metrics_rotate_bytes": "--metrics-rotate-bytes",
-        "sample_interval_s": "--sample-interval",
-        "log_level": "--log-level",
-        "log_path": "--log-path",
-        "simulate": "--simulate",
-        "sim_state": "--sim-state",
-        "boost_correction": "--boost-correction",
-    }
+    {name: setting.flag for name, setting in SETTINGS.items()}
 )
-_SHARED_ENV: Final = {
-    "config_file": ("TF_HYPERVISOR_CONFIG",),
-    "shm_base_path": ("SHM_BASE_PATH",),
-    "api_listen_addr": ("API_LISTEN_ADDR",),
-    "gpu_metrics_file": ("GPU_METRICS_FILE",),
-    "log_level": ("TF_LOG_LEVEL",),
-    "log_path": ("TF_LOG_PATH",),
-    "sim_state": ("VGPU_SIM_STATE",),
-}
 # Environment names of each field, the winner first.
 ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
-    {name: (ENV_PREFIX + name.upper(), *_SHARED_ENV.get(name, ())) for name in FIELDS}
+    {name: (ENV_PREFIX + name.upper(), *setting.env) for name, setting in SETTINGS.items()}
 )
-# The settings that can be off (None); an empty value turns them off.
-CLEARABLE: Final = frozenset(("config_file", "gpu_metrics_file", "log_path"))
-_PATHS: Final = frozenset(("config_file", "shm_base_path", "token_file", "sim_state", *CLEARABLE))
+_PATHS: Final = frozenset(name for name in FIELDS if _is_path(name))
+
+
+def format_value(name: str, value: object) -> str:
+    """A setting's value as `config show` prints it."""
+    setting = SETTINGS[name]
+    return setting.none_text if value is None else setting.show(value)
 
 
 # --- layers ----------------------------------------------------------------------------
@@ -398,7 +387,7 @@ def _env_layer(
     for name in FIELDS:
         for variable in ENV_NAMES[name]:
             value = environ.get(variable)
-            if value is None or (value == "" and name not in CLEARABLE):
+            if value is None or (value == "" and not SETTINGS[name].off_when_empty):
                 continue
             if name in layer:
                 shadowed.setdefault(name, []).append(f"env:{variable}")

@@ -23,90 +23,30 @@ from rich.text import Text
 from vgpu_common.cli import fail
 
 from vgpu_hypervisor.settings import (
-    DEFAULT_CONFIG_FILE,
-    FLAGS,
+    ENV_PREFIX,
+    SETTINGS,
     ResolvedSettings,
+    Setting,
     SettingsError,
+    format_value,
     resolve_settings,
 )
 
 
-def _option(name: str, metavar: str, help_text: str) -> Any:
-    return typer.Option(FLAGS[name], metavar=metavar, help=help_text, show_default=False)
+def _option_type(setting: Setting) -> Any:
+    """The typer option of a setting; values arrive as text (a switch as a bool)."""
+    if setting.metavar is None:
+        switch = f"{setting.flag}/--no-{setting.flag.removeprefix('--')}"
+        return Annotated[bool | None, typer.Option(switch, help=setting.help, show_default=False)]
+    option = typer.Option(
+        setting.flag, metavar=setting.metavar, help=setting.help, show_default=False
+    )
+    return Annotated[str | None, option]
 
 
-ConfigFlag = Annotated[
-    str | None,
-    _option(
-        "config_file",
-        "FILE",
-        f"Config file (TOML); '' reads none. Default: {DEFAULT_CONFIG_FILE} if it exists.",
-    ),
-]
-ShmBasePathFlag = Annotated[
-    str | None, _option("shm_base_path", "PATH", "Base folder of the pods' regions.")
-]
-ListenFlag = Annotated[
-    str | None,
-    _option("api_listen_addr", "ADDR", "API address: HOST:PORT, [IPV6]:PORT or unix:/PATH."),
-]
-TokenFileFlag = Annotated[
-    str | None, _option("token_file", "FILE", "File of the API's bearer token (mode 0600).")
-]
-MetricsFileFlag = Annotated[
-    str | None,
-    _option("gpu_metrics_file", "FILE", "Influx line-protocol metrics file; '' turns it off."),
-]
-MetricsRotateFlag = Annotated[
-    str | None,
-    _option("metrics_rotate_bytes", "SIZE", "Rotate the metrics file at this size (64MiB)."),
-]
-SampleIntervalFlag = Annotated[
-    str | None, _option("sample_interval_s", "SECONDS", "GPU sampling period, 0.05 to 60.")
-]
-LogLevelFlag = Annotated[
-    str | None, _option("log_level", "LEVEL", "error, warning, info or debug.")
-]
-LogPathFlag = Annotated[
-    str | None, _option("log_path", "FILE", "Append the log to FILE; '' means stderr.")
-]
-SimulateFlag = Annotated[
-    bool | None,
-    typer.Option(
-        "--simulate/--no-simulate",
-        help="Force the simulated GPU, or forbid it. Default: simulated when no driver is found.",
-        show_default=False,
-    ),
-]
-SimStateFlag = Annotated[
-    str | None,
-    _option("sim_state", "FILE", "The simulated GPU's node state file (VGPU_SIM_STATE)."),
-]
-BoostCorrectionFlag = Annotated[
-    bool | None,
-    typer.Option(
-        "--boost-correction/--no-boost-correction",
-        help="Charge limited pods for the clock boost a partly idle GPU gives. Default: on.",
-        show_default=False,
-    ),
-]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
 # The option type of each setting, by field name.
-FLAG_TYPES: Mapping[str, Any] = {
-    "config_file": ConfigFlag,
-    "shm_base_path": ShmBasePathFlag,
-    "api_listen_addr": ListenFlag,
-    "token_file": TokenFileFlag,
-    "gpu_metrics_file": MetricsFileFlag,
-    "metrics_rotate_bytes": MetricsRotateFlag,
-    "sample_interval_s": SampleIntervalFlag,
-    "log_level": LogLevelFlag,
-    "log_path": LogPathFlag,
-    "simulate": SimulateFlag,
-    "sim_state": SimStateFlag,
-    "boost_correction": BoostCorrectionFlag,
-}
+FLAG_TYPES: Mapping[str, Any] = {name: _option_type(s) for name, s in SETTINGS.items()}
 # What a client command needs: where the daemon listens and its token.
 CLIENT_SETTINGS = ("config_file", "api_listen_addr", "token_file")
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -140,37 +80,6 @@ def settings_flags(*names: str) -> Callable[[Command], Command]:
     return decorate
 
 
-# What a None value means, per setting that can be None.
-_NONE_TEXT = {
-    "config_file": "none",
-    "gpu_metrics_file": "off",
-    "log_path": "stderr",
-    "simulate": "auto-detect",
-    "sim_state": "the simulator's default",
-}
-_BINARY_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-
-
-def _format_bytes(size: int) -> str:
-    for factor, unit in _BINARY_UNITS:
-        if size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
-
-
-def format_value(name: str, value: object) -> str:
-    """A setting's value as `config show` prints it."""
-    if value is None:
-        return _NONE_TEXT.get(name, "none")
-    if name == "metrics_rotate_bytes" and isinstance(value, int):
-        return _format_bytes(value)
-    if name == "sample_interval_s" and isinstance(value, float):
-        return f"{value:g} s"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
-
-
 def _console() -> Console:
     # Off a terminal rich would assume 80 columns and fold the paths.
     console = Console()
@@ -197,13 +106,6 @@ def print_table(resolved: ResolvedSettings) -> None:
 
 @settings_flags()
 def show(*, flags: Mapping[str, object], json_output: JsonFlag = False) -> None:
-    """Show the daemon's effective settings and where each comes from.
-
-    Precedence: flag > environment > config file > default.
-    Environment: TF_HYPERVISOR_<SETTING>, then the vgpu.rs names SHM_BASE_PATH, API_LISTEN_ADDR,
-    GPU_METRICS_FILE, TF_LOG_LEVEL, TF_LOG_PATH and VGPU_SIM_STATE.
-    A bad value: one line on stderr and exit code 2.
-    """
     try:
         resolved = resolve_settings(flags)
     except SettingsError as error:
@@ -216,10 +118,21 @@ def show(*, flags: Mapping[str, object], json_output: JsonFlag = False) -> None:
         print_table(resolved)
 
 
+def _show_help() -> str:
+    shared = [name for s in SETTINGS.values() for name in s.env if not name.startswith(ENV_PREFIX)]
+    return (
+        "Show the daemon's effective settings and where each comes from.\n\n"
+        "Precedence: flag > environment > config file > default.\n"
+        f"Environment: {ENV_PREFIX}<SETTING>, then the vgpu.rs names {', '.join(shared[:-1])} "
+        f"and {shared[-1]}.\n"
+        "A bad value: one line on stderr and exit code 2."
+    )
+
+
 app = typer.Typer(
     help="The daemon's configuration.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-app.command("show")(show)
+app.command("show", help=_show_help())(show)

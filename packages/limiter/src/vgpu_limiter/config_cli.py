@@ -14,8 +14,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from vgpu_common.cli import fail
+from vgpu_common.units import format_percent, format_size
 
-from vgpu_limiter.config import COMPUTE_UNLIMITED, describe_json
+from vgpu_limiter.config import describe_json
 
 JsonOption = Annotated[
     bool,
@@ -24,28 +25,6 @@ JsonOption = Annotated[
         help="Print the library's JSON document instead of a table (still exit 2 when invalid).",
     ),
 ]
-
-_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-
-
-def format_size(size: int) -> str:
-    """Bytes in the largest binary unit that keeps a number >= 1: exact when it divides
-    ("4 GiB"), else with two decimals ("1.46 GiB")."""
-    if size < 1024:
-        return f"{size} B"
-    unit = 0
-    while unit + 1 < len(_UNITS) and size >= 1024 ** (unit + 2):
-        unit += 1
-    factor = 1024 ** (unit + 1)
-    if size % factor == 0:
-        return f"{size // factor} {_UNITS[unit]}"
-    return f"{size / factor:.2f} {_UNITS[unit]}"
-
-
-def format_percent(hundredths: int) -> str:
-    """Hundredths of a percent as the shortest exact text: 5000 → "50 %", 1250 → "12.5 %"."""
-    text = f"{hundredths // 100}.{hundredths % 100:02d}".rstrip("0").rstrip(".")
-    return f"{text} %" + (" (no limit)" if hundredths == COMPUTE_UNLIMITED else "")
 
 
 def _device_name(device: dict[str, Any]) -> str:

@@ -19,9 +19,6 @@ class DeviceReader:
         self._handle: Value[nvml.Handle] = NOT_AVAILABLE
         self._uuid: Value[str] = NOT_AVAILABLE
         self._name: Value[str] = NOT_AVAILABLE
-        self._serial: Value[str] = NOT_AVAILABLE
-        self._pci_bus_id: Value[str] = NOT_AVAILABLE
-        self._sm_clock_max: Value[int] = NOT_AVAILABLE
         self._last_seen_us = time.time_ns() // 1000 - _WINDOW_US
 
     def _connect(self) -> Value[nvml.Handle]:
@@ -32,9 +29,6 @@ class DeviceReader:
                 self._handle = handle
                 self._uuid = nvml.device_uuid(handle)
                 self._name = nvml.device_name(handle)
-                self._serial = nvml.device_serial(handle)
-                self._pci_bus_id = nvml.device_pci_bus_id(handle)
-                self._sm_clock_max = nvml.device_sm_clock_max(handle)
         return self._handle
 
     def read(self) -> DeviceSnapshot:
@@ -43,7 +37,7 @@ class DeviceReader:
         if handle is NOT_AVAILABLE:
             return self._unreachable()
         memory = nvml.device_memory(handle)
-        total, used, free, reserved = (NOT_AVAILABLE,) * 4 if memory is NOT_AVAILABLE else memory
+        total, used = (NOT_AVAILABLE,) * 2 if memory is NOT_AVAILABLE else memory
         rates = nvml.device_utilization(handle)
         gpu, memory_rate = (NOT_AVAILABLE,) * 2 if rates is NOT_AVAILABLE else rates
         samples = nvml.device_process_utilization(handle, self._last_seen_us)
@@ -53,22 +47,13 @@ class DeviceReader:
             index=self.index,
             uuid=self._uuid,
             name=self._name,
-            serial=self._serial,
-            pci_bus_id=self._pci_bus_id,
             memory_total=total,
             memory_used=used,
-            memory_free=free,
-            memory_reserved=reserved,
             gpu_utilization=gpu,
             memory_utilization=memory_rate,
             temperature_c=nvml.device_temperature(handle),
-            fan_speed=nvml.device_fan_speed(handle),
             power_draw_mw=nvml.device_power_draw(handle),
-            power_limit_mw=nvml.device_power_limit(handle),
-            energy_mj=nvml.device_energy(handle),
             sm_clock_mhz=nvml.device_sm_clock(handle),
-            sm_clock_max_mhz=self._sm_clock_max,
-            mig_mode=nvml.device_mig_mode(handle),
             processes=nvml.device_processes(handle),
             process_utilization=samples,
         )
@@ -79,22 +64,13 @@ class DeviceReader:
             index=self.index,
             uuid=na,
             name=na,
-            serial=na,
-            pci_bus_id=na,
             memory_total=na,
             memory_used=na,
-            memory_free=na,
-            memory_reserved=na,
             gpu_utilization=na,
             memory_utilization=na,
             temperature_c=na,
-            fan_speed=na,
             power_draw_mw=na,
-            power_limit_mw=na,
-            energy_mj=na,
             sm_clock_mhz=na,
-            sm_clock_max_mhz=na,
-            mig_mode=na,
             processes=na,
             process_utilization=na,
         )

@@ -204,24 +204,16 @@ def device_uuid(handle: Handle) -> Value[str]:
     return query("nvmlDeviceGetUUID", lambda: _text(pynvml.nvmlDeviceGetUUID(handle)))
 
 
-def device_serial(handle: Handle) -> Value[str]:
-    return query("nvmlDeviceGetSerial", lambda: _text(pynvml.nvmlDeviceGetSerial(handle)))
+def device_memory(handle: Handle) -> Value[tuple[Value[int], Value[int]]]:
+    """(total, used) in bytes; used without the driver's reserve where the v2 query exists."""
 
-
-def device_pci_bus_id(handle: Handle) -> Value[str]:
-    return query("nvmlDeviceGetPciInfo", lambda: _text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
-
-
-def device_memory(handle: Handle) -> Value[tuple[Value[int], Value[int], Value[int], Value[int]]]:
-    """(total, used, free, reserved) in bytes; reserved only where the v2 query exists."""
-
-    def v2() -> tuple[Value[int], Value[int], Value[int], Value[int]]:
+    def v2() -> tuple[Value[int], Value[int]]:
         info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-        return _number(info.total), _number(info.used), _number(info.free), _number(info.reserved)
+        return _number(info.total), _number(info.used)
 
-    def v1() -> tuple[Value[int], Value[int], Value[int], Value[int]]:
+    def v1() -> tuple[Value[int], Value[int]]:
         info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return _number(info.total), _number(info.used), _number(info.free), NOT_AVAILABLE
+        return _number(info.total), _number(info.used)
 
     return query("nvmlDeviceGetMemoryInfo", v2, v1)
 
@@ -247,10 +239,6 @@ def device_temperature(handle: Handle) -> Value[int]:
     )
 
 
-def device_fan_speed(handle: Handle) -> Value[int]:
-    return _figure("nvmlDeviceGetFanSpeed", lambda: pynvml.nvmlDeviceGetFanSpeed(handle))
-
-
 def device_power_draw(handle: Handle) -> Value[int]:
     return _figure("nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
 
@@ -272,21 +260,6 @@ def device_sm_clock(handle: Handle) -> Value[int]:
     return _figure(
         "nvmlDeviceGetClockInfo",
         lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-    )
-
-
-def device_sm_clock_max(handle: Handle) -> Value[int]:
-    return _figure(
-        "nvmlDeviceGetMaxClockInfo",
-        lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-    )
-
-
-def device_mig_mode(handle: Handle) -> Value[bool]:
-    """Whether MIG is enabled now (not the mode pending a reset)."""
-    return query(
-        "nvmlDeviceGetMigMode",
-        lambda: pynvml.nvmlDeviceGetMigMode(handle)[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
     )
 
 

@@ -57,8 +57,9 @@ class ProcessUtilization(PlainData):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeviceSnapshot(PlainData):
-    """One GPU. Units: memory in bytes, utilization and fan speed in percent, temperature in °C,
-    power in mW, energy in mJ (since the driver loaded), clocks in MHz.
+    """One GPU, with what the daemon shows or exports (one NVML query per field per pass, the
+    name and UUID once). Units: memory in bytes, utilization in percent, temperature in °C,
+    power in mW, clocks in MHz.
 
     ``processes``: compute processes with their memory; ``process_utilization``: processes that
     ran work since the previous pass (NVML lists only those), one newest sample each.
@@ -67,22 +68,13 @@ class DeviceSnapshot(PlainData):
     index: int
     uuid: Value[str]
     name: Value[str]
-    serial: Value[str]
-    pci_bus_id: Value[str]
     memory_total: Value[int]
     memory_used: Value[int]
-    memory_free: Value[int]
-    memory_reserved: Value[int]
     gpu_utilization: Value[int]
     memory_utilization: Value[int]
     temperature_c: Value[int]
-    fan_speed: Value[int]
     power_draw_mw: Value[int]
-    power_limit_mw: Value[int]
-    energy_mj: Value[int]
     sm_clock_mhz: Value[int]
-    sm_clock_max_mhz: Value[int]
-    mig_mode: Value[bool]
     processes: Value[tuple[ProcessMemory, ...]]
     process_utilization: Value[tuple[ProcessUtilization, ...]]
 

@@ -8,7 +8,7 @@ from rich.bar import Bar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from vgpu_limiter.region_cli import format_bytes
+from vgpu_common.units import format_bytes
 
 NA = "N/A"
 

@@ -10,6 +10,7 @@ and the tasks and closes NVML; the region files stay as they are, so a restart l
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -20,13 +21,17 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from vgpu_hypervisor import package_version
-from vgpu_hypervisor.api import ApiContext, create_app, read_or_create_token
-from vgpu_hypervisor.boost import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.api.app import create_app
+from vgpu_hypervisor.daemon.api.auth import read_or_create_token
+from vgpu_hypervisor.daemon.api.context import ApiContext
+from vgpu_hypervisor.daemon.api.limits import server_config
+from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
+from vgpu_hypervisor.daemon.node import Node
+from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
-from vgpu_hypervisor.metrics import MetricsFile, influx_lines
-from vgpu_hypervisor.node import Node
-from vgpu_hypervisor.pods import PodStore
-from vgpu_hypervisor.settings import Settings, TcpAddress, UnixAddress
+from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
+from vgpu_hypervisor.settings import Settings
 
 log = logging.getLogger("vgpu_hypervisor")
 _POD_PASS_S = 1.0  # dead workers' memory comes back within two of these
@@ -93,6 +98,18 @@ def _listen_socket(settings: Settings) -> socket.socket:
     return sock
 
 
+def _loopback_only(address: TcpAddress | UnixAddress) -> bool:
+    """Only this host can connect: a unix socket, or a TCP address all of whose forms are
+    loopback (a name such as localhost is resolved)."""
+    if isinstance(address, UnixAddress):
+        return True
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
 class Daemon:
     def __init__(self, settings: Settings, *, listener: socket.socket | None = None) -> None:
         self.settings = settings
@@ -152,10 +169,7 @@ class Daemon:
             running=lambda: not self._failing,
         )
         listener = self._listener or _listen_socket(settings)
-        config = uvicorn.Config(
-            create_app(context), log_config=None, access_log=False, lifespan="off"
-        )
-        server = _Server(config)
+        server = _Server(server_config(create_app(context)))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -181,6 +195,13 @@ class Daemon:
                 )
             )
         log.info("API listening on %s", settings.api_listen_addr)
+        if not _loopback_only(settings.api_listen_addr):
+            log.warning(
+                "the API listens on %s, beyond this host: reads need no token, and they show "
+                "every worker's command line (listen on 127.0.0.1 or a unix socket to keep "
+                "them on the node)",
+                settings.api_listen_addr,
+            )
         try:
             await self._stop.wait()
         finally:

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from vgpu_hypervisor import models
-from vgpu_hypervisor.node import NodeView
+from vgpu_hypervisor.daemon.node import NodeView
 
 HOSTNAME = socket.gethostname()
 

@@ -12,13 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from vgpu_common.units import hundredths_to_percent
 from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
+from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
+from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
-from vgpu_hypervisor.pods import COMPUTE_SCALE, PodRecord, PodStore
-from vgpu_hypervisor.workers import HostPids, ProcessTable, Utilization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +156,7 @@ class Node:
                     compute_limit=(
                         None
                         if device.compute_percent is None
-                        else device.compute_limit / COMPUTE_SCALE
+                        else hundredths_to_percent(device.compute_limit)
                     ),
                     utilization=(
                         min(100, sum(shares)) if self._utilization.reports(device.uuid) else None

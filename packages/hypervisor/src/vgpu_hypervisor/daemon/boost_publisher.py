@@ -1,5 +1,5 @@
-"""Boost correction: every GPU's boost estimate (gpu/boost.py), published into its device lease
-under the base path, where the compute limiter of every pod on the GPU reads it.
+"""Boost correction: every GPU's boost estimate (gpu/boost_estimate.py), published into its
+device lease under the base path, where the compute limiter of every pod on the GPU reads it.
 
 Only GPUs with paced work (their lease active in the last few seconds) are read often: the
 energy counter every 50 ms (it moves in 100-ms steps on an H100, and the times of its steps are
@@ -16,8 +16,8 @@ from pathlib import Path
 from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import RegionError, normalize_uuid
 
-from .gpu import NOT_AVAILABLE, nvml
-from .gpu.boost import BoostEstimator
+from vgpu_hypervisor.gpu import NOT_AVAILABLE, nvml
+from vgpu_hypervisor.gpu.boost_estimate import BoostEstimator
 
 READ_INTERVAL_S = 0.05
 """Between two energy readings: the time of a counter step is known to this much."""

@@ -17,8 +17,8 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from vgpu_hypervisor.client import API, Client, ClientError
-from vgpu_hypervisor.display import top_view
+from vgpu_hypervisor.client.api_client import API, Client, ClientError
+from vgpu_hypervisor.client.tables import top_view
 
 
 def _frame(client: Client) -> RenderableType:

@@ -7,7 +7,8 @@ from typing import Any
 
 import httpx
 
-from vgpu_hypervisor.settings import Settings, TcpAddress, UnixAddress
+from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
+from vgpu_hypervisor.settings import Settings
 
 API = "/api/v1"
 

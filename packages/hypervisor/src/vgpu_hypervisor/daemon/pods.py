@@ -19,10 +19,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vgpu_common.units import WHOLE_GPU, percent_to_hundredths
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import DeviceInfo, ProcessInfo, Region, RegionError
-
-COMPUTE_SCALE = 100  # the region keeps compute limits in hundredths of a percent
 
 
 class PodError(Exception):
@@ -248,8 +247,8 @@ def _region_limits(uuid: str, wanted: Limits, present: DeviceInfo | None) -> tup
     if wanted.compute is None:
         compute = present.compute_limit if present else 0
     else:
-        compute = round(wanted.compute * COMPUTE_SCALE)
-        compute = 0 if compute >= 100 * COMPUTE_SCALE else compute
+        compute = percent_to_hundredths(wanted.compute)
+        compute = 0 if compute >= WHOLE_GPU else compute
     if not 0 <= compute <= regions.COMPUTE_UNLIMITED:
         raise PodError(f"GPU {uuid}: bad compute limit {wanted.compute}")
     return memory, compute

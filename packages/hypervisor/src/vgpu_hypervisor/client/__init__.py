@@ -1,0 +1,1 @@
+"""The daemon's command-line client: the HTTP client, the terminal tables and `top`."""

@@ -1,0 +1,44 @@
+"""What the API's routers need from the daemon, and the readiness checks they report."""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vgpu_hypervisor.daemon.node import Node
+from vgpu_hypervisor.gpu import BackendInfo
+
+API = "/api/v1"
+
+
+@dataclass
+class ApiContext:
+    """What the API needs from the daemon."""
+
+    node: Node
+    backend: BackendInfo
+    token: str
+    version: str
+    shm_base_path: Path
+    started: float
+    # The daemon's tasks are running (readiness); set by the daemon.
+    running: Callable[[], bool] = lambda: True
+
+
+def readiness(context: ApiContext) -> dict[str, str]:
+    """Per check "ok" or the problem."""
+    view = context.node.view
+    checks: dict[str, str] = {}
+    snapshot = view.snapshot
+    if snapshot is None:
+        checks["nvml"] = "no GPU sample yet"
+    elif snapshot.devices and all(not isinstance(d.uuid, str) for d in snapshot.devices):
+        checks["nvml"] = "NVML gave no device"
+    else:
+        checks["nvml"] = "ok"
+    base = context.shm_base_path
+    checks["shm_base_path"] = (
+        "ok" if os.access(base, os.W_OK | os.X_OK) else f"{base} is not writable"
+    )
+    checks["tasks"] = "ok" if context.running() else "a daemon task is restarting"
+    return checks

@@ -1,0 +1,76 @@
+"""Every API error is a JSON ``{"error": "one line"}`` with a 4xx status naming the problem; a
+500 means a bug, and is logged with its traceback."""
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from vgpu_hypervisor import models
+from vgpu_hypervisor.daemon.pods import PodError
+
+log = logging.getLogger("vgpu_hypervisor.api")
+
+# The error documents a route may answer, for the OpenAPI description.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": models.ErrorDocument} for code in (401, 404, 409, 422)
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc if part not in ("body",)) or "body"
+
+
+def _validation_message(error: RequestValidationError) -> str:
+    problems = error.errors()
+    if not problems:
+        return "invalid request"
+    first = problems[0]
+    where = _location(tuple(first.get("loc", ())))
+    if first.get("type") == "json_invalid":
+        return f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}"
+    message = " ".join(str(first.get("msg", "invalid")).removeprefix("Value error, ").split())
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return f"{where}: {message}{more}"
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        message = error.detail if isinstance(error.detail, str) else str(error.detail)
+        if error.status_code == 404 and message == "Not Found":
+            message = f"no such endpoint: {request.method} {request.url.path}"
+        elif error.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        return _error(error.status_code, message, error.headers)
+
+    @app.exception_handler(PodError)
+    async def pod_error(request: Request, error: PodError) -> JSONResponse:
+        return _error(error.status, str(error))
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError) -> JSONResponse:
+        return _error(error.status, str(error))
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, error: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return _error(500, f"internal error: {type(error).__name__}")

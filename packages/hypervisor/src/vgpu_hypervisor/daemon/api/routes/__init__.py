@@ -1,0 +1,1 @@
+"""One router per resource; each is made from the ApiContext by its ``router()``."""

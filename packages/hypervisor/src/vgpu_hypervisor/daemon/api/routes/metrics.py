@@ -1,0 +1,28 @@
+"""/metrics: Prometheus exposition of the newest view (names in docs/hypervisor.md)."""
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from vgpu_hypervisor.daemon.api.context import ApiContext
+from vgpu_hypervisor.daemon.metrics import exposition, prometheus_registry
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def router(context: ApiContext) -> APIRouter:
+    routes = APIRouter(tags=["metrics"])
+    registry = prometheus_registry(lambda: context.node.view)
+
+    @routes.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}}},
+    )
+    async def metrics() -> Response:
+        """Prometheus exposition (see docs/hypervisor.md for the names)."""
+        body = await asyncio.to_thread(exposition, registry)
+        return Response(body, media_type=PROMETHEUS_CONTENT_TYPE)
+
+    return routes

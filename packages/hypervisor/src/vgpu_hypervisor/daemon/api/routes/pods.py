@@ -1,0 +1,129 @@
+"""/api/v1/pods: list, create, show, change and delete pods (changes need the token).
+
+A change goes to the region files in a worker thread, one change at a time, and is followed by
+a fresh view, so the reply shows what it did."""
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi import Path as PathParam
+from vgpu_limiter.region import normalize_uuid
+
+from vgpu_hypervisor import models
+from vgpu_hypervisor.daemon.api.auth import token_check
+from vgpu_hypervisor.daemon.api.context import API, ApiContext
+from vgpu_hypervisor.daemon.api.errors import ERRORS, ApiError
+from vgpu_hypervisor.daemon.node import NodeView
+from vgpu_hypervisor.daemon.pods import Limits, PodNotFound
+
+log = logging.getLogger("vgpu_hypervisor.api")
+NameParam = Annotated[str, PathParam(pattern=models.NAME_PATTERN, max_length=253)]
+ONE_POD = "/pods/{namespace}/{name}"
+
+
+def resolve_gpus(view: NodeView, gpus: Mapping[str, models.GpuLimitsRequest]) -> dict[str, Limits]:
+    """Limits by GPU UUID from limits by index or UUID, checked against this node's GPUs."""
+    by_index = {gpu.index: gpu for gpu in view.gpus}
+    by_uuid = {gpu.uuid.lower(): gpu for gpu in view.gpus if gpu.uuid}
+    resolved: dict[str, Limits] = {}
+    for key, wanted in gpus.items():
+        gpu = by_uuid.get(key.lower()) if key.upper().startswith("GPU-") else None
+        if not key.upper().startswith("GPU-"):
+            gpu = by_index.get(int(key))
+        if gpu is None or gpu.uuid is None:
+            count = len(view.gpus)
+            raise ApiError(422, f"gpus.{key}: no such GPU on this node ({count} GPU(s))")
+        uuid = normalize_uuid(gpu.uuid)
+        if uuid in resolved:
+            raise ApiError(422, f"gpus.{key}: GPU {uuid} is given twice")
+        if wanted.memory and gpu.memory_total and wanted.memory > gpu.memory_total:
+            raise ApiError(
+                422,
+                f"gpus.{key}: memory limit {wanted.memory} bytes is more than the GPU's "
+                f"{gpu.memory_total}",
+            )
+        resolved[uuid] = Limits(memory=wanted.memory, compute=wanted.compute)
+    return resolved
+
+
+def _limits_text(limits: Mapping[str, Limits]) -> str:
+    parts = []
+    for uuid, wanted in limits.items():
+        memory = "unchanged" if wanted.memory is None else wanted.memory or "none"
+        compute = "unchanged" if wanted.compute is None else f"{wanted.compute}%"
+        parts.append(f"{uuid} memory={memory} compute={compute}")
+    return "; ".join(parts)
+
+
+def router(context: ApiContext) -> APIRouter:
+    routes = APIRouter(prefix=API, tags=["pods"])
+    changes_need_token = [Depends(token_check(context.token))]
+    changes = asyncio.Lock()
+    store = context.node.store
+
+    async def change(action: Callable[[], Any]) -> Any:
+        async with changes:
+            result = await asyncio.to_thread(action)
+            await asyncio.to_thread(context.node.refresh)
+            return result
+
+    def found(namespace: str, name: str) -> models.Pod:
+        pod = context.node.view.pod(namespace, name)
+        if pod is None:
+            raise PodNotFound(f"no pod {namespace}/{name}")
+        return pod
+
+    @routes.get("/pods", response_model=list[models.Pod])
+    async def pods(
+        namespace: Annotated[str | None, Query(pattern=models.NAME_PATTERN)] = None,
+    ) -> list[models.Pod]:
+        return [p for p in context.node.view.pods if namespace in (None, p.namespace)]
+
+    @routes.post(
+        "/pods",
+        response_model=models.Pod,
+        status_code=201,
+        responses=ERRORS,
+        dependencies=changes_need_token,
+    )
+    async def create_pod(request: models.PodCreate) -> models.Pod:
+        """Create a pod's region with limits per GPU (by index or UUID)."""
+        limits = resolve_gpus(context.node.view, request.gpus)
+        await change(lambda: store.create(request.namespace, request.name, limits))
+        log.info("pod %s/%s created: %s", request.namespace, request.name, _limits_text(limits))
+        return found(request.namespace, request.name)
+
+    @routes.get(ONE_POD, response_model=models.Pod, responses=ERRORS)
+    async def get_pod(namespace: NameParam, name: NameParam) -> models.Pod:
+        return found(namespace, name)
+
+    @routes.patch(
+        ONE_POD, response_model=models.Pod, responses=ERRORS, dependencies=changes_need_token
+    )
+    async def update_pod(
+        namespace: NameParam, name: NameParam, request: models.PodUpdate
+    ) -> models.Pod:
+        """Change limits live: running workers see them within a second."""
+        limits = resolve_gpus(context.node.view, request.gpus)
+        await change(lambda: store.update(namespace, name, limits))
+        log.info("pod %s/%s updated: %s", namespace, name, _limits_text(limits))
+        return found(namespace, name)
+
+    @routes.delete(
+        ONE_POD, response_model=models.Pod, responses=ERRORS, dependencies=changes_need_token
+    )
+    async def delete_pod(
+        namespace: NameParam,
+        name: NameParam,
+        force: Annotated[bool, Query(description="Delete even with live workers.")] = False,
+    ) -> models.Pod:
+        """Remove a pod's region; refused (409) while its workers live, unless force."""
+        pod = found(namespace, name)
+        await change(lambda: store.delete(namespace, name, force=force))
+        log.info("pod %s/%s deleted%s", namespace, name, " (forced)" if force else "")
+        return pod
+
+    return routes

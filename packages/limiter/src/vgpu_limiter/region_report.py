@@ -1,0 +1,182 @@
+"""A pod region's limits and usage as a report: plain data (JSON-ready) and its tables.
+
+Used by `tf-limiter inspect` and `tf-hypervisor shm show`; the region module is imported only
+when a report is made, so importing this one needs no built library.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vgpu_common.units import format_bytes
+
+if TYPE_CHECKING:
+    from vgpu_limiter.region import DeviceInfo, ProcessInfo, Region
+
+
+def resolve_path(
+    pod: str | None, path: Path | None, base: Path | None, environ: Mapping[str, str]
+) -> Path:
+    """The region file named by the arguments, else by the environment as the limiter reads it."""
+    from vgpu_limiter.region import DEFAULT_BASE, DEFAULT_NAMESPACE, REGION_FILE, region_path
+
+    if path is not None:
+        if pod is not None:
+            raise ValueError("give a POD or --path, not both")
+        return path
+    base = base or DEFAULT_BASE
+    if pod is not None:
+        namespace, _, name = pod.rpartition("/") if "/" in pod else (DEFAULT_NAMESPACE, "", pod)
+        return region_path(base, namespace, name)
+    if environ.get("SHM_PATH"):
+        return Path(environ["SHM_PATH"]) / REGION_FILE
+    if environ.get("POD_NAME"):
+        namespace = environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+        return region_path(base, namespace, environ["POD_NAME"])
+    raise ValueError("name a POD (namespace/name) or --path FILE; SHM_PATH and POD_NAME are unset")
+
+
+# The report: plain data, printed as JSON or as tables.
+
+
+def region_report(region: Region) -> dict[str, Any]:
+    """Everything inspect shows, as JSON-ready data."""
+    from vgpu_limiter.region import FLAG_FROZEN
+
+    devices = region.devices
+    return {
+        "path": str(region.path),
+        "namespace": region.namespace,
+        "pod": region.pod,
+        "version": region.version,
+        "created_ns": region.created_ns,
+        "flags": region.flags,
+        "frozen": bool(region.flags & FLAG_FROZEN),
+        "freeze_epoch": region.freeze_epoch,
+        "devices": [_device_report(device) for device in devices],
+        "processes": [_process_report(process) for process in region.processes],
+    }
+
+
+def _device_report(device: DeviceInfo) -> dict[str, Any]:
+    return {
+        "index": device.index,
+        "uuid": device.uuid,
+        "memory_limit": device.memory_limit,
+        "memory_used": device.memory_used,
+        "compute_limit": device.compute_limit,
+        "compute_percent": device.compute_percent,
+        "generation": device.generation,
+    }
+
+
+def _process_report(process: ProcessInfo) -> dict[str, Any]:
+    return {
+        "slot": process.slot,
+        "pid": process.pid,
+        "host_pid": process.host_pid,
+        "pid_namespace": process.pid_namespace,
+        "start_time": process.start_time,
+        "heartbeat_ns": process.heartbeat_ns,
+        "memory": process.memory,
+    }
+
+
+# Tables
+
+
+def _format_time(ns: int) -> str:
+    return "-" if ns == 0 else datetime.fromtimestamp(ns / 1e9).isoformat(" ", "seconds")
+
+
+def _format_age(ns: int, now_ns: int) -> str:
+    return "never" if ns == 0 else f"{max(now_ns - ns, 0) / 1e9:.1f}s ago"
+
+
+def _boot_time() -> float | None:
+    """Seconds since the epoch when the node booted (/proc/stat btime)."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _format_start(ticks: int, boot: float | None) -> str:
+    if ticks == 0 or boot is None:
+        return str(ticks)
+    return _format_time(int((boot + ticks / os.sysconf("SC_CLK_TCK")) * 1e9))
+
+
+def _device_row(device: Mapping[str, Any]) -> list[str]:
+    """Cells of one device; text from the file is never read as rich markup."""
+    limit, used = device["memory_limit"], device["memory_used"]
+    percent = device["compute_percent"]
+    return [
+        str(device["index"]),
+        device["uuid"],
+        format_bytes(used),
+        "none" if limit == 0 else format_bytes(limit),
+        "-" if limit == 0 else f"{100 * used / limit:.0f}%",
+        "none" if percent is None else f"{percent:g}%",
+        str(device["generation"]),
+    ]
+
+
+def _process_row(
+    process: Mapping[str, Any], uuids: list[str], boot: float | None, now_ns: int
+) -> list[str]:
+    return [
+        str(process["slot"]),
+        str(process["pid"]),
+        str(process["host_pid"] or "-"),
+        str(process["pid_namespace"]),
+        _format_start(process["start_time"], boot),
+        _format_age(process["heartbeat_ns"], now_ns),
+        *(format_bytes(process["memory"].get(uuid, 0)) for uuid in uuids),
+    ]
+
+
+def print_tables(report: Mapping[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    console.print(
+        Text.assemble(
+            "Pod ",
+            (f"{report['namespace']}/{report['pod']}", "bold"),
+            (" frozen" if report["frozen"] else "", "bold red"),
+            f"  {report['path']}  (region version {report['version']}, "
+            f"created {_format_time(report['created_ns'])})",
+        )
+    )
+    devices = Table(title="Devices", title_justify="left")
+    for header in ("#", "UUID", "Used", "Limit", "Use", "Compute", "Gen"):
+        if header == "UUID":  # folded, never cut, on a narrow terminal
+            devices.add_column(header, overflow="fold")
+        else:
+            devices.add_column(header, justify="right")
+    for device in report["devices"]:
+        devices.add_row(*map(Text, _device_row(device)))
+    console.print(devices)
+    uuids = [device["uuid"] for device in report["devices"]]
+    processes = Table(title="Processes", title_justify="left")
+    for header in ("Slot", "PID", "Host PID", "PID namespace", "Started", "Heartbeat"):
+        processes.add_column(header, justify="right")
+    for device in report["devices"]:
+        processes.add_column(f"GPU {device['index']}", justify="right")
+    boot, now_ns = _boot_time(), time.time_ns()
+    for process in report["processes"]:
+        processes.add_row(*map(Text, _process_row(process, uuids, boot, now_ns)))
+    if not report["processes"]:
+        processes.caption = "no process holds a slot"
+    console.print(processes)
