@@ -133,3 +133,11 @@ def test_another_user_shares_leases_only_through_the_group_and_never_writes_the_
             assert daemon.boost() == 1.25
     finally:
         shutil.rmtree(base)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the daemon's check as root")
+def test_root_refuses_a_node_folder_another_user_made(tmp_path: Path) -> None:
+    (tmp_path / ".node").mkdir(mode=0o755)
+    os.chown(tmp_path / ".node", 65534, 65534)
+    with pytest.raises(RegionError, match=r"\.node: owned by uid 65534, not root: remove it$"):
+        DeviceLease.open(tmp_path, UUID)

@@ -101,4 +101,5 @@ def test_a_tenant_written_boost_is_not_charged(environment: dict[str, str]) -> N
     DeviceLease.open(environment["SHM_BASE_PATH"], SIM_GPU0).close()  # the files, as the daemon
     with scribbler(environment, "future"):
         _, got = victim(environment, "--duration", "2")
-    assert got == pytest.approx(50, abs=3)
+    # Charged, it would give 25 %; a busy machine takes a few points off the share, never adds.
+    assert 40 < got < 53, got

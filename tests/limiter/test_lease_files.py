@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from vgpu_limiter.lease import DeviceLease, lease_path, node_path
+from vgpu_limiter.region import RegionError
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 
@@ -74,7 +75,7 @@ def test_what_is_planted_in_the_lease_folder_is_not_used(
     private = tmp_path / "tmp" / f"vgpu-devices-{os.geteuid()}"
     assert stat.S_IMODE(private.stat().st_mode) == 0o700
     assert (private / SIM_GPU0).stat().st_size == 128
-    with pytest.raises(Exception, match=said):  # the daemon's side keeps the same rules
+    with pytest.raises(RegionError, match=said):  # the daemon's side keeps the same rules
         DeviceLease.open(environment["SHM_BASE_PATH"], SIM_GPU0)
 
 
@@ -128,31 +129,39 @@ def test_a_full_disk_is_a_warning_and_pacing_goes_on(
     assert "no space left to allocate it" in result.stderr
     assert "compute pacing without exclusivity" in result.stderr
     assert list((full_disk / "base" / ".devices").iterdir()) == []  # nothing half made is left
-    with pytest.raises(Exception, match="cannot allocate it: No space left on device"):
+    with pytest.raises(RegionError, match="cannot allocate it: No space left on device"):
         DeviceLease.open(full_disk / "base", SIM_GPU0)
     assert list((full_disk / "base" / ".devices").iterdir()) == []
 
 
-def share(environment: dict[str, str], limit: int) -> float:
+def share(environment: dict[str, str], limit: int) -> tuple[float, str]:
+    """Percent of the GPU a 1-ms kernel loop got in 2 s, and what the limiter said."""
     environment = environment | {"TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": limit})}
     result = run([WORKLOAD, "--duration", "2", "--kernel-us", "1000"], environment, timeout=60)
-    return float(json.loads(result.stdout)["achieved_kernels_per_s"]) / 10
+    return float(json.loads(result.stdout)["achieved_kernels_per_s"]) / 10, result.stderr
 
 
-@pytest.mark.parametrize("change", ["owner", "group-writable"])
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("owner", "not the daemon's (owned by neither root nor the folder's owner)"),
+        ("group-writable", "writable by others than its owner"),
+    ],
+)
 def test_a_node_file_the_daemon_does_not_own_alone_is_not_applied(
-    environment: dict[str, str], change: str
+    environment: dict[str, str], change: str, said: str
 ) -> None:
-    """The daemon's boost of 1.25 would make a 40 % pod get 32 %; from a node file that another
-    user owns or could write, it is not applied."""
+    """The daemon's boost of 2 would make a 40 % pod get 20 %; from a node file that another user
+    owns or could write, it is not applied (a busy machine takes points off, never adds)."""
     base = environment["SHM_BASE_PATH"]
     with DeviceLease.open(base, SIM_GPU0) as lease:
-        lease.publish_boost(1.25)
+        lease.publish_boost(2.0)
         path = node_path(base, SIM_GPU0)
         if change == "owner":
             os.chown(path, 65534, -1)
         else:
             path.chmod(0o664)
-        got = share(environment, 40)
-    assert got == pytest.approx(40, abs=3)
+        got, stderr = share(environment, 40)
+    assert 30 < got < 43, got
+    assert f"node file {path}: {said}; the GPU's boost is not applied" in stderr
     assert lease_path(base, SIM_GPU0).exists()

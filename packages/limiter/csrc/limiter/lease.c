@@ -2,15 +2,12 @@
 #include "lease.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/futex.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,14 +57,14 @@ struct vgpu_lease {
     uint64_t distrust_ns;
 };
 
-/* The node's base folder, which the daemon owns. */
+/* The node's base folder, which the daemon owns (the one place its setting is read). */
 static const char *base_path(void) {
     const char *base = getenv("SHM_BASE_PATH");
     return base != NULL && base[0] == '/' ? base : "/run/tensor-fusion/shm";
 }
 
-/* Where they live when that is not usable: this user's own folder, so pods of other users are
- * not kept apart. */
+/* The leases' folder when {base}/.devices is not usable: one of this user's own, which keeps
+ * this user's pods apart but not other users'. */
 static void private_folder(char *folder, size_t size) {
     const char *tmp = getenv("TMPDIR");
     snprintf(folder, size, "%s/vgpu-devices-%u", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp",

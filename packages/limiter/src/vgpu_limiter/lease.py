@@ -173,6 +173,8 @@ def _map_node(base: Path, name: str) -> tuple[mmap.mmap | None, bool]:
         if info.st_mode & stat.S_IWGRP:
             raise RegionError(f"{base / NODE_FOLDER}: writable by others than its owner")
         owner = info.st_uid
+        if os.geteuid() == 0 and owner != 0:  # its owner's node files would be believed
+            raise RegionError(f"{base / NODE_FOLDER}: owned by uid {owner}, not root: remove it")
         writer = os.geteuid() in (0, owner)
         fd = _create(folder, name, NODE_MODE, _NODE_SIZE, shown) if writer else None
         if fd is None:
