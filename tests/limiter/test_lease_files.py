@@ -4,9 +4,11 @@ SIGBUS, never a file left behind), and only a node file of the daemon's changes 
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,3 +167,49 @@ def test_a_node_file_the_daemon_does_not_own_alone_is_not_applied(
     assert 30 < got < 43, got
     assert f"node file {path}: {said}; the GPU's boost is not applied" in stderr
     assert lease_path(base, SIM_GPU0).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second user needs root")
+def test_a_user_outside_the_lease_group_paces_with_a_lease_of_its_own(
+    environment: dict[str, str],
+) -> None:
+    """The daemon (root) made the leases root's group's: another user's pod cannot write them
+    (nor plant anything beside them), says so at info level and uses a 0700 lease of its own."""
+    top = Path(tempfile.mkdtemp(prefix="vgpu-lease-user-"))
+    try:
+        top.chmod(0o755)
+        for name, mode in [("pod", 0o777), ("tmp", 0o1777)]:
+            (top / name).mkdir()
+            (top / name).chmod(mode)
+        DeviceLease.open(top / "base", SIM_GPU0).close()
+        shared = lease_path(top / "base", SIM_GPU0).read_bytes()
+        environment |= {
+            "VGPU_SIM_STATE": str(top / "tmp" / "node.state"),
+            "SHM_BASE_PATH": str(top / "base"),
+            "SHM_PATH": str(top / "pod"),
+            "TMPDIR": str(top / "tmp"),
+        }
+        said = {}
+        for level in ("warn", "info"):
+            result = subprocess.run(
+                [WORKLOAD, "--kernels", "20", "--kernel-us", "1000"],
+                env=environment | {"TF_LOG_LEVEL": level},
+                capture_output=True,
+                text=True,
+                timeout=30,
+                user=65534,
+                group=65534,
+                extra_groups=[],
+                check=False,
+            )
+            assert result.returncode == 0, result.stderr
+            said[level] = [line for line in result.stderr.splitlines() if "device lease" in line]
+        assert said["warn"] == []
+        (line,) = said["info"]
+        assert "Permission denied; pods of other users are not kept apart: using " in line
+        own = top / "tmp" / "vgpu-devices-65534"
+        assert (own.stat().st_uid, stat.S_IMODE(own.stat().st_mode)) == (65534, 0o700)
+        assert (own / SIM_GPU0).stat().st_size == 128
+        assert lease_path(top / "base", SIM_GPU0).read_bytes() == shared
+    finally:
+        shutil.rmtree(top)

@@ -2,6 +2,7 @@
 #include "lease.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,18 @@ static struct vgpu_device_lease *map_in(struct vgpu_lease *lease, char *why, siz
     return shared;
 }
 
+/* Whether this user simply has no way into the shared folder (no daemon made it, or the node
+ * keeps its leases to a group this user is not in): the usual case of a user's own programs,
+ * said at info level; anything refused or failing there is a warning. */
+static bool shut_out(const char *folder) {
+    int fd = open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return false;
+    }
+    return errno == EACCES || errno == ENOENT;
+}
+
 struct vgpu_lease *vgpu_lease_open(const char *uuid) {
     struct vgpu_lease *lease = calloc(1, sizeof *lease);
     if (lease == NULL) {
@@ -101,10 +114,12 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid) {
     if (lease->shared == NULL) {
         char first[4400];
         snprintf(first, sizeof first, "%s", why);
+        bool usual = shut_out(lease->folder);
         private_folder(lease->folder, sizeof lease->folder);
         lease->private = true;
         lease->shared = map_in(lease, why, sizeof why);
-        vgpu_log(VGPU_LOG_WARN, "device lease %s; %s%s", first,
+        vgpu_log(usual && lease->shared != NULL ? VGPU_LOG_INFO : VGPU_LOG_WARN,
+                 "device lease %s; %s%s", first,
                  lease->shared != NULL ? "pods of other users are not kept apart: using " : "",
                  lease->shared != NULL ? lease->folder : why);
     }
