@@ -166,6 +166,8 @@ def sanitize(session: nox.Session) -> None:
         "tests/limiter/test_compute_limits.py",
         "tests/limiter/test_memory_limits.py",
         "tests/limiter/test_stress.py",
+        "tests/limiter/test_lease_files.py",
+        "tests/limiter/test_lease_adversary.py",
         env={
             "VGPU_TEST_LIMITER": str(library),
             "VGPU_TEST_PRELOAD_FIRST": runtime,

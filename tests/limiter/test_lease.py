@@ -1,13 +1,16 @@
 """The device lease file from Python: the daemon's boost, as the limiter reads it."""
 
 import os
+import shutil
 import stat
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from vgpu_limiter.lease import BOOST_MAX, BOOST_ONE, DeviceLease, lease_path
-from vgpu_limiter.region import CONSTANTS, RegionError
+from vgpu_limiter.lease import BOOST_MAX, BOOST_ONE, DeviceLease, lease_path, node_path
+from vgpu_limiter.region import CONSTANTS, RegionError, ffi
 
 UUID = "GPU-5157A1E0-0000-4000-8000-000000000001"
 
@@ -16,8 +19,8 @@ def test_a_new_lease_is_made_as_the_limiter_makes_it(tmp_path: Path) -> None:
     with DeviceLease.open(tmp_path, UUID) as lease:
         assert lease.path == tmp_path / ".devices" / ("GPU-" + UUID[4:].lower())
         assert lease.boost() is None
-    assert stat.S_IMODE(lease.path.stat().st_mode) == 0o666
-    assert stat.S_IMODE(lease.path.parent.stat().st_mode) == 0o1777
+    assert stat.S_IMODE(lease.path.stat().st_mode) == 0o660
+    assert stat.S_IMODE(lease.path.parent.stat().st_mode) == 0o3770
     assert lease.path.stat().st_size == 128
 
 
@@ -47,7 +50,7 @@ def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
         lease.publish_boost(float("nan"))
     foreign = lease_path(tmp_path, UUID)
     foreign.write_bytes(b"not a lease".ljust(128, b"\0"))
-    with pytest.raises(RegionError, match=r"not a device lease of version 1$"):
+    with pytest.raises(RegionError, match=r"not a device lease of version 2$"):
         DeviceLease.open(tmp_path, UUID)
     with pytest.raises(ValueError, match="bad GPU UUID"):
         DeviceLease.open(tmp_path, "GPU-1")
@@ -61,3 +64,80 @@ def test_an_unwritable_base_is_a_region_error(tmp_path: Path) -> None:
             DeviceLease.open(tmp_path / "base", UUID)
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_the_node_file_is_the_daemons_and_beside_the_lease(tmp_path: Path) -> None:
+    with DeviceLease.open(tmp_path, UUID) as lease:
+        lease.publish_boost(1.5)
+    node = node_path(tmp_path, UUID)
+    assert stat.S_IMODE(node.stat().st_mode) == 0o644
+    assert stat.S_IMODE(node.parent.stat().st_mode) == 0o755
+    assert node.stat().st_size == 64
+
+
+def test_the_daemon_reads_the_lease_without_mapping_it(tmp_path: Path) -> None:
+    """Activity in the future is no activity, and a lease truncated by one of its writers is
+    read as idle: no SIGBUS."""
+    path = lease_path(tmp_path, UUID)
+    offset = ffi.offsetof("struct vgpu_device_lease", "activity_ns")
+    with DeviceLease.open(tmp_path, UUID) as lease:
+        for activity, active in [
+            (time.monotonic_ns(), True),
+            (time.monotonic_ns() + 10**12, False),
+        ]:
+            with path.open("r+b") as file:
+                file.seek(offset)
+                file.write(activity.to_bytes(8, sys.byteorder))
+            assert lease.active_within(5.0) is active
+        os.truncate(path, 0)
+        assert lease.active_within(5.0) is False
+
+
+def _as_nobody(base: Path) -> str:
+    """DeviceLease.open and publish_boost in a child that runs as uid and gid 65534."""
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        said = "opened"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            with DeviceLease.open(base, UUID) as lease:
+                said = f"boost {lease.boost()}"
+                lease.publish_boost(1.9)
+        except (RegionError, OSError) as error:
+            said += f"; {error}"
+        os.write(writer, said.encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        said = pipe.read()
+    os.waitpid(child, 0)
+    return said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second user needs root")
+def test_another_user_shares_leases_only_through_the_group_and_never_writes_the_node() -> None:
+    base = Path(tempfile.mkdtemp(prefix="vgpu-lease-"))
+    try:
+        base.chmod(0o755)
+        with DeviceLease.open(base, UUID) as daemon:
+            daemon.publish_boost(1.25)
+            assert "Permission denied" in _as_nobody(base)  # not in the root group of .devices
+            os.chown(base / ".devices", -1, 65534)
+            os.chown(lease_path(base, UUID), -1, 65534)
+            said = _as_nobody(base)
+            expected = f"{lease_path(base, UUID)}: only the node daemon (root) publishes"
+            assert said == f"boost 1.25; {expected} the boost", said
+            assert daemon.boost() == 1.25
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the daemon's check as root")
+def test_root_refuses_a_node_folder_another_user_made(tmp_path: Path) -> None:
+    (tmp_path / ".node").mkdir(mode=0o755)
+    os.chown(tmp_path / ".node", 65534, 65534)
+    with pytest.raises(RegionError, match=r"\.node: owned by uid 65534, not root: remove it$"):
+        DeviceLease.open(tmp_path, UUID)

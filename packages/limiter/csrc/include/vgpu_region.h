@@ -78,10 +78,19 @@ struct vgpu_region {
 /* The device lease: one file per GPU for the whole node, {base}/.devices/{uuid}. The compute
  * limiter runs a pod's work on a GPU in epochs, each holding the lease, so that the GPU time it
  * measures with events is its own and not another pod's time slice. A holder that stops launching
- * for VGPU_LEASE_STALE_NS (or dies) loses the lease to the next process that wants it. */
+ * for VGPU_LEASE_STALE_NS (or dies) loses the lease to the next process that wants it.
+ *
+ * Every paced process writes these words, so none of them is trusted (docs/security-leases.md):
+ * an activity time in the future is stale, a holder that keeps the lease past VGPU_LEASE_HOLD_NS
+ * by the waiter's own clock loses it, yield times and waiter counts out of range are ignored.
+ * Files: the folder 03770 (setgid: leases belong to its group; sticky: only their owner removes
+ * them), leases 0660, nothing world-writable, nothing opened through a symlink. */
 #define VGPU_LEASE_MAGIC 0x3145534145454c56ULL /* "VLEASE1" */
-#define VGPU_LEASE_VERSION 1
+#define VGPU_LEASE_VERSION 2 /* 2: the boost moved to the daemon's node file */
 #define VGPU_LEASE_STALE_NS 10000000ULL
+/* Longer than any epoch (32 ms of GPU time, 4 ms of backlog) with a margin for a busy host. */
+#define VGPU_LEASE_HOLD_NS 100000000ULL
+#define VGPU_LEASE_WAITERS_MAX 65536U /* more waiters than this are a scribble: ignored */
 
 struct vgpu_device_lease {
     uint64_t magic;
@@ -95,14 +104,31 @@ struct vgpu_device_lease {
     VGPU_ATOMIC(uint64_t) yield_until_ns; /* after a release with waiters: theirs until then */
     VGPU_ATOMIC(uint32_t) releases;    /* bumped at every release; waiters sleep on it (futex) */
     uint32_t reserved2;
-    /* Written by the node daemon: how much faster the GPU runs the work of the last second than
-     * it would with every SM busy and its power at the limit (GPU Boost spends the headroom
-     * that idle time leaves), in parts per VGPU_BOOST_ONE; 0: not known. The compute limiter
-     * charges GPU time times this, so that a limit is a share of the saturated GPU's work. */
-    VGPU_ATOMIC(uint32_t) boost;
+    uint32_t unused_boost; /* version 1 kept the daemon's boost here; read by no one now */
     uint32_t reserved3;
-    VGPU_ATOMIC(uint64_t) boost_ns; /* CLOCK_MONOTONIC when `boost` was written */
+    uint64_t unused_boost_ns;
     uint64_t spare[5];
+};
+
+/* What only the node daemon says about a GPU: {base}/.node/{uuid}, made by the daemon, mode
+ * 0644 in a folder of 0755, read-only to every other process (and mounted read-only into pods).
+ * The limiter uses it only when it is owned by root or by the folder's owner, and the file and
+ * its folder are writable by their owner alone. */
+#define VGPU_NODE_MAGIC 0x31444f4e55504756ULL /* "VGPUNOD1" */
+#define VGPU_NODE_VERSION 1
+
+struct vgpu_device_node {
+    VGPU_ATOMIC(uint64_t) magic; /* written last when the file is made */
+    uint32_t version;
+    uint32_t reserved;
+    /* How much faster the GPU runs the work of the last second than it would with every SM busy
+     * and its power at the limit (GPU Boost spends the headroom that idle time leaves), in parts
+     * per VGPU_BOOST_ONE; 0: not known. The compute limiter charges GPU time times this, so
+     * that a limit is a share of the saturated GPU's work. */
+    VGPU_ATOMIC(uint32_t) boost;
+    uint32_t reserved2;
+    VGPU_ATOMIC(uint64_t) boost_ns; /* CLOCK_MONOTONIC when `boost` was written */
+    uint64_t spare[4];
 };
 
 #define VGPU_BOOST_ONE 10000U
@@ -111,6 +137,7 @@ struct vgpu_device_lease {
 
 #ifndef VGPU_REGION_CDEF
 _Static_assert(sizeof(struct vgpu_device_lease) == 128, "vgpu_device_lease size");
+_Static_assert(sizeof(struct vgpu_device_node) == 64, "vgpu_device_node size");
 
 /* The layout is a contract between processes built at different times: pin it. */
 _Static_assert(sizeof(struct vgpu_region_device) == 136, "vgpu_region_device size");

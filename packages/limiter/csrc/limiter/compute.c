@@ -15,9 +15,9 @@
  *
  * Boost: a GPU that a limit leaves partly idle runs its busy time at higher clocks than when
  * saturated at its power limit (a bf16 matmul does ~11 % more work per GPU-second at a 25 %
- * limit on an H100). The node daemon publishes that factor per GPU in the device lease, from
- * the GPU's power and utilization; E is charged times it, so L is a share of the saturated
- * GPU's work. Without the daemon the factor is 1.
+ * limit on an H100). The node daemon publishes that factor per GPU in its node file beside the
+ * device lease, from the GPU's power and utilization; E is charged times it, so L is a share
+ * of the saturated GPU's work. Without the daemon the factor is 1.
  *
  * Pacing: launches may run ahead of the GPU by at most BACKLOG_NS of estimated GPU time (markers
  * tell how long kernels take), so epochs stay short for 2 µs kernels and 100 ms ones alike.
@@ -69,7 +69,7 @@ struct device {
     bool open;    /* an epoch is running */
     int entry;
     CUcontext context;
-    struct vgpu_device_lease *lease;
+    struct vgpu_lease *lease;
     CUevent start;
     struct marker markers[MARKERS];
     unsigned head;    /* oldest pending marker */
@@ -465,7 +465,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
         if (state->open && (now - state->last_launch_ns > PAUSE_NS ||
-                            (state->lease != NULL && !vgpu_lease_held(state->lease)))) {
+                            (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
             close_epoch(state, false); /* paused, or the lease was taken: charge what ran */
         }
         if (!state->open) {
@@ -479,7 +479,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         }
         if (!state->open) {
             if (state->lease != NULL) {
-                vgpu_lease_acquire(state->lease);
+                vgpu_lease_acquire(state->lease); /* without it when it is being scribbled */
             }
             VGPU_REAL(cuEventRecord, state->start, stream);
             state->stream = stream;
@@ -513,7 +513,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     }
     state->last_launch_ns = vgpu_monotonic_ns();
     if (state->lease != NULL) {
-        vgpu_lease_touch(state->lease);
+        vgpu_lease_touch(state->lease, state->last_launch_ns);
     }
     pthread_mutex_unlock(&state->lock);
     return result;

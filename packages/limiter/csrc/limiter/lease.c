@@ -8,12 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/futex.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "lease_file.h"
 #include "log.h"
 #include "vgpu_proc.h"
 
@@ -38,78 +37,106 @@ static uint64_t token(void) {
     return cached;
 }
 
-static bool make_folder(const char *folder) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s", folder);
-    for (char *cursor = path + 1; *cursor != '\0'; cursor++) {
-        if (*cursor == '/') {
-            *cursor = '\0';
-            mkdir(path, 0777);
-            *cursor = '/';
-        }
-    }
-    if (mkdir(path, 0777) == 0) {
-        chmod(path, 01777); /* shared by the node's users, like /tmp */
-        return true;
-    }
-    return errno == EEXIST;
-}
+#define NODE_RETRY_NS 1000000000ULL /* how often a missing node file is looked for again */
+#define DISTRUST_NS 1000000000ULL    /* the first time the protocol is seen broken */
+#define DISTRUST_MAX_NS 8000000000ULL
 
-static struct vgpu_device_lease *map_in(const char *folder, const char *uuid) {
-    char path[4200];
-    if (!make_folder(folder) || snprintf(path, sizeof path, "%s/%s", folder, uuid) >= (int)sizeof path) {
-        return NULL;
-    }
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        return NULL;
-    }
-    fchmod(fd, 0666);
-    struct vgpu_device_lease *lease = MAP_FAILED;
-    /* A new file is all zeros, which is a free lease; only the magic is written once. An
-     * existing file is never shrunk. */
-    off_t size = lseek(fd, 0, SEEK_END);
-    if (size >= (off_t)sizeof *lease || ftruncate(fd, sizeof *lease) == 0) {
-        lease = mmap(NULL, sizeof *lease, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    close(fd);
-    if (lease == MAP_FAILED) {
-        return NULL;
-    }
-    if (lease->magic == 0) {
-        lease->version = VGPU_LEASE_VERSION;
-        lease->magic = VGPU_LEASE_MAGIC;
-    }
-    if (lease->magic != VGPU_LEASE_MAGIC || lease->version != VGPU_LEASE_VERSION) {
-        munmap(lease, sizeof *lease);
-        return NULL;
-    }
-    return lease;
-}
-
-struct vgpu_device_lease *vgpu_lease_open(const char *uuid) {
+struct vgpu_lease {
+    struct vgpu_device_lease *shared;
+    const struct vgpu_device_node *node;
+    uint64_t node_tried_ns;
+    bool node_refused; /* said once why the node file is not used */
     char folder[4096];
+    char node_folder[4096];
+    bool private;
+    char uuid[VGPU_REGION_UUID_SIZE];
+    /* This process's own account, which no other process can write. */
+    bool exclusive;      /* this epoch holds the lease */
+    bool exposed;        /* a gap in this epoch's activity let a waiter judge it stale */
+    uint64_t touched_ns; /* this process's last activity */
+    uint64_t distrust_until_ns; /* until then, the lease is taken when free, never waited for */
+    uint64_t distrust_ns;
+};
+
+/* The node's base folder, which the daemon owns (the one place its setting is read). */
+static const char *base_path(void) {
     const char *base = getenv("SHM_BASE_PATH");
-    snprintf(folder, sizeof folder, "%s/.devices",
-             base != NULL && base[0] == '/' ? base : "/run/tensor-fusion/shm");
-    struct vgpu_device_lease *lease = map_in(folder, uuid);
-    if (lease == NULL) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(folder, sizeof folder, "%s/vgpu-devices", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
-        lease = map_in(folder, uuid);
+    return base != NULL && base[0] == '/' ? base : "/run/tensor-fusion/shm";
+}
+
+/* The leases' folder when {base}/.devices is not usable: one of this user's own, which keeps
+ * this user's pods apart but not other users'. */
+static void private_folder(char *folder, size_t size) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(folder, size, "%s/vgpu-devices-%u", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp",
+             (unsigned)geteuid());
+}
+
+static struct vgpu_device_lease *map_in(struct vgpu_lease *lease, char *why, size_t why_size) {
+    uid_t owner;
+    int folder = vgpu_lease_folder(lease->folder,
+                                   lease->private ? VGPU_FOLDER_PRIVATE : VGPU_FOLDER_LEASES,
+                                   &owner, why, why_size);
+    if (folder < 0) {
+        return NULL;
     }
+    char reason[256];
+    struct vgpu_device_lease *shared = vgpu_lease_map(folder, lease->uuid, reason, sizeof reason);
+    close(folder);
+    if (shared == NULL) {
+        snprintf(why, why_size, "%s/%s", lease->folder, reason);
+    }
+    return shared;
+}
+
+/* Whether this user simply has no way into the shared folder (no daemon made it, or the node
+ * keeps its leases to a group this user is not in): the usual case of a user's own programs,
+ * said at info level; anything refused or failing there is a warning. */
+static bool shut_out(const char *folder) {
+    int fd = open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return false;
+    }
+    return errno == EACCES || errno == ENOENT;
+}
+
+struct vgpu_lease *vgpu_lease_open(const char *uuid) {
+    struct vgpu_lease *lease = calloc(1, sizeof *lease);
     if (lease == NULL) {
+        return NULL;
+    }
+    snprintf(lease->uuid, sizeof lease->uuid, "%s", uuid);
+    char why[4400];
+    snprintf(lease->folder, sizeof lease->folder, "%s/.devices", base_path());
+    snprintf(lease->node_folder, sizeof lease->node_folder, "%s/.node", base_path());
+    lease->shared = map_in(lease, why, sizeof why);
+    if (lease->shared == NULL) {
+        char first[4400];
+        snprintf(first, sizeof first, "%s", why);
+        bool usual = shut_out(lease->folder);
+        private_folder(lease->folder, sizeof lease->folder);
+        lease->private = true;
+        lease->shared = map_in(lease, why, sizeof why);
+        vgpu_log(usual && lease->shared != NULL ? VGPU_LOG_INFO : VGPU_LOG_WARN,
+                 "device lease %s; %s%s", first,
+                 lease->shared != NULL ? "pods of other users are not kept apart: using " : "",
+                 lease->shared != NULL ? lease->folder : why);
+    }
+    if (lease->shared == NULL) {
         vgpu_log(VGPU_LOG_WARN, "no device lease for %s: compute pacing without exclusivity", uuid);
+        free(lease);
+        return NULL;
     }
     return lease;
 }
 
 /* Sleep until the lease is released (or `nanoseconds` pass): a shared futex, so a release wakes
  * a waiter in another process within microseconds. */
-static void wait_release(struct vgpu_device_lease *lease, uint32_t seen, uint64_t nanoseconds) {
+static void wait_release(struct vgpu_device_lease *shared, uint32_t seen, uint64_t nanoseconds) {
     struct timespec timeout = {(time_t)(nanoseconds / 1000000000ULL),
                                (long)(nanoseconds % 1000000000ULL)};
-    syscall(SYS_futex, (uint32_t *)&lease->releases, FUTEX_WAIT, seen, &timeout, NULL, 0);
+    syscall(SYS_futex, (uint32_t *)&shared->releases, FUTEX_WAIT, seen, &timeout, NULL, 0);
 }
 
 static void pause_for(uint64_t nanoseconds) {
@@ -121,75 +148,183 @@ static void pause_for(uint64_t nanoseconds) {
 /* How long a released lease is kept for processes already waiting: without it the releasing
  * process, awake, would take it back before a sleeping waiter notices. */
 #define YIELD_NS 150000ULL
+/* The longest wait for the lease, whoever holds it: a few holds past any epoch. */
+#define WAIT_MAX_NS (4 * VGPU_LEASE_HOLD_NS)
 
-void vgpu_lease_acquire(struct vgpu_device_lease *lease) {
+/* A holder's activity says it is gone: too old, or in the future (no clock of this node
+ * writes that). */
+static bool stale(uint64_t activity, uint64_t now) {
+    return activity > now || now - activity > VGPU_LEASE_STALE_NS;
+}
+
+/* The protocol was seen broken: for a while, take the lease when it is free or stale but never
+ * wait for it, so that whoever scribbles it costs this process at most one wait. Longer each
+ * time it happens again soon. */
+static void distrust(struct vgpu_lease *lease, uint64_t now, const char *what) {
+    bool again = now < lease->distrust_until_ns + lease->distrust_ns;
+    lease->distrust_ns = !again ? DISTRUST_NS
+                         : lease->distrust_ns * 2 > DISTRUST_MAX_NS ? DISTRUST_MAX_NS
+                                                                    : lease->distrust_ns * 2;
+    lease->distrust_until_ns = now + lease->distrust_ns;
+    vgpu_log(VGPU_LOG_WARN, "device lease of %s %s; not waiting for it for %llu s", lease->uuid,
+             what, (unsigned long long)(lease->distrust_ns / 1000000000ULL));
+}
+
+/* Take the lease from `owner`. The activity is written first: a waiter that sees the new owner
+ * never pairs it with the old holder's activity and takes the lease from a fresh holder. */
+static bool take(struct vgpu_device_lease *shared, uint64_t owner, uint64_t me, uint64_t now) {
+    atomic_store(&shared->activity_ns, now);
+    return atomic_compare_exchange_strong(&shared->owner, &owner, me);
+}
+
+bool vgpu_lease_acquire(struct vgpu_lease *lease) {
+    struct vgpu_device_lease *shared = lease->shared;
     uint64_t me = token();
+    uint64_t started = vgpu_monotonic_ns();
+    bool trusting = started >= lease->distrust_until_ns;
     bool waiting = false;
+    bool held = false;
+    uint32_t waited_from = 0; /* the release count when this process began to wait */
+    uint64_t holder = 0;
+    uint32_t holder_releases = 0;
+    uint64_t holder_seen_ns = started; /* when this holding began, as far as this process saw */
     for (;;) {
-        uint32_t seen = atomic_load(&lease->releases);
-        uint64_t owner = atomic_load(&lease->owner);
+        uint32_t seen = atomic_load(&shared->releases);
+        uint64_t owner = atomic_load(&shared->owner);
+        uint64_t activity = atomic_load(&shared->activity_ns);
+        uint64_t until = atomic_load(&shared->yield_until_ns);
+        /* The clock is read after the times: a holder's own are then never in the future. */
         uint64_t now = vgpu_monotonic_ns();
         if (owner == me) {
+            held = true;
             break;
         }
-        bool yielding = now < atomic_load(&lease->yield_until_ns);
-        if (owner == 0 && (waiting || !yielding) &&
-            atomic_compare_exchange_strong(&lease->owner, &owner, me)) {
+        if (owner != holder || seen != holder_releases) {
+            holder = owner;
+            holder_releases = seen;
+            holder_seen_ns = now;
+        }
+        /* A released lease goes first to those that waited before the release. */
+        bool yielding = until > now && until - now <= YIELD_NS;
+        bool first = waiting && seen != waited_from;
+        if (owner == 0 && (first || !yielding || !trusting) && take(shared, owner, me, now)) {
+            held = true;
             break;
         }
-        /* A holder that stopped launching (or died) loses the lease. */
-        uint64_t activity = atomic_load(&lease->activity_ns);
-        if (owner != 0 && now > activity + VGPU_LEASE_STALE_NS &&
-            atomic_compare_exchange_strong(&lease->owner, &owner, me)) {
-            atomic_fetch_add(&lease->takeovers, 1);
+        /* A holder that stopped launching (or died) loses the lease; so does one that keeps it,
+         * by this process's clock, longer than any epoch without a release, and any holder once
+         * this process has waited several such times (releases can be scribbled too). */
+        bool overdue = now - holder_seen_ns > VGPU_LEASE_HOLD_NS ||
+                       now - started > WAIT_MAX_NS;
+        if (owner != 0 && (stale(activity, now) || overdue) && take(shared, owner, me, now)) {
+            atomic_fetch_add(&shared->takeovers, 1);
+            if (overdue && !stale(activity, now) && trusting) {
+                distrust(lease, now, "was held past any epoch with activity going on");
+            }
+            held = true;
             break;
+        }
+        if (!trusting) {
+            break; /* the epoch runs without it */
         }
         if (!waiting) {
-            atomic_fetch_add(&lease->waiters, 1);
+            atomic_fetch_add(&shared->waiters, 1);
             waiting = true;
+            waited_from = seen;
         }
         if (owner == 0) {
             pause_for(20000); /* free but kept for earlier waiters a moment */
         } else {
-            /* Until released, and at most until the holder could be stale. */
-            uint64_t activity = atomic_load(&lease->activity_ns);
-            uint64_t stale_at = activity + VGPU_LEASE_STALE_NS;
-            wait_release(lease, seen, stale_at > now ? stale_at - now + 10000 : 10000);
+            /* Until released, and at most until the holder could be stale or overdue. */
+            uint64_t stale_in = stale(activity, now) ? 0 : activity + VGPU_LEASE_STALE_NS - now;
+            uint64_t left = overdue ? 0 : holder_seen_ns + VGPU_LEASE_HOLD_NS - now;
+            wait_release(shared, seen, (stale_in < left ? stale_in : left) + 10000);
         }
     }
     if (waiting) {
-        atomic_fetch_sub(&lease->waiters, 1);
+        atomic_fetch_sub(&shared->waiters, 1);
     }
-    atomic_store(&lease->activity_ns, vgpu_monotonic_ns());
-    atomic_fetch_add(&lease->epochs, 1);
-}
-
-bool vgpu_lease_held(struct vgpu_device_lease *lease) {
-    return atomic_load(&lease->owner) == token();
-}
-
-void vgpu_lease_touch(struct vgpu_device_lease *lease) {
-    atomic_store(&lease->activity_ns, vgpu_monotonic_ns());
-}
-
-void vgpu_lease_release(struct vgpu_device_lease *lease) {
-    uint64_t me = token();
-    if (atomic_compare_exchange_strong(&lease->owner, &me, 0) &&
-        atomic_load(&lease->waiters) > 0) {
-        atomic_store(&lease->yield_until_ns, vgpu_monotonic_ns() + YIELD_NS);
-        atomic_fetch_add(&lease->releases, 1);
-        syscall(SYS_futex, (uint32_t *)&lease->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
-    }
-}
-
-bool vgpu_lease_wanted(struct vgpu_device_lease *lease) {
-    return atomic_load(&lease->waiters) > 0;
-}
-
-uint32_t vgpu_lease_boost(struct vgpu_device_lease *lease) {
-    uint32_t boost = atomic_load(&lease->boost);
-    uint64_t written = atomic_load(&lease->boost_ns);
     uint64_t now = vgpu_monotonic_ns();
+    if (held) {
+        atomic_fetch_add(&shared->epochs, 1);
+    }
+    lease->exclusive = held;
+    lease->exposed = false;
+    lease->touched_ns = now;
+    return held;
+}
+
+bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
+    if (!lease->exclusive || atomic_load(&lease->shared->owner) == token()) {
+        return false;
+    }
+    lease->exclusive = false;
+    if (lease->exposed || now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2) {
+        return true; /* a waiter may rightly have judged this process stale */
+    }
+    if (now >= lease->distrust_until_ns) {
+        distrust(lease, now, "was taken from this active process");
+    }
+    return false;
+}
+
+void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now) {
+    if (now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2) {
+        lease->exposed = true;
+    }
+    lease->touched_ns = now;
+    if (lease->exclusive) {
+        atomic_store(&lease->shared->activity_ns, now);
+    }
+}
+
+void vgpu_lease_release(struct vgpu_lease *lease) {
+    uint64_t me = token();
+    lease->exclusive = false;
+    if (atomic_compare_exchange_strong(&lease->shared->owner, &me, 0) && vgpu_lease_wanted(lease)) {
+        atomic_store(&lease->shared->yield_until_ns, vgpu_monotonic_ns() + YIELD_NS);
+        atomic_fetch_add(&lease->shared->releases, 1);
+        syscall(SYS_futex, (uint32_t *)&lease->shared->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
+    }
+}
+
+bool vgpu_lease_wanted(const struct vgpu_lease *lease) {
+    uint64_t waiters = atomic_load(&lease->shared->waiters);
+    return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX;
+}
+
+/* The daemon's node file, looked for at most every NODE_RETRY_NS while missing. */
+static const struct vgpu_device_node *node_of(struct vgpu_lease *lease, uint64_t now) {
+    if (lease->node != NULL || now - lease->node_tried_ns < NODE_RETRY_NS) {
+        return lease->node;
+    }
+    lease->node_tried_ns = now;
+    char why[4400];
+    uid_t owner;
+    int folder = vgpu_lease_folder(lease->node_folder, VGPU_FOLDER_NODE, &owner, why, sizeof why);
+    if (folder >= 0) {
+        char reason[256];
+        lease->node = vgpu_lease_map_node(folder, owner, lease->uuid, reason, sizeof reason);
+        snprintf(why, sizeof why, "%s/%s", lease->node_folder, reason);
+        close(folder);
+    }
+    /* No daemon (no file) is the plain case; a file refused is said once. */
+    if (lease->node == NULL && !lease->node_refused && strstr(why, ": missing") == NULL &&
+        strstr(why, "No such file") == NULL) {
+        lease->node_refused = true;
+        vgpu_log(VGPU_LOG_WARN, "node file %s; the GPU's boost is not applied", why);
+    }
+    return lease->node;
+}
+
+uint32_t vgpu_lease_boost(struct vgpu_lease *lease) {
+    uint64_t now = vgpu_monotonic_ns();
+    const struct vgpu_device_node *node = node_of(lease, now);
+    if (node == NULL || atomic_load(&node->magic) != VGPU_NODE_MAGIC) {
+        return VGPU_BOOST_ONE;
+    }
+    uint32_t boost = atomic_load(&node->boost);
+    uint64_t written = atomic_load(&node->boost_ns);
     if (boost == 0 || written > now || now - written > VGPU_BOOST_STALE_NS) {
         return VGPU_BOOST_ONE;
     }

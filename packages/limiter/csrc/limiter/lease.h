@@ -1,5 +1,6 @@
 /* The node-wide device lease (vgpu_region.h): exclusive use of one GPU by one limited process at
- * a time, for the epochs of the compute limiter. */
+ * a time, for the epochs of the compute limiter, and the daemon's read-only node file beside it.
+ * A handle is used under its device's lock (compute.c): nothing here locks. */
 #ifndef VGPU_LIMITER_LEASE_H
 #define VGPU_LIMITER_LEASE_H
 
@@ -8,23 +9,28 @@
 
 #include "vgpu_region.h"
 
-/* The lease of a GPU, mapped from {SHM_BASE_PATH}/.devices/{uuid} (else a folder under /tmp
- * shared by the node's users); NULL when neither can be made (the limiter then paces without
- * exclusivity). */
-struct vgpu_device_lease *vgpu_lease_open(const char *uuid);
+struct vgpu_lease;
 
-/* Take the lease, waiting while another process holds it (never past a stale holder). */
-void vgpu_lease_acquire(struct vgpu_device_lease *lease);
-/* Whether this process still holds it (a stale holder may have lost it). */
-bool vgpu_lease_held(struct vgpu_device_lease *lease);
-/* Record activity of the holder, so that others do not take the lease over. */
-void vgpu_lease_touch(struct vgpu_device_lease *lease);
-void vgpu_lease_release(struct vgpu_device_lease *lease);
+/* The lease of a GPU, mapped from {SHM_BASE_PATH}/.devices/{uuid} (else from a folder of this
+ * user's under TMPDIR); NULL when neither can be had (the limiter then paces without
+ * exclusivity), with a one-line warning saying why. */
+struct vgpu_lease *vgpu_lease_open(const char *uuid);
+
+/* Take the lease for an epoch, waiting while another process holds it: never past a stale holder,
+ * nor past one that keeps it VGPU_LEASE_HOLD_NS. False when the epoch runs without it (this
+ * process distrusts the lease for a while after it saw the protocol broken). */
+bool vgpu_lease_acquire(struct vgpu_lease *lease);
+/* Whether the epoch's lease was taken by a waiter that could judge this process stale: the epoch
+ * then ends. A lease taken from an active holder is a scribble, which the epoch outlives. */
+bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now);
+/* Record activity of the holder (`now` from vgpu_monotonic_ns), so others do not take it over. */
+void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now);
+void vgpu_lease_release(struct vgpu_lease *lease);
 /* Whether another process is waiting for it. */
-bool vgpu_lease_wanted(struct vgpu_device_lease *lease);
-/* The GPU's boost as the daemon last published it (VGPU_BOOST_ONE .. VGPU_BOOST_MAX), or
- * VGPU_BOOST_ONE when none is published or it is stale. */
-uint32_t vgpu_lease_boost(struct vgpu_device_lease *lease);
+bool vgpu_lease_wanted(const struct vgpu_lease *lease);
+/* The GPU's boost as the daemon last published it in its node file (VGPU_BOOST_ONE ..
+ * VGPU_BOOST_MAX), or VGPU_BOOST_ONE when none is published or it is stale. */
+uint32_t vgpu_lease_boost(struct vgpu_lease *lease);
 
 uint64_t vgpu_monotonic_ns(void);
 
