@@ -1,5 +1,6 @@
-"""Dead processes give their memory back, zombies included (issue 18 item 5), and a pod whose
-process slots are all taken says so (item 9)."""
+"""Dead processes give their memory back, zombies included (issue 18 item 5), a pod whose
+process slots are all taken says so (item 9), and a pod deleted under its workers keeps
+charging them (item 4)."""
 
 import json
 import os
@@ -8,10 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+from vgpu_hypervisor.pods import Limits, PodNotFound, PodStore
 from vgpu_limiter import region as regions
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
-from tests.limiter.test_region import claim, raw, start_time
+from tests.limiter.test_compute_limits import SIM_GPU0
+from tests.limiter.test_region import GiB, claim, raw, start_time
 
 
 def _state(pid: int) -> str:
@@ -76,3 +80,50 @@ def test_the_1025th_process_hears_that_the_slots_are_full(
     assert json.loads(result.stdout)["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
     assert "the pod's 1024 process slots are all in use" in result.stderr, result.stderr
     assert "does not fit" not in result.stderr
+
+
+# A pod deleted with force while its workers live (issue 18 item 4, in part)
+
+
+def _holding(environment: dict[str, str], size: str) -> subprocess.Popen[str]:
+    worker = subprocess.Popen(
+        [WORKLOAD, "--kernels", "1", "--alloc", size, "--hold", "60"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    report = json.loads(worker.stdout.readline())
+    assert report.get("error") is None, report
+    return worker
+
+
+def test_force_delete_and_create_again_cannot_double_a_pods_memory(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    store = PodStore(tmp_path / "base")
+    pod = Path(regions.region_path(store.base, "default", "train")).parent
+    environment = limited_env(SHM_PATH=str(pod))
+    limits = {SIM_GPU0: Limits(memory=4 * GiB)}
+    store.create("default", "train", limits)
+    old = _holding(environment, "3GiB")  # 3.5 GiB with its context
+    try:
+        store.delete("default", "train", force=True)
+        with pytest.raises(PodNotFound):
+            store.get("default", "train")
+        assert store.scan() == []
+        # Created again: the same file, its usage included, one limit for old and new workers.
+        again = store.create("default", "train", limits)
+        assert again.devices[0].memory_used == 3 * GiB + GiB // 2
+        new = run([WORKLOAD, "--kernels", "1", "--alloc", "1GiB"], environment)
+        assert json.loads(new.stdout)["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+        # Deleted again; once its last worker is gone, a scan removes it.
+        store.delete("default", "train", force=True)
+        old.kill()
+        old.wait()
+        assert store.scan() == []
+        assert not pod.exists()
+    finally:
+        old.kill()
+        old.wait()
+        store.close()

@@ -95,6 +95,9 @@ VGPU_REGION_API int vgpu_region_safe_set_host_pid(struct vgpu_region *region, un
                                                   int32_t pid, uint64_t pid_namespace,
                                                   uint64_t start_time, int32_t host_pid);
 VGPU_REGION_API int vgpu_region_safe_settle_generations(struct vgpu_region *region);
+/* Set, then clear bits of the region's flags (VGPU_REGION_*); the flags after. */
+VGPU_REGION_API int64_t vgpu_region_safe_change_flags(struct vgpu_region *region, uint32_t set,
+                                                      uint32_t clear);
 VGPU_REGION_API int vgpu_region_safe_reclaim_process(struct vgpu_region *region, unsigned slot,
                                                      int32_t pid, uint64_t pid_namespace,
                                                      uint64_t start_time);

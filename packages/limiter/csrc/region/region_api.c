@@ -106,6 +106,12 @@ int vgpu_region_safe_reclaim_process(struct vgpu_region *region, unsigned slot, 
     return reclaimed ? 1 : 0;
 }
 
+int64_t vgpu_region_safe_change_flags(struct vgpu_region *region, uint32_t set, uint32_t clear) {
+    uint32_t flags = 0;
+    GUARDED(atomic_fetch_or(&region->flags, set); flags = atomic_fetch_and(&region->flags, ~clear));
+    return flags & ~clear;
+}
+
 bool vgpu_region_process_alive(int32_t pid, uint64_t start_time) {
     return vgpu_process_alive(pid, start_time);
 }

@@ -102,6 +102,7 @@ SLOT_CLAIMING: Final = _constant("VGPU_SLOT_CLAIMING")
 SLOT_RECLAIMING: Final = _constant("VGPU_SLOT_RECLAIMING")
 COMPUTE_UNLIMITED: Final = _constant("VGPU_COMPUTE_UNLIMITED")
 FLAG_FROZEN: Final = _constant("VGPU_REGION_FROZEN")
+FLAG_DELETED: Final = _constant("VGPU_REGION_DELETED")
 _ERROR: Final = _constant("VGPU_REGION_ERROR")
 _EXISTS: Final = _constant("VGPU_REGION_EXISTS")
 _FULL: Final = _constant("VGPU_REGION_FULL")
@@ -449,6 +450,12 @@ class Region:
     @property
     def freeze_epoch(self) -> int:
         return int(self._snapshot(HEADER_SIZE).freeze_epoch)
+
+    def change_flags(self, set: int = 0, clear: int = 0) -> int:
+        """Set, then clear bits of the flags (FLAG_*); the flags after."""
+        region = self._writable()
+        result = _library().vgpu_region_safe_change_flags(region, set, clear)
+        return self._call(int(result))
 
     # Devices
 
