@@ -265,12 +265,12 @@ def _flap(path: Path, seconds: float) -> None:
             time.sleep(0.0002)
 
 
-def _read_while_flapping(path: Path, seconds: float, results: Any) -> None:
-    """What the daemon does to a pod every pass, over and over."""
+def _read_while_flapping(path: Path, opened: Any, stop: Any, results: Any) -> None:
+    """What the daemon does to a pod every pass, over and over, until told to stop."""
     counts = {"ok": 0, "error": 0}
-    end = time.monotonic() + seconds
     with regions.open_region(path) as region:
-        while time.monotonic() < end:
+        opened.set()  # mapped while whole, as the daemon maps a pod before it is damaged
+        while not stop.is_set():
             try:
                 _ = region.devices, region.processes, region.problem()
                 region.set_limits(UUIDS[0], compute_limit=2500)
@@ -284,14 +284,16 @@ def _read_while_flapping(path: Path, seconds: float, results: Any) -> None:
 def test_the_daemon_side_survives_a_region_truncated_in_a_loop(base: Path) -> None:
     make(base, "ns", "pod").close()
     path = regions.region_path(base, "ns", "pod")
-    results = FORK.Queue()
-    flapper = FORK.Process(target=_flap, args=(path, 3.0))
-    reader = FORK.Process(target=_read_while_flapping, args=(path, 3.0, results))
-    flapper.start()
+    opened, stop, results = FORK.Event(), FORK.Event(), FORK.Queue()
+    reader = FORK.Process(target=_read_while_flapping, args=(path, opened, stop, results))
     reader.start()
+    assert opened.wait(timeout=30)
+    flapper = FORK.Process(target=_flap, args=(path, 3.0))
+    flapper.start()
+    flapper.join(timeout=60)
+    stop.set()  # the reader ran all through the flapping
     counts = results.get(timeout=60)
     reader.join(timeout=30)
-    flapper.join(timeout=30)
     assert reader.exitcode == 0  # no SIGBUS
     assert counts["error"] > 0 and counts["ok"] + counts["error"] > 10, counts
 
