@@ -41,10 +41,24 @@ LIMITER = NativeLibrary(
     # libdl and libpthread stay NEEDED: before glibc 2.34 dlsym and friends live there.
     extra_link_args=["-Wl,--no-as-needed", "-l:libdl.so.2", "-l:libpthread.so.0"],
 )
-# The region layout for Python's cffi, from the one C header.
+# The region protocol alone, for the node daemon (through cffi): the interposer, which exports
+# dlsym, stays out of the daemon. Same rules as the limiter, but NEEDED libc only.
+REGION_LIBRARY = NativeLibrary(
+    "vgpu_limiter.libvgpu_region",
+    sources=[
+        "csrc/limiter/region.c",
+        "csrc/limiter/region_file.c",
+        "csrc/region/region_api.c",
+        "csrc/common/vgpu_proc.c",
+    ],
+    include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
+    define_macros=[("VGPU_REGION_LIBRARY", None)],
+    extra_compile_args=["-include", "glibc_compat.h"],
+)
+# The region layout and libvgpu_region.so's prototypes for Python's cffi, from the C headers.
 REGION_CDEF = NativeLibrary(
     "vgpu_limiter.region_cdef",
-    sources=["csrc/include/vgpu_region.h"],
+    sources=["csrc/include/vgpu_region_api.h"],
     filename="region_cdef.h",
     preprocess=True,
     define_macros=[("VGPU_REGION_CDEF", None)],
@@ -56,6 +70,7 @@ setup_package(
     siblings=["vgpu-common"],
     native=[
         LIMITER,
+        REGION_LIBRARY,
         REGION_CDEF,
         sim_library("libcuda.so.1", driver_sources(Path())),
         sim_library("libnvidia-ml.so.1", nvml_sources(Path())),

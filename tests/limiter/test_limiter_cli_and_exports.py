@@ -24,12 +24,7 @@ def test_exports_are_the_hook_table() -> None:
     cuda, nvml = hook_list("VGPU_CUDA_HOOKS"), hook_list("VGPU_NVML_HOOKS")
     assert cuda <= {entry.symbol for entry in cuda_entries()}  # every hook has a known signature
     assert all(name.startswith("nvml") for name in nvml)
-    extra = {
-        "dlsym",
-        "vgpu_limiter_describe_config",
-        "vgpu_region_reclaim_process",
-        "vgpu_region_store_limits",
-    }
+    extra = {"dlsym", "vgpu_limiter_describe_config"}
     assert elf.exported_symbols(Path(LIMITER)) == cuda | nvml | extra
 
 

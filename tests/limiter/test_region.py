@@ -44,6 +44,12 @@ def region(path: Path) -> Iterator[Region]:
         yield opened
 
 
+def start_time(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat (fields restart after the command's last ")")."""
+    text = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(text[text.rfind(b")") + 1 :].split()[19])
+
+
 def compile_c(folder: Path, name: str, source: str) -> Path:
     assert CC is not None
     (folder / f"{name}.c").write_text(source)
@@ -115,7 +121,7 @@ def test_layout_and_constants_match_the_c_header(tmp_path: Path) -> None:
     source = "\n".join(
         [
             "#include <stdio.h>",
-            '#include "vgpu_region.h"',
+            '#include "vgpu_region_api.h"',
             "int main(void) {",
             *prints,
             "return 0; }",
@@ -134,7 +140,7 @@ def test_layout_and_constants_match_the_c_header(tmp_path: Path) -> None:
 def test_every_integer_constant_of_the_header_is_read() -> None:
     assert CC is not None
     macros = subprocess.run(
-        [CC, "-std=c11", "-dM", "-E", "-x", "c", str(INCLUDE / "vgpu_region.h")],
+        [CC, "-std=c11", "-dM", "-E", "-x", "c", str(INCLUDE / "vgpu_region_api.h")],
         capture_output=True,
         text=True,
         check=True,
@@ -232,13 +238,15 @@ def test_an_existing_region_is_opened_never_replaced(region: Region, path: Path)
         assert [(d.uuid, d.memory_limit) for d in again.devices] == [(UUIDS[0], GiB)]
 
 
-def test_the_file_is_shared_by_users_whatever_the_umask(path: Path) -> None:
+def test_the_file_is_shared_by_the_pod_group_whatever_the_umask(path: Path) -> None:
     previous = os.umask(0o077)
     try:
         regions.create_region(path, "team", "train").close()
     finally:
         os.umask(previous)
-    assert path.stat().st_mode & 0o777 == 0o666
+    # The pod's processes (its user and group) and root; nobody else.
+    assert path.stat().st_mode & 0o777 == 0o660
+    assert path.parent.stat().st_mode & 0o777 == 0o770
 
 
 @pytest.mark.parametrize(
@@ -262,7 +270,7 @@ def test_bad_devices_are_refused_before_any_file_is_made(
 
 def test_a_folder_that_cannot_be_made_is_a_region_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(RegionError, match="cannot create the pod region: Not a directory"):
+    with pytest.raises(RegionError, match="cannot create the pod folder: Not a directory"):
         regions.create_region(tmp_path / "file" / "ns" / "pod" / "shm", "ns", "pod")
 
 
@@ -396,7 +404,7 @@ SEQLOCK_READER = r"""
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
-#include "vgpu_region.h"
+#include "vgpu_region_api.h"
 
 /* Reads device 0's limits as the limiter does for `seconds`; every read must satisfy
  * memory_limit == compute_limit * factor, which the writer keeps. */
@@ -567,7 +575,7 @@ CHURN = r"""
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include "vgpu_region.h"
+#include "vgpu_region_api.h"
 
 /* Live processes reserving and releasing on device 0 as region.c does, net zero. */
 int main(int argc, char **argv) {
@@ -637,7 +645,7 @@ def test_default_liveness_by_pid_and_start_time(region: Region) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
     me = os.getpid()
-    my_start = regions._start_time(me)
+    my_start = start_time(me)
     with raw(region.path) as pointer:
         claim(pointer, 0, me, [1], namespace=own, start=my_start)
         claim(pointer, 1, gone.pid, [2], namespace=own, start=my_start)

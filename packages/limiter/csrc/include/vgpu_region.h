@@ -40,6 +40,10 @@
 
 /* Bits of vgpu_region.flags. */
 #define VGPU_REGION_FROZEN 0x1 /* the daemon asks the pod's processes to hold new GPU work */
+/* The pod was deleted while processes still charged it: the file (and its usage) stays until
+ * the last is gone, then the daemon removes it; a pod created again under that name takes it
+ * over, so old and new processes share one limit. */
+#define VGPU_REGION_DELETED 0x2
 
 struct vgpu_region_device {
     char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */

@@ -37,13 +37,24 @@ static void forget_in_child(void) {
 
 /* Without SHM_PATH or POD_NAME: a region private to this process tree. Children started from
  * here find it through SHM_PATH. */
-static bool private_folder(char *folder, size_t size) {
+static bool private_folder(char *folder, size_t size, char *error, size_t error_size) {
     const char *tmp = getenv("TMPDIR");
     int pid = (int)getpid();
-    int length = snprintf(folder, size, "%s/vgpu-%d/private-%d-%llu",
-                          tmp != NULL && tmp[0] == '/' ? tmp : "/tmp", (int)getuid(), pid,
-                          (unsigned long long)vgpu_process_start_time(pid));
+    int length = snprintf(folder, size, "%s/vgpu-%d", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp",
+                          (int)getuid());
     if (length < 0 || (size_t)length >= size) {
+        snprintf(error, error_size, "TMPDIR: path too long for a private region");
+        return false;
+    }
+    /* The user's folder, never one planted by someone else (a symlink, another owner). */
+    if (!vgpu_region_private_folder(folder, error, error_size)) {
+        return false;
+    }
+    size_t used = (size_t)length;
+    length = snprintf(folder + used, size - used, "/private-%d-%llu", pid,
+                      (unsigned long long)vgpu_process_start_time(pid));
+    if (length < 0 || (size_t)length >= size - used) {
+        snprintf(error, error_size, "TMPDIR: path too long for a private region");
         return false;
     }
     setenv("SHM_PATH", folder, 1);
@@ -72,8 +83,8 @@ static void setup(void) {
     }
     char folder[VGPU_CONFIG_PATH_SIZE];
     snprintf(folder, sizeof folder, "%s", config->pod_folder);
-    if (folder[0] == '\0' && !private_folder(folder, sizeof folder)) {
-        vgpu_log(VGPU_LOG_ERROR, "TMPDIR: path too long for a private region");
+    if (folder[0] == '\0' && !private_folder(folder, sizeof folder, error, sizeof error)) {
+        vgpu_log(VGPU_LOG_ERROR, "%s", error);
         ready_result = CUDA_ERROR_NOT_INITIALIZED;
         return;
     }

@@ -6,6 +6,7 @@
 #include "core.h"
 #include "ledger.h"
 #include "log.h"
+#include "region.h"
 #include "vgpu_cuda_sizes.h"
 
 static CUcontext current_context(void) {
@@ -19,8 +20,14 @@ static CUcontext current_context(void) {
 /* Charge `bytes` to `entry` before an allocation; CUDA_ERROR_OUT_OF_MEMORY past the limit. */
 static CUresult charge(int entry, uint64_t bytes) {
     if (!vgpu_charge(entry, bytes)) {
-        vgpu_log(VGPU_LOG_INFO, "an allocation of %llu bytes does not fit the pod's limit",
-                 (unsigned long long)bytes);
+        if (vgpu_region_self(vgpu_state.region) == NULL) {
+            vgpu_log(VGPU_LOG_ERROR, "the pod's %d process slots are all in use by live "
+                     "processes: this one cannot be charged, so it may not allocate",
+                     VGPU_REGION_MAX_PROCESSES);
+        } else {
+            vgpu_log(VGPU_LOG_INFO, "an allocation of %llu bytes does not fit the pod's limit",
+                     (unsigned long long)bytes);
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     return CUDA_SUCCESS;

@@ -39,105 +39,38 @@ static uint64_t realtime_ns(void) {
     return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
 }
 
-/* mkdir -p, tolerant of a concurrent creator. */
-static bool make_folders(const char *folder) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", folder) >= (int)sizeof path) {
-        return false;
+void vgpu_region_format(struct vgpu_region *region, const char *pod_namespace,
+                        const char *pod_name, const struct vgpu_region_limits *devices,
+                        unsigned device_count) {
+    region->magic = VGPU_REGION_MAGIC;
+    region->version = VGPU_REGION_VERSION;
+    region->header_size = (uint32_t)offsetof(struct vgpu_region, devices);
+    region->total_size = sizeof *region;
+    atomic_store(&region->created_ns, realtime_ns());
+    snprintf(region->pod_namespace, sizeof region->pod_namespace, "%s", pod_namespace);
+    snprintf(region->pod_name, sizeof region->pod_name, "%s", pod_name);
+    for (unsigned i = 0; i < device_count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        vgpu_region_add_device(region, devices[i].uuid, devices[i].memory_limit,
+                               devices[i].compute_limit);
     }
-    for (char *cursor = path + 1; *cursor != '\0'; cursor++) {
-        if (*cursor == '/') {
-            *cursor = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-                return false;
-            }
-            *cursor = '/';
-        }
-    }
-    return mkdir(path, 0755) == 0 || errno == EEXIST;
-}
-
-/* A complete region in a private file linked into place: no process sees it half written,
- * and a concurrent creator's file wins without being replaced. */
-static bool create_file(const char *path, const char *pod_namespace, const char *pod_name,
-                        char *error, size_t error_size) {
-    char temporary[4300];
-    /* A unique name: two containers of a pod may both be pid 1. */
-    snprintf(temporary, sizeof temporary, "%s.XXXXXX", path);
-    int fd = mkostemp(temporary, O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(error, error_size, "%.300s: cannot create the pod region: %s", path,
-                 strerror(errno));
-        return false;
-    }
-    fchmod(fd, 0666); /* the pod's processes may run as different users */
-    struct vgpu_region *region = MAP_FAILED;
-    if (ftruncate(fd, sizeof *region) == 0) {
-        region = mmap(NULL, sizeof *region, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    close(fd);
-    bool ok = region != MAP_FAILED;
-    if (ok) {
-        region->version = VGPU_REGION_VERSION;
-        region->header_size = (uint32_t)offsetof(struct vgpu_region, devices);
-        region->total_size = sizeof *region;
-        atomic_store(&region->created_ns, realtime_ns());
-        snprintf(region->pod_namespace, sizeof region->pod_namespace, "%s", pod_namespace);
-        snprintf(region->pod_name, sizeof region->pod_name, "%s", pod_name);
-        region->magic = VGPU_REGION_MAGIC;
-        msync(region, sizeof *region, MS_SYNC);
-        munmap(region, sizeof *region);
-        ok = link(temporary, path) == 0 || errno == EEXIST;
-    }
-    if (!ok) {
-        snprintf(error, error_size, "%.300s: cannot create the pod region: %s", path,
-                 strerror(errno));
-    }
-    unlink(temporary);
-    return ok;
 }
 
 struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespace,
                                      const char *pod_name, char *error, size_t error_size) {
-    char path[4200];
-    if (snprintf(path, sizeof path, "%s/shm", folder) >= (int)sizeof path) {
-        snprintf(error, error_size, "%.200s...: the pod folder's path is too long", folder);
-        return NULL;
-    }
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
-        if (!make_folders(folder)) {
-            snprintf(error, error_size, "%.300s: cannot create the pod folder: %s", folder,
-                     strerror(errno));
-            return NULL;
-        }
-        if (!create_file(path, pod_namespace, pod_name, error, error_size)) {
-            return NULL;
-        }
-        fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = vgpu_region_open_file(folder, "shm", true, error, error_size);
+    if (fd < 0 && vgpu_region_create(folder, pod_namespace, pod_name, NULL, 0, VGPU_OWNER_KEEP,
+                                     VGPU_OWNER_KEEP, error, error_size) >= 0) {
+        fd = vgpu_region_open_file(folder, "shm", true, error, error_size);
     }
     if (fd < 0) {
-        snprintf(error, error_size, "%.300s: cannot open the pod region: %s", path,
-                 strerror(errno));
         return NULL;
     }
-    struct vgpu_region *region = MAP_FAILED;
-    off_t size = lseek(fd, 0, SEEK_END); /* rather than fstat: no newer glibc symbol */
-    if (size >= (off_t)sizeof *region) {
-        region = mmap(NULL, sizeof *region, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    const char *problem = region == MAP_FAILED                        ? "too small or unreadable"
-                          : region->magic != VGPU_REGION_MAGIC        ? "not a pod region"
-                          : region->version != VGPU_REGION_VERSION    ? "another region version"
-                          : region->total_size != sizeof *region      ? "unexpected size"
-                          : atomic_load(&region->device_count) > VGPU_REGION_MAX_DEVICES
-                              ? "corrupt device table"
-                              : NULL;
-    if (problem != NULL) {
-        snprintf(error, error_size, "%.300s: %s", path, problem);
-        if (region != MAP_FAILED) {
-            munmap(region, sizeof *region);
-        }
+    /* The file's size was checked, and its space allocated when it was made. */
+    struct vgpu_region *region =
+        mmap(NULL, sizeof *region, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (region == MAP_FAILED) {
+        snprintf(error, error_size, "%.300s/shm: cannot map the pod region: %s", folder,
+                 strerror(errno));
         close(fd);
         return NULL;
     }
@@ -145,33 +78,49 @@ struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespa
     return region;
 }
 
-int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create) {
-    uint32_t count = atomic_load(&region->device_count);
+static int find_device(const struct vgpu_region *region, const char *uuid) {
+    uint32_t count = atomic_load(&((struct vgpu_region *)region)->device_count);
     for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
         if (strcasecmp(region->devices[i].uuid, uuid) == 0) {
             return (int)i;
         }
     }
-    if (!create) {
-        return -1;
+    return -1;
+}
+
+int vgpu_region_add_device(struct vgpu_region *region, const char *uuid, uint64_t memory_limit,
+                           uint32_t compute_limit) {
+    if (find_device(region, uuid) >= 0) {
+        return VGPU_REGION_EXISTS;
+    }
+    uint32_t count = atomic_load(&region->device_count);
+    if (count >= VGPU_REGION_MAX_DEVICES) {
+        return VGPU_REGION_FULL;
+    }
+    /* "GPU-" and lower-case hex, as NVML prints it (the callers pass that form). */
+    struct vgpu_region_device *device = &region->devices[count];
+    /* Not published yet: no reader to order the stores for (an odd generation is a writer
+     * that died here before; readers must not wait on it). */
+    atomic_store(&device->generation, atomic_load(&device->generation) & ~1U);
+    atomic_store(&device->memory_limit, memory_limit);
+    atomic_store(&device->compute_limit, compute_limit);
+    snprintf(device->uuid, sizeof device->uuid, "%s", uuid);
+    atomic_store(&region->device_count, count + 1); /* published after the entry */
+    return (int)count;
+}
+
+int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create) {
+    int found = find_device(region, uuid);
+    if (found >= 0 || !create) {
+        return found;
     }
     lock_writers();
-    int found = -1;
-    count = atomic_load(&region->device_count);
-    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
-        if (strcasecmp(region->devices[i].uuid, uuid) == 0) {
-            found = (int)i;
-        }
-    }
-    if (found < 0 && count < VGPU_REGION_MAX_DEVICES) {
-        /* "GPU-" and lower-case hex, as NVML prints it (the callers pass that form). */
-        struct vgpu_region_device *device = &region->devices[count];
-        snprintf(device->uuid, sizeof device->uuid, "%s", uuid);
-        atomic_store(&region->device_count, count + 1); /* published after the UUID */
-        found = (int)count;
+    found = vgpu_region_add_device(region, uuid, 0, 0);
+    if (found == VGPU_REGION_EXISTS) {
+        found = find_device(region, uuid);
     }
     unlock_writers();
-    return found;
+    return found < 0 ? -1 : found;
 }
 
 void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
@@ -346,4 +295,54 @@ void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes) 
     bytes = bytes < held ? bytes : held;
     atomic_fetch_sub(&self->memory[entry], bytes);
     atomic_fetch_sub(&region->devices[entry].memory_used, bytes);
+}
+
+void vgpu_region_read_device(const struct vgpu_region *region, unsigned entry,
+                             struct vgpu_region_device_view *view) {
+    const struct vgpu_region_device *device = &region->devices[entry];
+    uint32_t compute;
+    vgpu_region_limits(region, (int)entry, &view->memory_limit, &compute);
+    view->compute_limit = compute;
+    view->generation = atomic_load(&((struct vgpu_region_device *)device)->generation);
+    view->memory_used = atomic_load(&((struct vgpu_region_device *)device)->memory_used);
+    memcpy(view->uuid, device->uuid, sizeof view->uuid);
+    view->uuid[sizeof view->uuid - 1] = '\0';
+}
+
+static bool same_process(const struct vgpu_region_process *process, int32_t pid,
+                         uint64_t pid_namespace, uint64_t start_time) {
+    return atomic_load(&((struct vgpu_region_process *)process)->pid) == pid &&
+           process->pid_namespace == pid_namespace && process->start_time == start_time;
+}
+
+int vgpu_region_set_host_pid(struct vgpu_region *region, unsigned slot, int32_t pid,
+                             uint64_t pid_namespace, uint64_t start_time, int32_t host_pid) {
+    if (slot >= VGPU_REGION_MAX_PROCESSES || pid <= 0) {
+        return VGPU_REGION_STALE;
+    }
+    struct vgpu_region_process *process = &region->processes[slot];
+    if (!same_process(process, pid, pid_namespace, start_time)) {
+        return VGPU_REGION_STALE;
+    }
+    atomic_store(&process->host_pid, host_pid);
+    /* A claimer clears host_pid before it publishes its pid: seen here if it came between. A
+     * host pid left on another live process's slot would make it look dead. */
+    if (!same_process(process, pid, pid_namespace, start_time)) {
+        atomic_store(&process->host_pid, 0);
+        return VGPU_REGION_STALE;
+    }
+    return 0;
+}
+
+unsigned vgpu_region_settle_generations(struct vgpu_region *region) {
+    unsigned settled = 0;
+    uint32_t count = atomic_load(&region->device_count);
+    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        uint32_t generation = atomic_load(&region->devices[i].generation);
+        if (generation & 1U) { /* under the writers' lock: a writer that died mid-change */
+            atomic_store(&region->devices[i].generation, generation + 1U);
+            settled++;
+        }
+    }
+    return settled;
 }

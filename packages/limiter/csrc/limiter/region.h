@@ -7,9 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vgpu_region.h"
-
-#define VGPU_EXPORT __attribute__((visibility("default")))
+#include "vgpu_region_api.h"
 
 /* Map the region at folder/shm, creating folder and file when missing (namespace and pod name
  * are recorded in a new file). NULL with a one-line reason in `error`. */
@@ -46,16 +44,37 @@ void vgpu_region_sweep(struct vgpu_region *region);
 
 /* Reclaim one slot whose process is known to be gone: its memory goes back to the devices
  * exactly once. The slot must still be that process (pid, pid namespace and start time); a
- * slot reused meanwhile by another process with the same pid number is left alone. Exported
- * for the daemon, which judges liveness by host pid. */
-VGPU_EXPORT bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot,
-                                             int32_t pid, uint64_t pid_namespace,
-                                             uint64_t start_time);
+ * slot reused meanwhile by another process with the same pid number is left alone. */
+bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot, int32_t pid,
+                                 uint64_t pid_namespace, uint64_t start_time);
 
-/* Store both limits of a device through the seqlock. The caller holds the writers' flock on
- * the region file. Exported for the daemon on machines without x86-64's store ordering. */
-VGPU_EXPORT void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry,
-                                          uint64_t memory_limit, uint32_t compute_limit);
+/* The writers' changes below need the writers' flock on the region file, held by the caller. */
+
+/* Store both limits of a device through the seqlock. */
+void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry, uint64_t memory_limit,
+                              uint32_t compute_limit);
+
+/* Add a GPU's entry with its limits (written first, published by device_count): the entry,
+ * or VGPU_REGION_EXISTS / VGPU_REGION_FULL. */
+int vgpu_region_add_device(struct vgpu_region *region, const char *uuid, uint64_t memory_limit,
+                           uint32_t compute_limit);
+
+/* Record the node-namespace pid of the process in `slot`; VGPU_REGION_STALE (and nothing
+ * stored) when the slot no longer holds that process. */
+int vgpu_region_set_host_pid(struct vgpu_region *region, unsigned slot, int32_t pid,
+                             uint64_t pid_namespace, uint64_t start_time, int32_t host_pid);
+
+/* Make even the generations left odd by writers that died mid-change; the number settled. */
+unsigned vgpu_region_settle_generations(struct vgpu_region *region);
+
+/* A device entry with its limits read consistently. */
+void vgpu_region_read_device(const struct vgpu_region *region, unsigned entry,
+                             struct vgpu_region_device_view *view);
+
+/* Fill a zeroed region image: header, names and `devices`. */
+void vgpu_region_format(struct vgpu_region *region, const char *pod_namespace,
+                        const char *pod_name, const struct vgpu_region_limits *devices,
+                        unsigned device_count);
 
 /* Forget the slot in a forked child. */
 void vgpu_region_forget_self(void);

@@ -1,38 +1,20 @@
 """The pod region from Python: create, open, read and change it as vgpu_region.h describes.
 
-The layout comes from the C header alone: the build preprocesses it into ``region_cdef.h``,
-whose struct text goes to cffi (ABI mode, no compiler at run time) and whose ``#define VGPU_*``
-lines give the constants. Nothing here restates a size, an offset or a value by hand.
+The protocol exists once, in C: libvgpu_region.so (the region code of libcuda_limiter.so, built
+alone so that the daemon never loads the interposer) creates and opens region files, adds
+devices, stores and reads limits through the seqlock, records host pids and reclaims the slots
+of dead processes. The build preprocesses its header, vgpu_region_api.h, into
+``region_cdef.h``, whose declarations go to cffi (ABI mode, no compiler at run time) and whose
+``#define VGPU_*`` lines give the constants: nothing here restates a size, a prototype or a value.
 
-Files. ``{base}/{namespace}/{pod}/shm``, mode 0o666 because a pod's processes may run as other
-users than the daemon and must map it read-write. A new region is written complete into a
-temporary file of the same folder and ``os.link``-ed into place: nobody sees it half written,
-an existing one is never truncated or replaced, and of several concurrent creators one wins and
-the others open its file.
+What stays here is a typed layer (snapshots as dataclasses, failures as :class:`RegionError`)
+and pure reads: the header fields and the process table are read with ``pread`` into a private
+buffer, and every access to the shared mapping goes through the library, which catches a file
+truncated under it. So a tenant who truncates its pod's file costs the daemon an error for that
+pod, never a SIGBUS.
 
-Who writes what (the protocols of vgpu_region.h; Python keeps to them):
-
-* Limits and device entries change under ``flock(LOCK_EX)`` on the region file itself, the lock
-  the C side (region.c) takes for the same changes; the kernel drops it if its holder dies.
-  Limits use the seqlock: generation made odd, limits stored, generation made even. Python's
-  stores are plain aligned stores, one per field, in program order; that is a correct seqlock
-  writer on x86-64 (stores are not reordered with stores). Elsewhere it needs the library's
-  ``vgpu_region_store_limits`` (used when exported) and refuses otherwise. A generation found
-  odd while holding the lock is a writer that died mid-change: the next writer, or
-  :meth:`Region.settle_generations`, makes it even again so that readers do not spin forever.
-* New device entries are written first and published by bumping ``device_count``.
-* Reclaiming a dead process's slot is NOT done in Python. It needs a compare-and-swap on the
-  slot's pid (so that of several reapers, C or Python, exactly one gives the memory back) and
-  an atomic subtraction from the device's ``memory_used``, which live processes change with
-  their own CAS loops at the same time: a Python read-modify-write there would lose their
-  updates, whatever lock Python holds. So :meth:`Region.reap` judges liveness in Python and
-  calls ``vgpu_region_reclaim_slot`` (or the identity-checked ``vgpu_region_reclaim_process``
-  when the library has it) from libcuda_limiter.so through cffi's ``dlopen``. The library is
-  inert when loaded and, loaded RTLD_LOCAL, interposes nothing in this process.
-  With only the pid compare-and-swap, a slot freed and claimed again by another process with
-  the same pid number (another container's pid namespace, or pid reuse) between our look and
-  the swap would be taken for the dead one; Python re-reads the slot's identity just before the
-  call to keep that window to microseconds, and the five-argument export closes it.
+Writers (limits, device entries, host pids, generations) hold ``flock(LOCK_EX)`` on the region
+file, the lock the limiter takes for the same changes; the kernel drops it if its holder dies.
 """
 
 from __future__ import annotations
@@ -40,14 +22,10 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
-import platform
 import re
-import stat
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -58,23 +36,14 @@ from cffi import FFI
 
 _HERE = Path(__file__).resolve().parent
 CDEF_PATH: Final = _HERE / "region_cdef.h"
-LIBRARY_PATH: Final = _HERE / "libcuda_limiter.so"
+LIBRARY_PATH: Final = _HERE / "libvgpu_region.so"
 
 DEFAULT_BASE: Final = Path("/run/tensor-fusion/shm")
 DEFAULT_NAMESPACE: Final = "default"
 REGION_FILE: Final = "shm"
 
-# Functions of libcuda_limiter.so that do what Python cannot do atomically (region.h).
-_NATIVE_CDEF = """
-bool vgpu_region_reclaim_slot(struct vgpu_region *region, unsigned slot, int32_t pid);
-bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot, int32_t pid,
-                                 uint64_t pid_namespace, uint64_t start_time);
-void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry,
-                              uint64_t memory_limit, uint32_t compute_limit);
-"""
-
 _DEFINE = re.compile(
-    r"#define\s+(VGPU_\w+)\s+\(?\s*(-?(?:0[xX][0-9a-fA-F]+|\d+))[uUlL]*\s*\)?\s*", re.ASCII
+    r"#define\s+(VGPU_\w+)\s+\(?\s*(-?)(0[xX][0-9a-fA-F]+|0[0-7]+|\d+)[uUlL]*\s*\)?\s*", re.ASCII
 )
 
 
@@ -96,7 +65,10 @@ def _read_cdef(path: Path) -> tuple[str, dict[str, int]]:
         if line.startswith("#"):
             match = _DEFINE.fullmatch(line.strip())
             if match and match[1] != "VGPU_REGION_CDEF":  # the build's switch, not the layout's
-                constants[match[1]] = int(match[2], 0)
+                digits = match[3]
+                octal = len(digits) > 1 and digits[0] == "0" and digits[1] not in "xX"
+                value = int(digits, 8) if octal else int(digits, 0)
+                constants[match[1]] = -value if match[2] else value
         else:
             declarations.append(line)
     return "\n".join(declarations), constants
@@ -106,7 +78,6 @@ def _build_ffi() -> tuple[FFI, dict[str, int]]:
     declarations, constants = _read_cdef(CDEF_PATH)
     ffi = FFI()
     ffi.cdef(declarations)
-    ffi.cdef(_NATIVE_CDEF)
     return ffi, constants
 
 
@@ -131,6 +102,12 @@ SLOT_CLAIMING: Final = _constant("VGPU_SLOT_CLAIMING")
 SLOT_RECLAIMING: Final = _constant("VGPU_SLOT_RECLAIMING")
 COMPUTE_UNLIMITED: Final = _constant("VGPU_COMPUTE_UNLIMITED")
 FLAG_FROZEN: Final = _constant("VGPU_REGION_FROZEN")
+FLAG_DELETED: Final = _constant("VGPU_REGION_DELETED")
+_ERROR: Final = _constant("VGPU_REGION_ERROR")
+_EXISTS: Final = _constant("VGPU_REGION_EXISTS")
+_FULL: Final = _constant("VGPU_REGION_FULL")
+_FAULT: Final = _constant("VGPU_REGION_FAULT")
+_OWNER_KEEP: Final = _constant("VGPU_OWNER_KEEP")
 REGION_SIZE: Final = ffi.sizeof("struct vgpu_region")
 HEADER_SIZE: Final = ffi.offsetof("struct vgpu_region", "devices")
 _PROCESS_OFFSET: Final = ffi.offsetof("struct vgpu_region", "processes")
@@ -139,13 +116,10 @@ _PROCESS_BYTES: Final = _PROCESS_STRIDE * MAX_PROCESSES
 _PID_INDEX: Final = ffi.offsetof("struct vgpu_region_process", "pid") // 4
 assert _PROCESS_OFFSET % 4 == 0 and _PROCESS_STRIDE % 4 == 0 and ffi.sizeof("int32_t") == 4
 
-_U32: Final = (1 << 32) - 1
 _U64: Final = (1 << 64) - 1
 # The pid namespace of the node (PROC_PID_INIT_INO): there, host pids are this kernel's pids.
 INIT_PID_NAMESPACE: Final = 0xEFFFFFFC
-# Seqlock reads: spin this often, then yield the CPU between tries, then give up.
-_SPINS = 100
-_SEQLOCK_TRIES = 2000
+_ERROR_SIZE: Final = 512
 
 # Kubernetes names (DNS-1123) fit; "." and ".." and hidden or option-like names do not.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}", re.ASCII)
@@ -230,7 +204,30 @@ class ProcessInfo:
 Liveness = Callable[[ProcessInfo], bool]
 
 
-# Liveness, as vgpu_process_alive in C: gone, or the pid now names a process started later.
+# The library
+
+
+@cache
+def _library() -> Any:
+    try:
+        return ffi.dlopen(str(LIBRARY_PATH))
+    except OSError as error:
+        raise RegionError(f"{LIBRARY_PATH}: cannot load: {error}".replace("\n", " ")) from None
+
+
+def _error_buffer() -> Any:
+    return ffi.new("char[]", _ERROR_SIZE)
+
+
+def _problem(header: Any, size: int) -> str | None:
+    """What is wrong with a region file of ``size`` bytes and this header, None if nothing."""
+    problem = _error_buffer()
+    if _library().vgpu_region_check(header, size, problem, _ERROR_SIZE):
+        return None
+    return _text(problem)
+
+
+# Liveness: vgpu_process_alive in C (gone, a zombie, or the pid now names a later process).
 
 
 @cache
@@ -242,30 +239,12 @@ def own_pid_namespace() -> int:
         return 0
 
 
-def _start_time(pid: int) -> int:
-    """Field 22 of /proc/<pid>/stat; 0 when unreadable."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return 0
-    # The command name may hold spaces and parentheses: fields restart after the last ")".
-    fields = text[text.rfind(b")") + 1 :].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else 0
-
-
 def pid_alive(pid: int, start_time: int) -> bool:
-    """Whether ``pid`` (in this process's namespace) is still the process that started at
-    ``start_time``; unknown start times count as alive, never as dead."""
-    if pid <= 0:
+    """Whether ``pid`` (in this process's namespace) is still the live process that started at
+    ``start_time``; a zombie is dead, an unknown start time counts as alive, never as dead."""
+    if not 0 < pid <= 0x7FFFFFFF:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, belongs to someone else
-    now = _start_time(pid)
-    return now == 0 or start_time in (0, now)
+    return bool(_library().vgpu_region_process_alive(pid, start_time & _U64))
 
 
 def process_alive(process: ProcessInfo) -> bool:
@@ -280,76 +259,26 @@ def process_alive(process: ProcessInfo) -> bool:
     return True
 
 
-# The library's atomic operations
-
-
-@cache
-def _library() -> Any:
-    try:
-        return ffi.dlopen(str(LIBRARY_PATH))
-    except OSError as error:
-        raise RegionError(f"{LIBRARY_PATH}: cannot load: {error}".replace("\n", " ")) from None
-
-
-def _native(name: str) -> Any | None:
-    """A function of libcuda_limiter.so, None when this build does not export it."""
-    try:
-        return getattr(_library(), name)
-    except AttributeError:
-        return None
-
-
 # Creating and opening
 
 
-def _device_image(entry: Any, uuid: str, memory_limit: int, compute_limit: int) -> None:
-    """Fill a free device entry; its UUID last, as a reader may look for it."""
-    entry.memory_limit = memory_limit
-    entry.compute_limit = compute_limit
-    ffi.memmove(entry.uuid, uuid.encode().ljust(UUID_SIZE, b"\0"), UUID_SIZE)
-
-
-def _region_image(namespace: str, pod: str, devices: list[tuple[str, int, int]]) -> bytes:
-    """A complete region, zeros but for the header and the device entries."""
-    image: Any = ffi.new("struct vgpu_region *")
-    image.magic = MAGIC
-    image.version = VERSION
-    image.header_size = HEADER_SIZE
-    image.total_size = REGION_SIZE
-    image.created_ns = time.time_ns()
-    ffi.memmove(image.pod_namespace, namespace.encode(), len(namespace))
-    ffi.memmove(image.pod_name, pod.encode(), len(pod))
-    for index, (uuid, memory_limit, compute_limit) in enumerate(devices):
-        _device_image(image.devices[index], uuid, memory_limit, compute_limit)
-    image.device_count = len(devices)
-    return bytes(ffi.buffer(image))
-
-
-def _device_list(devices: Mapping[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
-    entries: dict[str, tuple[str, int, int]] = {}
+def _device_list(devices: Mapping[str, tuple[int, int]]) -> Any:
+    """The devices as the C array vgpu_region_create takes, checked."""
+    entries: dict[str, tuple[int, int]] = {}
     for uuid, (memory_limit, compute_limit) in devices.items():
         canonical = normalize_uuid(uuid)
         if canonical in entries:
             raise ValueError(f"GPU {canonical} is given twice")
         _check_limits(memory_limit, compute_limit)
-        entries[canonical] = (canonical, memory_limit, compute_limit)
+        entries[canonical] = (memory_limit, compute_limit)
     if len(entries) > MAX_DEVICES:
         raise ValueError(f"{len(entries)} GPUs given; a region holds at most {MAX_DEVICES}")
-    return list(entries.values())
-
-
-def _link_new(path: Path, image: bytes) -> None:
-    """Write ``image`` to a private file of the folder and link it in as ``path``; an existing
-    ``path`` (a concurrent creator's) is kept."""
-    fd, temporary = tempfile.mkstemp(prefix=f"{REGION_FILE}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666)  # the pod's processes may run as other users
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(image)
-        with suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        Path(temporary).unlink()
+    array = ffi.new("struct vgpu_region_limits[]", max(len(entries), 1))
+    for index, (uuid, (memory_limit, compute_limit)) in enumerate(entries.items()):
+        array[index].uuid = uuid.encode()
+        array[index].memory_limit = memory_limit
+        array[index].compute_limit = compute_limit
+    return array, len(entries)
 
 
 def create_region(
@@ -357,75 +286,45 @@ def create_region(
     namespace: str,
     pod: str,
     devices: Mapping[str, tuple[int, int]] | None = None,
+    *,
+    owner: int | None = None,
+    group: int | None = None,
 ) -> Region:
     """Create the region file at ``path`` (folders included) with ``devices``, a mapping of GPU
     UUID to (memory limit in bytes, compute limit in hundredths of a percent), and open it.
-    An existing region is opened as it is, never replaced."""
+    An existing region is opened as it is, never replaced. A new pod folder and file belong to
+    ``owner`` and ``group`` when given (the pod's user or group; docs/security.md)."""
     path = Path(path)
     check_name("pod namespace", namespace)
     check_name("pod name", pod)
-    entries = _device_list(devices or {})
-    try:
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _link_new(path, _region_image(namespace, pod, entries))
-    except OSError as error:
-        raise RegionError(f"{path}: cannot create the pod region: {error.strerror}") from None
+    array, count = _device_list(devices or {})
+    error = _error_buffer()
+    created = _library().vgpu_region_create(
+        str(path.parent).encode(),
+        namespace.encode(),
+        pod.encode(),
+        array,
+        count,
+        _OWNER_KEEP if owner is None else owner,
+        _OWNER_KEEP if group is None else group,
+        error,
+        _ERROR_SIZE,
+    )
+    if created == _ERROR:
+        raise RegionError(_text(error))
     return open_region(path)
-
-
-def _problem(header: Any, size: int) -> str | None:
-    """What is wrong with a region file, None if nothing."""
-    if size < HEADER_SIZE:
-        return f"too small for a pod region ({size} bytes)"
-    problem = _layout_problem(header)
-    if problem is not None:
-        return problem
-    if size < REGION_SIZE:
-        return f"truncated ({size} of {REGION_SIZE} bytes)"
-    if header.device_count > MAX_DEVICES:
-        return f"corrupt device table (device_count {header.device_count})"
-    return None
-
-
-def _layout_problem(header: Any) -> str | None:
-    """Whether the header describes this very layout."""
-    if header.magic != MAGIC:
-        return "not a pod region (bad magic)"
-    if header.version != VERSION:
-        return f"region version {header.version}, this vgpu-limiter reads version {VERSION}"
-    if header.header_size != HEADER_SIZE or header.total_size != REGION_SIZE:
-        return (
-            f"unexpected layout (header {header.header_size}, total {header.total_size} bytes; "
-            f"expected {HEADER_SIZE} and {REGION_SIZE})"
-        )
-    return None
-
-
-def _check_file(path: Path, fd: int) -> None:
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise RegionError(f"{path}: not a regular file")
-    buffer = bytearray(REGION_SIZE)
-    data = os.pread(fd, HEADER_SIZE, 0)
-    buffer[: len(data)] = data
-    header: Any = ffi.from_buffer("struct vgpu_region *", buffer)
-    problem = _problem(header, info.st_size)
-    if problem is not None:
-        raise RegionError(f"{path}: {problem}")
 
 
 def open_region(path: str | os.PathLike[str], *, writable: bool = True) -> Region:
     """Map an existing region file, checked first; RegionError names the file and the problem."""
     path = Path(path)
+    error = _error_buffer()
+    fd = _library().vgpu_region_open_file(
+        str(path.parent).encode(), path.name.encode(), writable, error, _ERROR_SIZE
+    )
+    if fd < 0:
+        raise RegionError(_text(error))
     try:
-        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise RegionError(f"{path}: no such pod region") from None
-    except OSError as error:
-        raise RegionError(f"{path}: cannot open the pod region: {error.strerror}") from None
-    try:
-        _check_file(path, fd)
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         mapping = mmap.mmap(fd, REGION_SIZE, flags=mmap.MAP_SHARED, prot=prot)
     except OSError as error:
@@ -441,7 +340,7 @@ def open_region(path: str | os.PathLike[str], *, writable: bool = True) -> Regio
 
 
 class Region:
-    """A mapped pod region. Reads are snapshots; changes follow vgpu_region.h's protocols.
+    """A mapped pod region. Reads are snapshots; changes go through libvgpu_region.so.
 
     Not for use after :meth:`close`; one object may be shared by threads.
     """
@@ -499,105 +398,116 @@ class Region:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def _call(self, result: int) -> int:
+        """A library result; RegionError when the file shrank under the call."""
+        if result == _FAULT:
+            raise RegionError(f"{self.path}: truncated while in use")
+        return result
+
+    def _snapshot(self, size: int = REGION_SIZE) -> Any:
+        """The first ``size`` bytes of the file, read (not mapped) into a private buffer."""
+        self._live()
+        assert self._fd is not None
+        data = os.pread(self._fd, size, 0)
+        if len(data) < size:
+            raise RegionError(f"{self.path}: truncated ({len(data)} of {REGION_SIZE} bytes)")
+        buffer = bytearray(REGION_SIZE)
+        buffer[:size] = data
+        return ffi.from_buffer("struct vgpu_region *", buffer)
+
     def problem(self) -> str | None:
         """What went wrong with the file since it was opened (shortened, overwritten), None if
-        nothing. Check before reading a region someone else may damage: a mapped file that
-        shrank turns a read past its end into SIGBUS."""
-        region = self._live()
+        nothing."""
+        self._live()
         assert self._fd is not None
         size = os.fstat(self._fd).st_size
         if size < REGION_SIZE:
             return f"truncated ({size} of {REGION_SIZE} bytes)"
-        return _problem(region, size)
+        return _problem(self._snapshot(HEADER_SIZE), size)
 
     # Header
 
     @property
     def namespace(self) -> str:
-        return _text(self._live().pod_namespace)
+        return _text(self._snapshot(HEADER_SIZE).pod_namespace)
 
     @property
     def pod(self) -> str:
-        return _text(self._live().pod_name)
+        return _text(self._snapshot(HEADER_SIZE).pod_name)
 
     @property
     def version(self) -> int:
-        return int(self._live().version)
+        return int(self._snapshot(HEADER_SIZE).version)
 
     @property
     def created_ns(self) -> int:
-        return int(self._live().created_ns)
+        return int(self._snapshot(HEADER_SIZE).created_ns)
 
     @property
     def flags(self) -> int:
-        return int(self._live().flags)
+        return int(self._snapshot(HEADER_SIZE).flags)
 
     @property
     def freeze_epoch(self) -> int:
-        return int(self._live().freeze_epoch)
+        return int(self._snapshot(HEADER_SIZE).freeze_epoch)
+
+    def change_flags(self, set: int = 0, clear: int = 0) -> int:
+        """Set, then clear bits of the flags (FLAG_*); the flags after."""
+        region = self._writable()
+        result = _library().vgpu_region_safe_change_flags(region, set, clear)
+        return self._call(int(result))
 
     # Devices
 
-    def _device_count(self, region: Any) -> int:
-        return min(int(region.device_count), MAX_DEVICES)
+    def _device_count(self) -> int:
+        return min(int(self._snapshot(HEADER_SIZE).device_count), MAX_DEVICES)
 
-    def _read_device(self, region: Any, index: int) -> DeviceInfo:
-        entry = region.devices[index]
-        for attempt in range(_SEQLOCK_TRIES):
-            before = entry.generation
-            memory_limit = entry.memory_limit
-            compute_limit = entry.compute_limit
-            if before % 2 == 0 and entry.generation == before:
-                break
-            if attempt >= _SPINS:
-                time.sleep(0)
-        # After the last try (a writer died mid-change): the values as they are.
+    def _read_device(self, index: int) -> DeviceInfo:
+        view: Any = ffi.new("struct vgpu_region_device_view *")
+        self._call(_library().vgpu_region_safe_read_device(self._live(), index, view))
         return DeviceInfo(
             index=index,
-            uuid=_uuid_text(entry.uuid),
-            memory_limit=int(memory_limit),
-            memory_used=int(entry.memory_used),
-            compute_limit=int(compute_limit),
-            generation=int(before),
+            uuid=_uuid_text(view.uuid),
+            memory_limit=int(view.memory_limit),
+            memory_used=int(view.memory_used),
+            compute_limit=int(view.compute_limit),
+            generation=int(view.generation),
         )
 
     @property
     def devices(self) -> list[DeviceInfo]:
         """The device entries in use."""
-        region = self._live()
-        return [self._read_device(region, index) for index in range(self._device_count(region))]
+        return [self._read_device(index) for index in range(self._device_count())]
 
-    def _find(self, region: Any, uuid: str) -> int | None:
-        for index in range(self._device_count(region)):
-            if _uuid_text(region.devices[index].uuid).lower() == uuid.lower():
-                return index
+    def _find(self, uuid: str) -> int | None:
+        for device in self.devices:
+            if device.uuid.lower() == uuid.lower():
+                return device.index
         return None
 
     def device(self, uuid: str) -> DeviceInfo:
         """The entry of one GPU; RegionError when the region has none."""
         canonical = normalize_uuid(uuid)
-        region = self._live()
-        index = self._find(region, canonical)
+        index = self._find(canonical)
         if index is None:
             raise RegionError(f"{self.path}: no entry for GPU {canonical}")
-        return self._read_device(region, index)
+        return self._read_device(index)
 
     def add_device(self, uuid: str, memory_limit: int = 0, compute_limit: int = 0) -> DeviceInfo:
         """Add a GPU's entry with its limits (written first, then published by device_count)."""
         canonical = normalize_uuid(uuid)
         _check_limits(memory_limit, compute_limit)
         with self._exclusive() as region:
-            if self._find(region, canonical) is not None:
-                raise RegionError(f"{self.path}: GPU {canonical} already has an entry")
-            index = int(region.device_count)
-            if index >= MAX_DEVICES:
-                raise RegionError(f"{self.path}: all {MAX_DEVICES} device entries are in use")
-            entry = region.devices[index]
-            if entry.generation % 2:
-                entry.generation = (entry.generation + 1) & _U32
-            _device_image(entry, canonical, memory_limit, compute_limit)
-            region.device_count = index + 1
-            return self._read_device(region, index)
+            index = self._call(
+                _library().vgpu_region_safe_add_device(
+                    region, canonical.encode(), memory_limit, compute_limit
+                )
+            )
+        if index == _EXISTS:
+            raise RegionError(f"{self.path}: GPU {canonical} already has an entry")
+        if index == _FULL:
+            raise RegionError(f"{self.path}: all {MAX_DEVICES} device entries are in use")
+        return self._read_device(index)
 
     def set_limits(
         self, uuid: str, memory_limit: int | None = None, compute_limit: int | None = None
@@ -606,70 +516,27 @@ class Region:
         canonical = normalize_uuid(uuid)
         _check_limits(memory_limit, compute_limit)
         with self._exclusive() as region:
-            index = self._find(region, canonical)
-            if index is None:
-                raise RegionError(f"{self.path}: no entry for GPU {canonical}")
-            entry = region.devices[index]
-            memory = entry.memory_limit if memory_limit is None else memory_limit
-            compute = entry.compute_limit if compute_limit is None else compute_limit
-            self._store_limits(region, index, memory, compute)
-            return self._read_device(region, index)
-
-    def _store_limits(self, region: Any, index: int, memory: int, compute: int) -> None:
-        """The seqlock writer; the caller holds the writers' lock."""
-        native = _native("vgpu_region_store_limits")
-        if native is not None:
-            native(region, index, memory, compute)
-            return
-        if platform.machine() not in ("x86_64", "AMD64"):
-            raise RegionError(
-                f"{LIBRARY_PATH}: no vgpu_region_store_limits, needed to change limits on "
-                f"{platform.machine()}"
+            present = self.device(canonical)
+            memory = present.memory_limit if memory_limit is None else memory_limit
+            compute = present.compute_limit if compute_limit is None else compute_limit
+            self._call(
+                _library().vgpu_region_safe_store_limits(region, present.index, memory, compute)
             )
-        entry = region.devices[index]
-        odd = entry.generation | 1  # already odd: a writer died mid-change; we finish it
-        entry.generation = odd
-        entry.memory_limit = memory
-        entry.compute_limit = compute
-        entry.generation = (odd + 1) & _U32
+        return self._read_device(present.index)
 
     def settle_generations(self) -> int:
         """Make even the generations left odd by writers that died mid-change (an odd one
         seen under the writers' lock has no live writer); the number settled."""
-        settled = 0
         with self._exclusive() as region:
-            for index in range(self._device_count(region)):
-                entry = region.devices[index]
-                if entry.generation % 2:
-                    entry.generation = (entry.generation + 1) & _U32
-                    settled += 1
-        return settled
+            return self._call(_library().vgpu_region_safe_settle_generations(region))
 
     # Processes
 
-    def _read_process(self, region: Any, slot: int, uuids: list[str]) -> ProcessInfo | None:
-        entry = region.processes[slot]
-        pid = entry.pid
-        if pid <= 0:
-            return None
-        process = ProcessInfo(
-            slot=slot,
-            pid=int(pid),
-            host_pid=int(entry.host_pid),
-            pid_namespace=int(entry.pid_namespace),
-            start_time=int(entry.start_time),
-            heartbeat_ns=int(entry.heartbeat_ns),
-            memory={uuid: int(entry.memory[index]) for index, uuid in enumerate(uuids)},
-        )
-        return process if entry.pid == pid else None
-
-    def _claimed_slots(self) -> list[int]:
+    def _claimed_slots(self, snapshot: Any) -> list[int]:
         """Slots whose pid is > 0, from one strided view of the pid column: a daemon reads
         every region every second, and a cffi access per slot would cost ~1 ms a region."""
-        self._live()
-        # Released on the way out: a mapping with views left cannot be closed.
         with (
-            memoryview(self._mapping) as whole,
+            memoryview(ffi.buffer(snapshot, REGION_SIZE)) as whole,
             whole[_PROCESS_OFFSET : _PROCESS_OFFSET + _PROCESS_BYTES] as table,
             table.cast("i") as words,
             words[_PID_INDEX :: _PROCESS_STRIDE // 4] as column,
@@ -678,64 +545,58 @@ class Region:
 
     @property
     def processes(self) -> list[ProcessInfo]:
-        """The slots claimed by a process (alive or not yet reclaimed)."""
-        region = self._live()
-        uuids = [_uuid_text(region.devices[i].uuid) for i in range(self._device_count(region))]
-        found = (self._read_process(region, slot, uuids) for slot in self._claimed_slots())
-        return [process for process in found if process is not None]
-
-    def _same(self, region: Any, process: ProcessInfo) -> bool:
-        entry = region.processes[process.slot]
-        return bool(
-            entry.pid == process.pid
-            and entry.pid_namespace == process.pid_namespace
-            and entry.start_time == process.start_time
-        )
+        """The slots claimed by a process (alive or not yet reclaimed), as read at one moment."""
+        snapshot = self._snapshot()
+        count = min(int(snapshot.device_count), MAX_DEVICES)
+        uuids = [_uuid_text(snapshot.devices[index].uuid) for index in range(count)]
+        found = []
+        for slot in self._claimed_slots(snapshot):
+            entry = snapshot.processes[slot]
+            found.append(
+                ProcessInfo(
+                    slot=slot,
+                    pid=int(entry.pid),
+                    host_pid=int(entry.host_pid),
+                    pid_namespace=int(entry.pid_namespace),
+                    start_time=int(entry.start_time),
+                    heartbeat_ns=int(entry.heartbeat_ns),
+                    memory={uuid: int(entry.memory[index]) for index, uuid in enumerate(uuids)},
+                )
+            )
+        return found
 
     def set_host_pid(self, process: ProcessInfo, host_pid: int) -> bool:
-        """Record the node-namespace pid of ``process``; False if its slot no longer holds it.
-
-        A host pid left on a slot that another process claimed would make that live process
-        look dead, so the store is checked again after it and undone if the slot changed (a
-        claimer clears host_pid before it publishes its pid)."""
+        """Record the node-namespace pid of ``process``; False if its slot no longer holds it."""
         if not 0 <= host_pid <= 0x7FFFFFFF:
             raise ValueError(f"bad host pid {host_pid}")
         with self._exclusive() as region:
-            entry = region.processes[process.slot]
-            if not self._same(region, process):
-                return False
-            entry.host_pid = host_pid
-            if self._same(region, process):
-                return True
-            entry.host_pid = 0
-            return False
+            result = _library().vgpu_region_safe_set_host_pid(
+                region,
+                process.slot,
+                process.pid,
+                process.pid_namespace,
+                process.start_time,
+                host_pid,
+            )
+        return self._call(result) == 0
 
     def reap(self, is_alive: Liveness = process_alive) -> list[ProcessInfo]:
         """Reclaim the slots of processes ``is_alive`` says are gone: their memory goes back to
-        the pod exactly once, whoever else reaps at the same time. The slots reclaimed."""
+        the pod exactly once, whoever else reaps at the same time, and a slot claimed again
+        meanwhile by another process is left alone. The slots reclaimed."""
         region = self._writable()
-        reclaim = self._reclaimer()
+        reclaim = _library().vgpu_region_safe_reclaim_process
         return [
             process
             for process in self.processes
-            if not is_alive(process) and reclaim(region, process)
-        ]
-
-    def _reclaimer(self) -> Callable[[Any, ProcessInfo], bool]:
-        """The library's reclaim of one slot, checked against the process's identity."""
-        checked = _native("vgpu_region_reclaim_process")
-        if checked is not None:
-            return lambda region, process: bool(
-                checked(
+            if not is_alive(process)
+            and self._call(
+                reclaim(
                     region, process.slot, process.pid, process.pid_namespace, process.start_time
                 )
             )
-        plain = _native("vgpu_region_reclaim_slot")
-        if plain is None:
-            raise RegionError(f"{LIBRARY_PATH}: does not export vgpu_region_reclaim_slot")
-        return lambda region, process: (
-            self._same(region, process) and bool(plain(region, process.slot, process.pid))
-        )
+            == 1
+        ]
 
 
 def _text(value: Any) -> str:

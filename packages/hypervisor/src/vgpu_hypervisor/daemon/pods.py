@@ -7,8 +7,10 @@ the scan goes on with the others.
 
 A region is never recreated under live processes: creating a pod that exists is a conflict,
 limits change in place (the limiter's seqlock), and deleting a pod whose workers live needs
-``force``. After a forced delete the workers keep the file they mapped, and with it the limits
-they had, until they exit; a pod created again under the same name gets a new file.
+``force``. A forced delete keeps the file, marked deleted (hidden from the pods listed), while
+its workers live: they keep charging it, and a pod created again under the same name takes it
+over with its usage, so old and new workers share the one limit. A scan removes it once they
+are gone.
 """
 
 import os
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from vgpu_common.units import WHOLE_GPU, percent_to_hundredths
 from vgpu_limiter import region as regions
-from vgpu_limiter.region import DeviceInfo, ProcessInfo, Region, RegionError
+from vgpu_limiter.region import FLAG_DELETED, DeviceInfo, ProcessInfo, Region, RegionError
 
 
 class PodError(Exception):
@@ -87,15 +89,29 @@ class PodStore:
             found = sorted(self._region_files())
             for path in set(self._open) - {path for _, _, path in found}:
                 self._close(path)
-            return [self._record(namespace, name, path) for namespace, name, path in found]
+            records = [self._record(namespace, name, path) for namespace, name, path in found]
+            return [record for record in records if not self._deleted(record)]
+
+    def _deleted(self, record: PodRecord) -> bool:
+        """Whether a pod is deleted (its files removed once its last worker is gone)."""
+        try:
+            if record.error is not None or not self._region(record.path).flags & FLAG_DELETED:
+                return False
+            self.reap(record)
+            if not self._region(record.path).processes:
+                self._remove(record.path)
+        except (RegionError, PodError):
+            pass  # a file gone bad meanwhile: removed by a later scan, or deleted again
+        return True
 
     def get(self, namespace: str, name: str) -> PodRecord:
         """One pod; PodNotFound if it has no region file."""
         path = self._path(namespace, name)
         with self._lock:
-            if not path.exists():
+            record = self._record(namespace, name, path) if path.exists() else None
+            if record is None or self._deleted(record):
                 raise PodNotFound(f"no pod {namespace}/{name}")
-            return self._record(namespace, name, path)
+            return record
 
     def _region_files(self) -> Iterator[tuple[str, str, Path]]:
         for namespace in _folders(self.base):
@@ -160,6 +176,8 @@ class PodStore:
         path = self._path(namespace, name)
         devices = {uuid: _region_limits(uuid, wanted, None) for uuid, wanted in limits.items()}
         with self._lock:
+            if path.exists() and self._takes_over(namespace, name, path):
+                return self.update(namespace, name, limits)
             if path.exists():
                 raise PodConflict(f"pod {namespace}/{name} already exists")
             try:
@@ -168,6 +186,17 @@ class PodStore:
                 raise PodError(_one_line(error)) from None
             created.close()
             return self._record(namespace, name, path)
+
+    def _takes_over(self, namespace: str, name: str, path: Path) -> bool:
+        """Revive a deleted pod's file that workers still charge; whether there was one."""
+        try:
+            region = self._region(path)
+            if not region.flags & FLAG_DELETED:
+                return False
+            region.change_flags(clear=FLAG_DELETED)
+        except RegionError as error:
+            raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+        return True
 
     def update(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
         """Change limits in place (running programs see them within a second); a GPU the pod
@@ -203,15 +232,24 @@ class PodStore:
                     f"pod {namespace}/{name} has {len(live)} live worker(s) (pid {pids}); "
                     "delete with force to remove it anyway"
                 )
-            self._close(record.path)
-            folder = record.path.parent
-            try:
-                record.path.unlink(missing_ok=True)
-                shutil.rmtree(folder, ignore_errors=True)
-                _remove_if_empty(folder.parent)
-            except OSError as error:
-                raise PodError(f"{record.path}: cannot remove: {error.strerror}") from None
+            if live:  # they keep charging the file: it stays until they are gone
+                try:
+                    self._region(record.path).change_flags(set=FLAG_DELETED)
+                except RegionError as error:
+                    raise PodError(_one_line(error)) from None
+                return record
+            self._remove(record.path)
             return record
+
+    def _remove(self, path: Path) -> None:
+        self._close(path)
+        folder = path.parent
+        try:
+            path.unlink(missing_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            _remove_if_empty(folder.parent)
+        except OSError as error:
+            raise PodError(f"{path}: cannot remove: {error.strerror}") from None
 
     def reap(self, record: PodRecord) -> list[ProcessInfo]:
         """Give the memory of the pod's dead workers back; the slots reclaimed."""
@@ -230,9 +268,12 @@ class PodStore:
         if not path.exists():
             raise PodNotFound(f"no pod {namespace}/{name}")
         try:
-            return self._region(path)
+            region = self._region(path)
         except RegionError as error:
             raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+        if region.flags & FLAG_DELETED:
+            raise PodNotFound(f"no pod {namespace}/{name}")
+        return region
 
     def _path(self, namespace: str, name: str) -> Path:
         try:

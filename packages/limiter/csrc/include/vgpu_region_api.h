@@ -1,0 +1,109 @@
+/* The functions of libvgpu_region.so: the region protocol (vgpu_region.h) for processes that
+ * are not the limiter, above all the node daemon, which reaches them through cffi. The build
+ * preprocesses this header with VGPU_REGION_CDEF into region_cdef.h, which holds the layout,
+ * these prototypes and the integer constants: Python restates none of them.
+ *
+ * Every function that touches a mapped region survives the file being truncated under it (by a
+ * tenant, who may write its own pod's file): the fault is caught and VGPU_REGION_FAULT returned,
+ * where a plain access would end the process with SIGBUS. Writers hold the writers' flock on
+ * the region file, as the limiter does for the same changes. */
+#ifndef VGPU_REGION_API_H
+#define VGPU_REGION_API_H
+
+#include "vgpu_region.h"
+
+#ifdef VGPU_REGION_CDEF
+#define VGPU_REGION_API
+#else
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#ifdef VGPU_REGION_LIBRARY
+#include "vgpu_export.h"
+#define VGPU_REGION_API VGPU_EXPORT
+#else
+#define VGPU_REGION_API
+#endif
+#endif
+
+/* Results of the functions below besides an entry or a count (>= 0). */
+#define VGPU_REGION_ERROR (-1)  /* a one-line reason is in `error` */
+#define VGPU_REGION_EXISTS (-2) /* the GPU already has an entry */
+#define VGPU_REGION_FULL (-3)   /* all device entries are in use */
+#define VGPU_REGION_STALE (-4)  /* the slot no longer holds that process */
+#define VGPU_REGION_FAULT (-5)  /* the file shrank under the mapping: nothing more was done */
+
+/* Owners and modes of what the region code creates (docs/security.md gives the rule). */
+#define VGPU_REGION_FILE_MODE 0660   /* the pod's processes (owner and group) and root */
+#define VGPU_REGION_FOLDER_MODE 0770 /* the pod folder: theirs, to create the file in */
+#define VGPU_REGION_PARENT_MODE 0755 /* base and namespace folders: only their owner writes */
+#define VGPU_PRIVATE_FOLDER_MODE 0700 /* $TMPDIR/vgpu-<uid>, private regions of one user */
+#define VGPU_OWNER_KEEP (-1)          /* an owner argument that leaves the creator's */
+
+/* One GPU's entry and limits for vgpu_region_create. */
+struct vgpu_region_limits {
+    char uuid[VGPU_REGION_UUID_SIZE];
+    uint64_t memory_limit;
+    uint32_t compute_limit;
+};
+
+/* One device entry as read at one moment, its limits consistent (seqlock). */
+struct vgpu_region_device_view {
+    char uuid[VGPU_REGION_UUID_SIZE];
+    uint64_t memory_limit;
+    uint64_t memory_used;
+    uint32_t compute_limit;
+    uint32_t generation;
+};
+
+/* Create {folder}/shm complete with `devices` (written to a private file whose space is
+ * allocated for real, then linked into place: nobody sees it half written, a full disk is an
+ * error and leaves no temporary file, and a concurrent creator's file is kept). Missing folders
+ * are made; the pod folder and the file get `owner`/`group` unless VGPU_OWNER_KEEP. 1 when
+ * created, 0 when a region was there already, VGPU_REGION_ERROR with `error`. */
+VGPU_REGION_API int vgpu_region_create(const char *folder, const char *pod_namespace,
+                                       const char *pod_name,
+                                       const struct vgpu_region_limits *devices,
+                                       unsigned device_count, int64_t owner, int64_t group,
+                                       char *error, size_t error_size);
+
+/* A descriptor of {folder}/{name} (a region is named shm) for mapping, or VGPU_REGION_ERROR with `error`. Opened without
+ * following a symbolic link or blocking on a FIFO, relative to the folder opened the same way;
+ * refused unless folder and file are a directory and a regular file that not every user can
+ * write, the file has no other hard link (another pod's file linked in), a caller other than
+ * root owns it or root does, and its header is this layout's. */
+VGPU_REGION_API int vgpu_region_open_file(const char *folder, const char *name, bool writable,
+                                          char *error, size_t error_size);
+
+/* Whether a header read from a file of `file_size` bytes is a region of this layout; false
+ * with a one-line reason in `problem`. */
+VGPU_REGION_API bool vgpu_region_check(const struct vgpu_region *header, uint64_t file_size,
+                                       char *problem, size_t problem_size);
+
+/* Make `path` (a user's folder for private regions) unless it exists; refused unless it is a
+ * real directory of this user with mode VGPU_PRIVATE_FOLDER_MODE. */
+VGPU_REGION_API bool vgpu_region_private_folder(const char *path, char *error, size_t error_size);
+
+/* The operations on a mapped region, each guarded against truncation (see above). */
+VGPU_REGION_API int vgpu_region_safe_add_device(struct vgpu_region *region, const char *uuid,
+                                                uint64_t memory_limit, uint32_t compute_limit);
+VGPU_REGION_API int vgpu_region_safe_store_limits(struct vgpu_region *region, unsigned entry,
+                                                  uint64_t memory_limit, uint32_t compute_limit);
+VGPU_REGION_API int vgpu_region_safe_read_device(const struct vgpu_region *region, unsigned entry,
+                                                 struct vgpu_region_device_view *view);
+VGPU_REGION_API int vgpu_region_safe_set_host_pid(struct vgpu_region *region, unsigned slot,
+                                                  int32_t pid, uint64_t pid_namespace,
+                                                  uint64_t start_time, int32_t host_pid);
+VGPU_REGION_API int vgpu_region_safe_settle_generations(struct vgpu_region *region);
+/* Set, then clear bits of the region's flags (VGPU_REGION_*); the flags after. */
+VGPU_REGION_API int64_t vgpu_region_safe_change_flags(struct vgpu_region *region, uint32_t set,
+                                                      uint32_t clear);
+VGPU_REGION_API int vgpu_region_safe_reclaim_process(struct vgpu_region *region, unsigned slot,
+                                                     int32_t pid, uint64_t pid_namespace,
+                                                     uint64_t start_time);
+
+/* Whether `pid` of the caller's pid namespace is the live process that started at
+ * `start_time` (0: not known); a zombie is dead. */
+VGPU_REGION_API bool vgpu_region_process_alive(int32_t pid, uint64_t start_time);
+
+#endif
