@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "log.h"
 #include "vgpu_proc.h"
 
@@ -89,9 +90,8 @@ static struct vgpu_device_lease *map_in(const char *folder, const char *uuid) {
 
 struct vgpu_device_lease *vgpu_lease_open(const char *uuid) {
     char folder[4096];
-    const char *base = getenv("SHM_BASE_PATH");
-    snprintf(folder, sizeof folder, "%s/.devices",
-             base != NULL && base[0] == '/' ? base : "/run/tensor-fusion/shm");
+    snprintf(folder, sizeof folder, "%.*s/.devices", (int)(sizeof folder - sizeof "/.devices"),
+             vgpu_state.config.base_path);
     struct vgpu_device_lease *lease = map_in(folder, uuid);
     if (lease == NULL) {
         const char *tmp = getenv("TMPDIR");
