@@ -923,6 +923,8 @@ static void foreign_variables(void) {
     EXPECT_EQ(config.warning_count, (unsigned)VGPU_CONFIG_MAX_WARNINGS);
 }
 
+static const char no_uuids[2][VGPU_CONFIG_UUID_SIZE] = {UUID_B, UUID_B};
+
 static void hidden_devices(void) {
     clear_environment();
     setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"1g\",\"2\":\"1g\"}", 1);
@@ -934,18 +936,38 @@ static void hidden_devices(void) {
                    "process sees (CUDA_VISIBLE_DEVICES=3,1): its limit applies to no GPU");
     EXPECT_WARNING("CUDA_DEVICE_SM_LIMIT_5: device index 5 is not among the 2 devices");
     /* The driver's count that CUDA_VISIBLE_DEVICES gave: nothing new. */
-    vgpu_config_check_devices(&config, 2);
+    vgpu_config_check_devices(&config, 2, no_uuids);
     EXPECT_EQ(config.warning_count, 2u);
     /* Without CUDA_VISIBLE_DEVICES only the driver can tell. */
     unsetenv("CUDA_VISIBLE_DEVICES");
     EXPECT_OK();
     EXPECT_EQ(config.warning_count, 0u);
-    vgpu_config_check_devices(&config, 1);
+    vgpu_config_check_devices(&config, 1, no_uuids);
     EXPECT_EQ(config.warning_count, 2u);
     EXPECT_WARNING("device index 2 is not among the 1 device this process sees: its limit");
     setenv("CUDA_VISIBLE_DEVICES", "", 1);
     EXPECT_OK();
     EXPECT_WARNING("is not among the 0 devices this process sees (CUDA_VISIBLE_DEVICES=)");
+}
+
+/* A UUID key of no GPU the driver lists, when CUDA_VISIBLE_DEVICES hides none. */
+static void absent_uuids(void) {
+    static const char node[2][VGPU_CONFIG_UUID_SIZE] = {UUID_B, UUID_A};
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"" UUID_A_UPPER "\":\"1g\"}", 1);
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"GPU-12345678-1111-2222-3333-444444444444\":10}",
+           1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    vgpu_config_check_devices(&config, 2, node);
+    EXPECT_EQ(config.warning_count, 1u);
+    EXPECT_WARNING("TENSOR_FUSION_CUDA_UP_LIMIT: GPU-12345678-1111-2222-3333-444444444444 is not "
+                   "on this node (none of its 2 GPUs): its limit applies to no GPU");
+    /* With CUDA_VISIBLE_DEVICES the process sees a part of the node: no word. */
+    setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+    EXPECT_OK();
+    vgpu_config_check_devices(&config, 2, node);
+    EXPECT_EQ(config.warning_count, 0u);
 }
 
 static void process_settings(void) {
@@ -1052,6 +1074,7 @@ int main(void) {
     random_inputs();
     foreign_variables();
     hidden_devices();
+    absent_uuids();
     process_settings();
     overhead_floor();
     unknown_pod();

@@ -653,6 +653,14 @@ def test_an_index_key_past_the_driver_devices_is_a_warning_in_the_log(
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_uuid_key_not_on_the_node_is_a_warning_in_the_log(limited_env: LimitedEnv) -> None:
+    absent = "GPU-12345678-1111-2222-3333-444444444444"
+    result = run([WORKLOAD, "--kernels", "1"], limited_env(f'{{"{absent}": "1GiB"}}'))
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert f"{MEM}: {absent} is not on this node (none of its " in line
+
+
 def test_a_pod_the_daemon_does_not_manage_is_a_warning(tmp_path: Path) -> None:
     (tmp_path / "team" / "trainer").mkdir(parents=True)
     values = {"SHM_BASE_PATH": str(tmp_path), "POD_NAMESPACE": "team"}

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "config_internal.h"
@@ -105,6 +106,11 @@ static int visible_count(void) {
     return count;
 }
 
+/* The variable that set a key's first limit, which warnings about the key name. */
+static const char *source_of(const struct vgpu_device_setting *setting) {
+    return setting->memory_source[0] != '\0' ? setting->memory_source : setting->compute_source;
+}
+
 /* Index keys past the devices the program sees: their limits apply to no GPU. */
 static void check_indexes(struct vgpu_config *config, int count) {
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
@@ -114,9 +120,7 @@ static void check_indexes(struct vgpu_config *config, int count) {
         if (setting->kind != VGPU_KEY_INDEX || setting->index < count) {
             continue;
         }
-        const char *source = setting->memory_source[0] != '\0' ? setting->memory_source
-                                                               : setting->compute_source;
-        vgpu_config_warn(config, source, NULL,
+        vgpu_config_warn(config, source_of(setting), NULL,
                          "device index %d is not among the %d device%s this process sees%s%s%s: "
                          "its limit applies to no GPU (a UUID key names a GPU wherever it is)",
                          setting->index, count, count == 1 ? "" : "s",
@@ -127,10 +131,34 @@ static void check_indexes(struct vgpu_config *config, int count) {
     }
 }
 
-void vgpu_config_check_devices(struct vgpu_config *config, int count) {
+/* With every GPU of the node visible, a UUID key of none of them names no GPU here. */
+static void check_uuids(struct vgpu_config *config, int count,
+                        const char uuids[][VGPU_CONFIG_UUID_SIZE]) {
+    for (unsigned i = 0; i < config->count; i++) {
+        const struct vgpu_device_setting *setting = &config->settings[i];
+        int found = 0;
+        while (found < count && strcasecmp(uuids[found], setting->uuid) != 0) {
+            found++;
+        }
+        if (setting->kind != VGPU_KEY_UUID || found < count) {
+            continue;
+        }
+        vgpu_config_warn(config, source_of(setting), NULL,
+                         "%s is not on this node (none of its %d GPU%s): its limit applies to "
+                         "no GPU",
+                         setting->uuid, count, count == 1 ? "" : "s");
+    }
+}
+
+void vgpu_config_check_devices(struct vgpu_config *config, int count,
+                               const char uuids[][VGPU_CONFIG_UUID_SIZE]) {
+    int visible = visible_count();
     /* What CUDA_VISIBLE_DEVICES already showed was warned about at load. */
-    if (visible_count() != count) {
+    if (visible != count) {
         check_indexes(config, count);
+    }
+    if (visible < 0) {
+        check_uuids(config, count, uuids);
     }
 }
 

@@ -111,10 +111,12 @@ bool vgpu_config_device_limits(const struct vgpu_config *config, int index, cons
                                struct vgpu_device_limits *limits, char *error,
                                size_t error_size);
 
-/* After the driver listed the devices this process sees (`count`, and their UUIDs): a warning
- * in `config` for each index key with no such device (hidden by CUDA_VISIBLE_DEVICES), whose
- * limit would apply to nothing. */
-void vgpu_config_check_devices(struct vgpu_config *config, int count);
+/* After the driver listed the `count` devices this process sees, with their UUIDs: a warning in
+ * `config` for each key whose limit applies to no GPU, an index key past them (hidden by
+ * CUDA_VISIBLE_DEVICES) or, when CUDA_VISIBLE_DEVICES hides nothing, a UUID key of none of
+ * them (not on this node). */
+void vgpu_config_check_devices(struct vgpu_config *config, int count,
+                               const char uuids[][VGPU_CONFIG_UUID_SIZE]);
 
 /* The library to dlopen for the driver (TF_CUDA_LIB_PATH) and NVML (TF_NVML_LIB_PATH), else
  * their sonames: read whenever asked, as the libraries may be needed before the rest. */

@@ -145,17 +145,18 @@ CUresult vgpu_map_devices(void) {
     pthread_mutex_lock(&map_lock);
     if (!mapped) {
         int count = 0;
+        char uuids[VGPU_MAX_ORDINALS][VGPU_CONFIG_UUID_SIZE];
         map_result = VGPU_REAL(cuDeviceGetCount, &count);
         for (int ordinal = 0; map_result == CUDA_SUCCESS && ordinal < count &&
                               ordinal < VGPU_MAX_ORDINALS;
              ordinal++) {
             CUuuid uuid;
-            char text[64];
+            char *text = uuids[ordinal];
             map_result = VGPU_REAL(cuDeviceGetUuid_v2, &uuid, ordinal);
             if (map_result != CUDA_SUCCESS) {
                 break;
             }
-            format_uuid(&uuid, text, sizeof text);
+            format_uuid(&uuid, text, VGPU_CONFIG_UUID_SIZE);
             if (!seed(ordinal, text, &vgpu_state.entries[ordinal])) {
                 map_result = CUDA_ERROR_INVALID_VALUE; /* fail closed on a contradiction */
             }
@@ -172,7 +173,9 @@ CUresult vgpu_map_devices(void) {
         }
         if (map_result == CUDA_SUCCESS) {
             unsigned before = vgpu_state.config.warning_count;
-            vgpu_config_check_devices(&vgpu_state.config, count);
+            vgpu_config_check_devices(&vgpu_state.config,
+                                      count < VGPU_MAX_ORDINALS ? count : VGPU_MAX_ORDINALS,
+                                      uuids);
             for (unsigned i = before; i < vgpu_state.config.warning_count; i++) {
                 vgpu_log(VGPU_LOG_WARN, "%s", vgpu_state.config.warnings[i]);
             }
