@@ -115,10 +115,10 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         "limiter_config_test",
         [
             ROOT / "tests/c/limiter_config_test.c",
-            LIMITER_C / "limiter/config.c",
+            *sorted(LIMITER_C.glob("limiter/config*.c")),
             LIMITER_C / "common/vgpu_parse.c",
         ],
-        [LIMITER_C / "common", LIMITER_C / "limiter"],
+        [LIMITER_C / "common", LIMITER_C / "limiter", LIMITER_C / "include"],
         {},
     ),
 ]

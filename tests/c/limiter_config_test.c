@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int passed;
@@ -39,15 +40,20 @@ static void clear_environment(void) {
     static const char *const names[] = {
         "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
         "CUDA_DEVICE_SM_LIMIT", "SHM_PATH", "SHM_BASE_PATH", "POD_NAME", "POD_NAMESPACE",
-        "TF_LOG_LEVEL", "TF_LOG_PATH",
+        "TF_LOG_LEVEL", "TF_LOG_PATH", "CONTAINER_NAME", "TF_CUDA_CONTEXT_OVERHEAD",
+        "TF_CUDA_LIB_PATH", "TF_NVML_LIB_PATH", "TMPDIR", "CUDA_VISIBLE_DEVICES",
+        "CUDA_MEM_LIMIT", "CUDA_CORE_LIMIT", "VCUDA_MEMORY_LIMIT", "LOGGER_LEVEL",
+        "GPU_DEVICES_UUID", "VGPU_POD_NAME", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         unsetenv(names[i]);
     }
+    /* And every variable of the other systems' families, which are warnings. */
     for (;;) {
         char name[512] = "";
         for (char **entry = environ; *entry != NULL; entry++) {
-            if (strncmp(*entry, "CUDA_DEVICE_", 12) == 0) {
+            if (strncmp(*entry, "CUDA_", 5) == 0 || strncmp(*entry, "VGPU_", 5) == 0 ||
+                strncmp(*entry, "VCUDA_", 6) == 0 || strncmp(*entry, "GPU_", 4) == 0) {
                 size_t length = strcspn(*entry, "=");
                 if (length >= sizeof name) {
                     length = sizeof name - 1;
@@ -201,6 +207,20 @@ static void memory_json(void) {
     EXPECT_OK();
     EXPECT_EQ(config.count, 2u);
 
+    /* Fractions that make whole bytes, however many digits; blanks are ASCII white space. */
+    set_memory("{\"0\":\"1.5KiB\",\"1\":\"0.25k\",\"2\":\"1.0000000000000000000000g\","
+               "\"3\":\"0.000000000931322574615478515625GiB\",\"4\":\"1.5KB\","
+               "\"5\":\"\\n\\f4\\rg\\u000b \",\"6\":\"00012b\",\"7\":\"16777215.999999940395355224609375TiB\"}");
+    EXPECT_OK();
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), 1536u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 1, NULL), 256u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 2, NULL), GIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 3, NULL), 1u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 4, NULL), 1500u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 5, NULL), 4 * GIB);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 6, NULL), 12u);
+    EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 7, NULL), UINT64_MAX - (1ULL << 16) + 1);
+
     set_memory("{\"0\": 18446744073709551615}");
     EXPECT_OK();
     EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), UINT64_MAX);
@@ -219,7 +239,12 @@ static void memory_json_errors(void) {
     } cases[] = {
         {"{\"0\":0}", "bad size 0 for key \"0\" (a limit of 0 is not allowed)"},
         {"{\"0\":\"0GiB\"}", "bad size \"0GiB\""},
-        {"{\"0\":\"0.1B\"}", "a limit of 0"},
+        {"{\"0\":\"0.1B\"}", "bad size \"0.1B\" for key \"0\" (a whole number of bytes"},
+        {"{\"0\":\"0.1KiB\"}", "bad size \"0.1KiB\""},
+        {"{\"0\":\"4.0000001GiB\"}", "bad size \"4.0000001GiB\""},
+        {"{\"0\":\".5g\"}", "bad size \".5g\""},
+        {"{\"0\":\"5.g\"}", "bad size \"5.g\""},
+        {"{\"0\":\"4 g b\"}", "bad size \"4 g b\""},
         {"{\"0\":-1}", "bad size -1"},
         {"{\"0\":1.5}", "bad size 1.5"},
         {"{\"0\":1e9}", "bad size 1e9"},
@@ -576,14 +601,22 @@ static void pod(void) {
     /* A namespace alone is no pod. */
     clear_environment();
     setenv("POD_NAMESPACE", "team-a", 1);
-    setenv("SHM_BASE_PATH", "relative/ignored", 1);
     EXPECT_OK();
     EXPECT_EQ(config.pod_source, VGPU_POD_PRIVATE);
     EXPECT_STR(config.pod_folder, "");
+    EXPECT_STR(config.base_path, "/run/tensor-fusion/shm");
+    EXPECT_STR(config.base_source, "default");
+    /* The base is read even without a pod: the device leases live under it. */
+    setenv("SHM_BASE_PATH", "relative/ignored", 1);
+    EXPECT_ERROR("SHM_BASE_PATH", "SHM_BASE_PATH=relative/ignored: must be an absolute path");
+    setenv("SHM_BASE_PATH", "/var/shm//", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.base_path, "/var/shm");
+    EXPECT_STR(config.base_source, "SHM_BASE_PATH");
 
     static char long_text[6000];
-    memset(long_text, 'n', 300);
-    long_text[300] = '\0';
+    memset(long_text, 'n', 254);
+    long_text[254] = '\0';
     static const struct {
         const char *name;
         const char *value;
@@ -592,11 +625,18 @@ static void pod(void) {
         {"SHM_PATH", "pods/a", "SHM_PATH=pods/a: must be an absolute path"},
         {"SHM_PATH", "/", "SHM_PATH=/: the root folder"},
         {"SHM_PATH", "///", "the root folder"},
-        {"POD_NAME", "a/b", "POD_NAME=a/b: not a usable folder name"},
-        {"POD_NAME", "..", "POD_NAME=..: not a usable folder name"},
-        {"POD_NAME", ".", "not a usable folder name"},
-        {"POD_NAME", "", "POD_NAME=: not a usable folder name"},
-        {"POD_NAME", long_text, "(1 to 255 bytes"},
+        {"POD_NAME", "a/b", "POD_NAME=a/b: not a valid name (1-253 letters, digits, '.', '_' "
+                            "or '-', not starting with '.' or '-')"},
+        {"POD_NAME", "..", "POD_NAME=..: not a valid name"},
+        {"POD_NAME", ".", "not a valid name"},
+        {"POD_NAME", "", "POD_NAME=: not a valid name"},
+        {"POD_NAME", "-rf", "POD_NAME=-rf: not a valid name"},
+        {"POD_NAME", ".hidden", "POD_NAME=.hidden: not a valid name"},
+        {"POD_NAME", "caf\xc3\xa9", "POD_NAME=caf\\xc3\\xa9: not a valid name"},
+        {"POD_NAME", "a b", "not a valid name"},
+        {"POD_NAME", long_text, "...: not a valid name"},
+        {"CONTAINER_NAME", "-x", "CONTAINER_NAME=-x: not a valid name"},
+        {"CONTAINER_NAME", "", "CONTAINER_NAME=: not a valid name"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         clear_environment();
@@ -606,16 +646,27 @@ static void pod(void) {
     clear_environment();
     setenv("POD_NAME", "p", 1);
     setenv("POD_NAMESPACE", ".", 1);
-    EXPECT_ERROR("POD_NAMESPACE", "POD_NAMESPACE=.: not a usable folder name");
+    EXPECT_ERROR("POD_NAMESPACE", "POD_NAMESPACE=.: not a valid name");
+    setenv("POD_NAMESPACE", ".devices", 1);
+    EXPECT_ERROR("POD_NAMESPACE", "POD_NAMESPACE=.devices: not a valid name");
     setenv("POD_NAMESPACE", "", 1);
-    EXPECT_ERROR("POD_NAMESPACE", "not a usable folder name");
+    EXPECT_ERROR("POD_NAMESPACE", "not a valid name");
+    /* 253 bytes is the longest name. */
+    long_text[253] = '\0';
+    setenv("POD_NAMESPACE", long_text, 1);
+    EXPECT_OK();
+    EXPECT_EQ(strlen(config.pod_namespace), 253u);
+    setenv("CONTAINER_NAME", "main_1.x-y", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.container_name, "main_1.x-y");
     setenv("POD_NAMESPACE", "ns", 1);
     setenv("SHM_BASE_PATH", "shm", 1);
     EXPECT_ERROR("SHM_BASE_PATH", "SHM_BASE_PATH=shm: must be an absolute path");
     /* Names with SHM_PATH are checked too. */
+    unsetenv("SHM_BASE_PATH");
     setenv("SHM_PATH", "/pods/p", 1);
     setenv("POD_NAME", "a/b", 1);
-    EXPECT_ERROR("POD_NAME", "not a usable folder name");
+    EXPECT_ERROR("POD_NAME", "not a valid name");
 
     /* Lengths: folder + "/shm" must fit the buffer. */
     clear_environment();
@@ -679,7 +730,13 @@ static void describe(void) {
     setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"4GiB\",\"" UUID_A_UPPER "\":\"1g\"}", 1);
     setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":12.5}", 1);
     setenv("CUDA_DEVICE_SM_LIMIT", "50", 1);
-    setenv("POD_NAME", "p\"q", 1);
+    setenv("POD_NAME", "p.q", 1);
+    setenv("CONTAINER_NAME", "main", 1);
+    setenv("SHM_BASE_PATH", "/b\"x/", 1);
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "256MiB", 1);
+    setenv("TF_CUDA_LIB_PATH", "/opt/libcuda.so.1", 1);
+    setenv("TMPDIR", "/scratch", 1);
+    setenv("CUDA_MEM_LIMIT_0", "4g", 1);
     setenv("TF_LOG_PATH", "/tmp/a\tb", 1);
     int needed = vgpu_limiter_describe_config(NULL, 0);
     static char out[8192];
@@ -699,10 +756,23 @@ static void describe(void) {
                "\"memory_limit\":null,\"memory_source\":null,"
                "\"compute_limit\":5000,\"compute_source\":\"CUDA_DEVICE_SM_LIMIT\"}],"
                "\"pod\":{\"source\":\"POD_NAME\","
-               "\"folder\":\"/run/tensor-fusion/shm/default/p\\\"q\","
-               "\"region_file\":\"/run/tensor-fusion/shm/default/p\\\"q/shm\","
-               "\"namespace\":\"default\",\"name\":\"p\\\"q\"},"
-               "\"log\":{\"level\":\"warn\",\"path\":\"/tmp/a\\u0009b\"}}");
+               "\"folder\":\"/b\\\"x/default/p.q\","
+               "\"region_file\":\"/b\\\"x/default/p.q/shm\","
+               "\"namespace\":\"default\",\"name\":\"p.q\",\"container\":\"main\","
+               "\"base\":\"/b\\\"x\",\"base_source\":\"SHM_BASE_PATH\"},"
+               "\"process\":{\"context_overhead\":268435456,"
+               "\"context_overhead_source\":\"TF_CUDA_CONTEXT_OVERHEAD\","
+               "\"cuda_library\":\"/opt/libcuda.so.1\","
+               "\"cuda_library_source\":\"TF_CUDA_LIB_PATH\","
+               "\"nvml_library\":\"libnvidia-ml.so.1\",\"nvml_library_source\":\"default\","
+               "\"tmp_folder\":\"/scratch\",\"tmp_source\":\"TMPDIR\"},"
+               "\"log\":{\"level\":\"warn\",\"path\":\"/tmp/a\\u0009b\"},"
+               "\"warnings\":[\"POD_NAME=p.q: no pod default/p.q on this node (no folder "
+               "/b\\\"x/default/p.q): not one the daemon manages, so only this environment's "
+               "limits apply (a typo?)\",\"CUDA_MEM_LIMIT_0=4g: vgpu-manager's variable, not "
+               "supported: ignored (instead: TENSOR_FUSION_CUDA_MEM_LIMIT or "
+               "CUDA_DEVICE_MEMORY_LIMIT[_i])\"],"
+               "\"default_base\":\"/run/tensor-fusion/shm\"}");
     /* Cut output stays NUL-terminated and the length is still the whole. */
     memset(out, 'z', sizeof out);
     EXPECT_EQ(vgpu_limiter_describe_config(out, 10), needed);
@@ -713,8 +783,15 @@ static void describe(void) {
     clear_environment();
     written = vgpu_limiter_describe_config(out, sizeof out);
     EXPECT_STR(out, "{\"ok\":true,\"devices\":[],\"pod\":{\"source\":\"private\",\"folder\":null,"
-                    "\"region_file\":null,\"namespace\":null,\"name\":null},"
-                    "\"log\":{\"level\":\"warn\",\"path\":null}}");
+                    "\"region_file\":null,\"namespace\":null,\"name\":null,\"container\":null,"
+                    "\"base\":\"/run/tensor-fusion/shm\",\"base_source\":\"default\"},"
+                    "\"process\":{\"context_overhead\":570425344,"
+                    "\"context_overhead_source\":\"default\","
+                    "\"cuda_library\":\"libcuda.so.1\",\"cuda_library_source\":\"default\","
+                    "\"nvml_library\":\"libnvidia-ml.so.1\",\"nvml_library_source\":\"default\","
+                    "\"tmp_folder\":\"/tmp\",\"tmp_source\":\"default\"},"
+                    "\"log\":{\"level\":\"warn\",\"path\":null},\"warnings\":[],"
+                    "\"default_base\":\"/run/tensor-fusion/shm\"}");
     EXPECT_EQ((size_t)written, strlen(out));
 
     set_memory("{\"0\":\"4\\\\XB\"}");
@@ -722,7 +799,8 @@ static void describe(void) {
     EXPECT_STR(out, "{\"ok\":false,\"error\":\"TENSOR_FUSION_CUDA_MEM_LIMIT="
                     "{\\\"0\\\":\\\"4\\\\\\\\XB\\\"}: bad size \\\"4\\\\XB\\\" for key \\\"0\\\" "
                     "(a whole number of bytes, or "
-                    "a string such as \\\"4GiB\\\" or \\\"512MiB\\\")\"}");
+                    "a string such as \\\"4GiB\\\" or \\\"512MiB\\\")\","
+                    "\"default_base\":\"/run/tensor-fusion/shm\"}");
     EXPECT_EQ((size_t)written, strlen(out));
 }
 
@@ -780,6 +858,205 @@ static void random_inputs(void) {
     check(consistent, __LINE__, "%s", "describe disagrees with load");
 }
 
+/* The warning that contains `expected`, or NULL. */
+static const char *warning_with(const char *expected) {
+    for (unsigned i = 0; i < config.warning_count; i++) {
+        if (strstr(config.warnings[i], expected) != NULL) {
+            return config.warnings[i];
+        }
+    }
+    return NULL;
+}
+
+#define EXPECT_WARNING(expected)                                                                 \
+    check(warning_with(expected) != NULL, __LINE__, "no warning with %s", expected)
+
+static void foreign_variables(void) {
+    static const struct {
+        const char *name;
+        const char *value;
+        const char *expected;
+    } cases[] = {
+        {"CUDA_MEM_LIMIT_0", "4g", "CUDA_MEM_LIMIT_0=4g: vgpu-manager's variable, not supported: "
+                                   "ignored (instead: TENSOR_FUSION_CUDA_MEM_LIMIT"},
+        {"CUDA_MEM_LIMIT", "1000m", "CUDA_MEM_LIMIT=1000m: vgpu-manager's"},
+        {"CUDA_MEM_RATIO_1", "0.5", "CUDA_MEM_RATIO_1=0.5: vgpu-manager's"},
+        {"CUDA_CORE_LIMIT", "30", "CUDA_CORE_LIMIT=30: vgpu-manager's variable, not supported: "
+                                  "ignored (instead: TENSOR_FUSION_CUDA_UP_LIMIT"},
+        {"CUDA_CORE_LIMIT_2", "30", "CUDA_CORE_LIMIT_2=30: vgpu-manager's"},
+        {"CUDA_CORE_SOFT_LIMIT", "60", "CUDA_CORE_SOFT_LIMIT=60: vgpu-manager's"},
+        {"CUDA_MEMORY_OVERSUBSCRIBE", "true", "CUDA_MEMORY_OVERSUBSCRIBE=true: vgpu-manager's"},
+        {"CUDA_MEM_OVERSOLD_0", "true", "CUDA_MEM_OVERSOLD_0=true: vgpu-manager's"},
+        {"GPU_DEVICES_UUID", UUID_A, "GPU_DEVICES_UUID=" UUID_A ": vgpu-manager's"},
+        {"VGPU_POD_NAME", "p", "VGPU_POD_NAME=p: vgpu-manager's variable, not supported: "
+                               "ignored (instead: POD_NAME"},
+        {"LOGGER_LEVEL", "4", "LOGGER_LEVEL=4: vgpu-manager's variable, not supported: ignored "
+                              "(instead: TF_LOG_LEVEL)"},
+        {"VCUDA_MEMORY_LIMIT", "4294967296", "VCUDA_MEMORY_LIMIT=4294967296: vcuda-hook's"},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/x", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x: "
+                                                      "HAMi-core's"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_environment();
+        setenv(cases[i].name, cases[i].value, 1);
+        EXPECT_OK();
+        EXPECT_EQ(config.warning_count, 1u);
+        EXPECT_WARNING(cases[i].expected);
+        EXPECT_EQ(config.count, 0u);
+    }
+    /* Names that only start like one are not its. */
+    clear_environment();
+    setenv("CUDA_MEM_LIMITS", "4g", 1);
+    setenv("CUDA_CORE_LIMITX_0", "4", 1);
+    setenv("CUDA_MEM_LIMIT_0", "", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    unsetenv("CUDA_MEM_LIMITS");
+    unsetenv("CUDA_CORE_LIMITX_0");
+    /* More warnings than room: the first ones are kept. */
+    char name[32];
+    for (int i = 0; i < VGPU_CONFIG_MAX_WARNINGS + 4; i++) {
+        snprintf(name, sizeof name, "CUDA_MEM_LIMIT_%d", i);
+        setenv(name, "1g", 1);
+    }
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, (unsigned)VGPU_CONFIG_MAX_WARNINGS);
+}
+
+static const char no_uuids[2][VGPU_CONFIG_UUID_SIZE] = {UUID_B, UUID_B};
+
+static void hidden_devices(void) {
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"1g\",\"2\":\"1g\"}", 1);
+    setenv("CUDA_DEVICE_SM_LIMIT_5", "10", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "3,1", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 2u);
+    EXPECT_WARNING("TENSOR_FUSION_CUDA_MEM_LIMIT: device index 2 is not among the 2 devices this "
+                   "process sees (CUDA_VISIBLE_DEVICES=3,1): its limit applies to no GPU");
+    EXPECT_WARNING("CUDA_DEVICE_SM_LIMIT_5: device index 5 is not among the 2 devices");
+    /* The driver's count that CUDA_VISIBLE_DEVICES gave: nothing new. */
+    vgpu_config_check_devices(&config, 2, no_uuids);
+    EXPECT_EQ(config.warning_count, 2u);
+    /* Without CUDA_VISIBLE_DEVICES only the driver can tell. */
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    vgpu_config_check_devices(&config, 1, no_uuids);
+    EXPECT_EQ(config.warning_count, 2u);
+    EXPECT_WARNING("device index 2 is not among the 1 device this process sees: its limit");
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    EXPECT_OK();
+    EXPECT_WARNING("is not among the 0 devices this process sees (CUDA_VISIBLE_DEVICES=)");
+}
+
+/* A UUID key of no GPU the driver lists, when CUDA_VISIBLE_DEVICES hides none. */
+static void absent_uuids(void) {
+    static const char node[2][VGPU_CONFIG_UUID_SIZE] = {UUID_B, UUID_A};
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"" UUID_A_UPPER "\":\"1g\"}", 1);
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"GPU-12345678-1111-2222-3333-444444444444\":10}",
+           1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    vgpu_config_check_devices(&config, 2, node);
+    EXPECT_EQ(config.warning_count, 1u);
+    EXPECT_WARNING("TENSOR_FUSION_CUDA_UP_LIMIT: GPU-12345678-1111-2222-3333-444444444444 is not "
+                   "on this node (none of its 2 GPUs): its limit applies to no GPU");
+    /* With CUDA_VISIBLE_DEVICES the process sees a part of the node: no word. */
+    setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+    EXPECT_OK();
+    vgpu_config_check_devices(&config, 2, node);
+    EXPECT_EQ(config.warning_count, 0u);
+}
+
+static void process_settings(void) {
+    clear_environment();
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "0", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.context_overhead, 0u);
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "1GiB", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.context_overhead, GIB);
+    EXPECT_STR(config.context_overhead_source, "TF_CUDA_CONTEXT_OVERHEAD");
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "big", 1);
+    EXPECT_ERROR("TF_CUDA_CONTEXT_OVERHEAD", "TF_CUDA_CONTEXT_OVERHEAD=big: not a size");
+    clear_environment();
+    setenv("TMPDIR", "relative", 1);
+    setenv("TF_NVML_LIB_PATH", "/x/libnvidia-ml.so.1", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.tmp_folder, "/tmp");
+    EXPECT_STR(config.tmp_source, "default");
+    EXPECT_WARNING("TMPDIR=relative: not an absolute path: /tmp is used");
+    EXPECT_STR(config.nvml_library, "/x/libnvidia-ml.so.1");
+    EXPECT_STR(vgpu_config_nvml_library(), "/x/libnvidia-ml.so.1");
+    EXPECT_STR(vgpu_config_cuda_library(), "libcuda.so.1");
+    static char long_path[5000];
+    memset(long_path, 'l', sizeof long_path - 1);
+    setenv("TF_CUDA_LIB_PATH", long_path, 1);
+    EXPECT_ERROR("TF_CUDA_LIB_PATH", "path longer than 4095 bytes");
+}
+
+/* A pod whose region belongs to another user (the daemon) cannot lower the context overhead. */
+static void overhead_floor(void) {
+    char folder[] = "/tmp/vgpu-config-test-XXXXXX";
+    if (geteuid() != 0 || mkdtemp(folder) == NULL) {
+        return; /* giving a file away takes root */
+    }
+    char region[sizeof folder + 8];
+    snprintf(region, sizeof region, "%s/shm", folder);
+    FILE *file = fopen(region, "w");
+    check(file != NULL, __LINE__, "%s", "region file");
+    if (file == NULL) {
+        return;
+    }
+    fclose(file);
+    clear_environment();
+    setenv("SHM_PATH", folder, 1);
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "0", 1);
+    EXPECT_OK(); /* our own region: the test's choice */
+    EXPECT_EQ(config.context_overhead, 0u);
+    check(chown(region, 65534, 65534) == 0, __LINE__, "%s", "chown");
+    EXPECT_OK();
+    EXPECT_EQ(config.context_overhead, VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD);
+    EXPECT_STR(config.context_overhead_source, "default");
+    EXPECT_WARNING("TF_CUDA_CONTEXT_OVERHEAD=0: ignored: below the default 570425344 bytes in a "
+                   "pod region owned by another user");
+    /* Raising it stays allowed. */
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "1GiB", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.context_overhead, GIB);
+    EXPECT_EQ(config.warning_count, 0u);
+    unlink(region);
+    rmdir(folder);
+}
+
+/* POD_NAME of a pod with no folder under the base: a warning (a typo, or no daemon). */
+static void unknown_pod(void) {
+    char base[] = "/tmp/vgpu-config-base-XXXXXX";
+    check(mkdtemp(base) != NULL, __LINE__, "%s", "mkdtemp");
+    char pod_folder[sizeof base + 32];
+    snprintf(pod_folder, sizeof pod_folder, "%s/team", base);
+    mkdir(pod_folder, 0700);
+    snprintf(pod_folder, sizeof pod_folder, "%s/team/trainer", base);
+    mkdir(pod_folder, 0700);
+    clear_environment();
+    setenv("SHM_BASE_PATH", base, 1);
+    setenv("POD_NAMESPACE", "team", 1);
+    setenv("POD_NAME", "trainer", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    setenv("POD_NAME", "trainr", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 1u);
+    EXPECT_WARNING("POD_NAME=trainr: no pod team/trainr on this node (no folder ");
+    EXPECT_WARNING("/team/trainr): not one the daemon manages");
+    rmdir(pod_folder);
+    snprintf(pod_folder, sizeof pod_folder, "%s/team", base);
+    rmdir(pod_folder);
+    rmdir(base);
+}
+
 int main(void) {
     defaults();
     memory_json();
@@ -795,6 +1072,12 @@ int main(void) {
     small_error_buffers();
     describe();
     random_inputs();
+    foreign_variables();
+    hidden_devices();
+    absent_uuids();
+    process_settings();
+    overhead_floor();
+    unknown_pod();
     clear_environment();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

@@ -7,24 +7,34 @@ run in this process inside `configured`, which leaves no limiter variable behind
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vgpu_common.units import format_percent, format_size
+from vgpu_common.units import parse_size as python_parse_size  # the one Python parser
+from vgpu_hypervisor.settings import Settings
 from vgpu_limiter.config import (
     ConfigError,
     DeviceSetting,
     LimiterConfig,
+    default_base,
     describe_json,
     environment_names,
     load_config,
 )
+from vgpu_limiter.region import DEFAULT_BASE, check_name
+
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 
 MEM = "TENSOR_FUSION_CUDA_MEM_LIMIT"
 UP = "TENSOR_FUSION_CUDA_UP_LIMIT"
@@ -224,9 +234,19 @@ INVALID = [
         "device 3 compute limit 41.00% contradicts 40.00% from TENSOR_FUSION_CUDA_UP_LIMIT",
     ),
     ({"SHM_PATH": "pods/a"}, "SHM_PATH=pods/a: must be an absolute path"),
-    ({"POD_NAME": "a/b"}, "POD_NAME=a/b: not a usable folder name"),
-    ({"POD_NAME": ".."}, "POD_NAME=..: not a usable folder name"),
-    ({"POD_NAME": "p", "POD_NAMESPACE": ""}, "POD_NAMESPACE=: not a usable folder name"),
+    ({"POD_NAME": "a/b"}, "POD_NAME=a/b: not a valid name (1-253 letters, digits, '.', '_' or"),
+    ({"POD_NAME": ".."}, "POD_NAME=..: not a valid name"),
+    ({"POD_NAME": "-rf"}, "POD_NAME=-rf: not a valid name"),
+    ({"POD_NAME": ".hidden"}, "POD_NAME=.hidden: not a valid name"),
+    ({"POD_NAME": "café"}, "POD_NAME=caf\\xc3\\xa9: not a valid name"),
+    ({"POD_NAME": "p" * 254}, "...: not a valid name"),
+    ({"POD_NAME": "p", "POD_NAMESPACE": ""}, "POD_NAMESPACE=: not a valid name"),
+    ({"POD_NAME": "p", "POD_NAMESPACE": ".devices"}, "POD_NAMESPACE=.devices: not a valid name"),
+    ({"CONTAINER_NAME": "-x"}, "CONTAINER_NAME=-x: not a valid name"),
+    ({"SHM_BASE_PATH": "shm"}, "SHM_BASE_PATH=shm: must be an absolute path"),
+    ({"TF_CUDA_CONTEXT_OVERHEAD": "big"}, "TF_CUDA_CONTEXT_OVERHEAD=big: not a size"),
+    ({"TF_CUDA_LIB_PATH": "/" + "l" * 5000}, "TF_CUDA_LIB_PATH=/lll"),
+    ({MEM: '{"0":"4.0000001GiB"}'}, 'bad size "4.0000001GiB" for key "0"'),
     ({"POD_NAME": "p", "SHM_BASE_PATH": "shm"}, "SHM_BASE_PATH=shm: must be an absolute path"),
     ({"TF_LOG_LEVEL": "verbose"}, "TF_LOG_LEVEL=verbose: unknown level"),
 ]
@@ -274,6 +294,8 @@ def sizes(draw: st.DrawFn) -> tuple[str, int]:
     factor = UNITS[unit]
     whole = draw(st.integers(0, 1 << 20))
     decimals = draw(st.text("0123456789", max_size=3))
+    if factor * int(decimals or "0") % 10 ** len(decimals):
+        decimals = ""  # not a whole number of bytes: refused (test_size_grammar)
     expected = whole * factor + factor * int(decimals or "0") // 10 ** len(decimals)
     text = str(whole) + (f".{decimals}" if decimals else "")
     text += draw(st.sampled_from(["", " "])) + spell_case(unit, draw(st.lists(st.booleans())))
@@ -416,8 +438,10 @@ def test_check_config_table() -> None:
     assert row == [UUID, "memory", "1.50", "GiB", "1610612736", MEM]
     assert any(line.split() == ["compute", "12.5", "%", UP] for line in lines)
     assert "100 % (no limit)" in result.stdout
-    assert "Pod folder: /run/tensor-fusion/shm/default/trainer (from POD_NAME)" in lines
-    assert "Log: level warn, to stderr" in lines
+    rows = [line.split() for line in lines]
+    assert ["pod", "folder", "/run/tensor-fusion/shm/default/trainer", "POD_NAME"] in rows
+    assert ["log", "level", "warn", "default"] in rows
+    assert ["log", "stderr", "default"] in rows
 
 
 def test_check_config_without_anything() -> None:
@@ -439,7 +463,21 @@ def test_check_config_json() -> None:
         "region_file": "/pods/a/shm",
         "namespace": None,
         "name": None,
+        "container": None,
+        "base": "/run/tensor-fusion/shm",
+        "base_source": "default",
     }
+    assert document["process"] == {
+        "context_overhead": 544 * MIB,
+        "context_overhead_source": "default",
+        "cuda_library": "libcuda.so.1",
+        "cuda_library_source": "default",
+        "nvml_library": "libnvidia-ml.so.1",
+        "nvml_library_source": "default",
+        "tmp_folder": "/tmp",
+        "tmp_source": "default",
+    }
+    assert document["warnings"] == []
 
 
 @pytest.mark.parametrize("args", [(), ("--json",)])
@@ -493,3 +531,364 @@ def test_format_size_largest() -> None:
 )
 def test_format_percent(hundredths: int, text: str) -> None:
     assert format_percent(hundredths) == text
+
+
+# --- every variable through the library, with its source -----------------------------------------
+
+PROCESS_SETTINGS = [
+    # (variable, value, setting row as check-config prints it, JSON field, JSON value)
+    (
+        "TF_CUDA_CONTEXT_OVERHEAD",
+        "256MiB",
+        "context overhead 256 MiB",
+        "context_overhead",
+        256 * MIB,
+    ),
+    (
+        "TF_CUDA_LIB_PATH",
+        "/opt/libcuda.so.1",
+        "CUDA driver /opt/libcuda.so.1",
+        "cuda_library",
+        "/opt/libcuda.so.1",
+    ),
+    (
+        "TF_NVML_LIB_PATH",
+        "/opt/libnvml.so",
+        "NVML /opt/libnvml.so",
+        "nvml_library",
+        "/opt/libnvml.so",
+    ),
+    ("TMPDIR", "/scratch", "temporary folder /scratch", "tmp_folder", "/scratch"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "row", "field", "expected"), PROCESS_SETTINGS)
+def test_check_config_shows_each_process_variable_and_its_source(
+    variable: str, value: str, row: str, field: str, expected: object
+) -> None:
+    shown = check_config(**{variable: value})
+    assert shown.returncode == 0, shown.stderr
+    assert any(line.split() == [*row.split(), variable] for line in shown.stdout.splitlines())
+    document = json.loads(check_config("--json", **{variable: value}).stdout)
+    assert document["process"][field] == expected
+    source = "tmp_source" if field == "tmp_folder" else f"{field}_source"
+    assert document["process"][source] == variable
+
+
+def test_check_config_shows_the_pod_base_and_container() -> None:
+    shown = check_config(SHM_BASE_PATH="/srv/shm/", POD_NAME="p", CONTAINER_NAME="main")
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    assert ["base", "folder", "/srv/shm", "SHM_BASE_PATH"] in rows
+    assert ["container", "main", "CONTAINER_NAME"] in rows
+    assert ["pod", "default/p", "POD_NAMESPACE,", "POD_NAME"] in rows
+
+
+def test_the_default_base_is_the_librarys() -> None:
+    assert default_base() == Path("/run/tensor-fusion/shm")
+    # The Python places that still spell it must stay equal until they read default_base().
+    assert default_base() == DEFAULT_BASE
+    assert Settings.model_fields["shm_base_path"].default == default_base()
+
+
+# --- warnings: nothing ignored without a word ----------------------------------------------------
+
+FOREIGN = [
+    ("CUDA_MEM_LIMIT_0", "4g", "vgpu-manager", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
+    ("CUDA_MEM_LIMIT", "1000m", "vgpu-manager", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
+    ("CUDA_MEM_RATIO_1", "0.5", "vgpu-manager", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
+    ("CUDA_CORE_LIMIT", "30", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
+    ("CUDA_CORE_LIMIT_1", "30", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
+    ("CUDA_CORE_SOFT_LIMIT", "60", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
+    ("CUDA_CORE_SOFT_LIMIT_0", "60", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
+    ("CUDA_MEMORY_OVERSUBSCRIBE", "true", "vgpu-manager", "nothing yet"),
+    ("CUDA_MEM_OVERSOLD_0", "true", "vgpu-manager", "nothing yet"),
+    ("GPU_DEVICES_UUID", UUID, "vgpu-manager", "UUID keys"),
+    ("VGPU_POD_NAME", "p", "vgpu-manager", "POD_NAME"),
+    ("VGPU_POD_NAMESPACE", "ns", "vgpu-manager", "POD_NAME"),
+    ("VGPU_POD_UID", "1234", "vgpu-manager", "POD_NAME"),
+    ("VGPU_CONTAINER_NAME", "c", "vgpu-manager", "CONTAINER_NAME"),
+    ("LOGGER_LEVEL", "4", "vgpu-manager", "TF_LOG_LEVEL"),
+    ("VCUDA_MEMORY_LIMIT", "4294967296", "vcuda-hook", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
+    ("VCUDA_LOG_LEVEL", "debug", "vcuda-hook", "TF_LOG_LEVEL"),
+    ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/cache", "HAMi-core", "SHM_PATH"),
+    ("GPU_CORE_UTILIZATION_POLICY", "FORCE", "HAMi-core", "TENSOR_FUSION_CUDA_UP_LIMIT"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "system", "instead"), FOREIGN)
+def test_other_systems_variables_are_one_warning_each(
+    variable: str, value: str, system: str, instead: str
+) -> None:
+    config = config_of({variable: value})
+    assert config.devices == ()
+    (warning,) = config.warnings
+    assert warning.startswith(f"{variable}={value}: {system}'s variable, not supported: ignored")
+    assert instead in warning
+    shown = check_config(**{variable: value})
+    assert shown.returncode == 0
+    assert f"Warning: {warning}" in shown.stdout
+
+
+def test_a_name_that_only_starts_like_another_systems_is_not_one() -> None:
+    assert config_of({"CUDA_MEM_LIMITS": "4g", "CUDA_CORE_LIMITED": "1"}).warnings == ()
+
+
+def test_an_index_key_hidden_by_cuda_visible_devices_is_a_warning() -> None:
+    config = config_of({MEM: '{"0": "1g", "1": "1g"}', "CUDA_VISIBLE_DEVICES": "GPU-x"})
+    (warning,) = config.warnings
+    assert warning == (
+        f"{MEM}: device index 1 is not among the 1 device this process sees "
+        "(CUDA_VISIBLE_DEVICES=GPU-x): its limit applies to no GPU (a UUID key names a GPU "
+        "wherever it is)"
+    )
+
+
+def test_an_index_key_past_the_driver_devices_is_a_warning_in_the_log(
+    limited_env: LimitedEnv,
+) -> None:
+    environment = limited_env('{"0": "1GiB", "7": "1GiB"}')
+    result = run([WORKLOAD, "--kernels", "1"], environment)
+    assert result.returncode == 0, result.stderr
+    assert "device index 7 is not among the" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_uuid_key_not_on_the_node_is_a_warning_in_the_log(limited_env: LimitedEnv) -> None:
+    absent = "GPU-12345678-1111-2222-3333-444444444444"
+    result = run([WORKLOAD, "--kernels", "1"], limited_env(f'{{"{absent}": "1GiB"}}'))
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert f"{MEM}: {absent} is not on this node (none of its " in line
+
+
+def test_a_pod_the_daemon_does_not_manage_is_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "team" / "trainer").mkdir(parents=True)
+    values = {"SHM_BASE_PATH": str(tmp_path), "POD_NAMESPACE": "team"}
+    assert config_of(values | {"POD_NAME": "trainer"}).warnings == ()
+    (warning,) = config_of(values | {"POD_NAME": "trainr"}).warnings
+    assert warning.startswith("POD_NAME=trainr: no pod team/trainr on this node (no folder /")
+    assert warning.endswith(
+        "): not one the daemon manages, so only this environment's limits apply (a typo?)"
+    )
+
+
+def test_an_env_limit_that_differs_from_the_region_is_a_warning(limited_env: LimitedEnv) -> None:
+    first = run([WORKLOAD, "--kernels", "1"], limited_env('{"0": "2GiB"}'))
+    assert first.returncode == 0, first.stderr
+    second = run([WORKLOAD, "--kernels", "1"], limited_env('{"0": "3GiB"}'))
+    assert second.returncode == 0, second.stderr
+    assert f"{MEM}: memory limit 3221225472 bytes for GPU-" in second.stderr
+    assert "differs from the pod region's 2147483648 bytes; the region's applies" in second.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user takes root")
+def test_the_context_overhead_cannot_be_lowered_in_another_users_region(tmp_path: Path) -> None:
+    region = tmp_path / "shm"
+    region.write_bytes(b"")
+    values = {"SHM_PATH": str(tmp_path), "TF_CUDA_CONTEXT_OVERHEAD": "0"}
+    assert config_of(values).process.context_overhead == 0
+    os.chown(region, 65534, 65534)
+    config = config_of(values)
+    assert config.process.context_overhead == 544 * MIB
+    assert config.process.context_overhead_source == "default"
+    (warning,) = config.warnings
+    assert warning.startswith("TF_CUDA_CONTEXT_OVERHEAD=0: ignored: below the default")
+    assert config_of(values | {"TF_CUDA_CONTEXT_OVERHEAD": "1GiB"}).process.context_overhead == GIB
+
+
+# --- one grammar of sizes and one name rule in C and Python --------------------------------------
+
+PARSE_C = Path(__file__).parents[2] / "packages/limiter/csrc/common/vgpu_parse.c"
+
+
+@pytest.fixture(scope="module")
+def c_parse(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """vgpu_parse.c alone, as a small shared object loaded with cffi."""
+    compiler = shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    library = tmp_path_factory.mktemp("parse") / "libvgpu_parse.so"
+    subprocess.run(
+        [
+            compiler,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(library),
+            str(PARSE_C),
+        ],
+        check=True,
+    )
+    from cffi import FFI
+
+    ffi = FFI()
+    ffi.cdef(
+        "bool vgpu_parse_size(const char *text, uint64_t *bytes);"
+        "bool vgpu_valid_name(const char *text);"
+    )
+    return ffi, ffi.dlopen(str(library))
+
+
+def c_size(c_parse: Any, text: str) -> int | None:
+    """The C parser's bytes, or None where it refuses; 0 is refused as Python does (every size
+    that is a limit or a setting must be > 0)."""
+    ffi, lib = c_parse
+    out = ffi.new("uint64_t *")
+    if not lib.vgpu_parse_size(text.encode(), out) or out[0] == 0:
+        return None
+    return int(out[0])
+
+
+def py_size(text: str) -> int | None:
+    try:
+        return python_parse_size(text)
+    except ValueError:
+        return None
+
+
+# Sizes as people write them, pieces that probe the edges, and ASCII text of any kind.
+SIZE_UNITS = [
+    "",
+    "b",
+    "B",
+    "k",
+    "Ki",
+    "KiB",
+    "kb",
+    "KB",
+    "m",
+    "MiB",
+    "MB",
+    "g",
+    "Gi",
+    "GiB",
+    "GB",
+    "t",
+    "TiB",
+    "TB",
+    "x",
+    "gib b",
+    "i",
+    "PiB",
+]
+BLANKS = st.sampled_from(["", " ", "\t", "\n", "\r", "\f", "\v", "  "])
+NUMBERS = st.one_of(
+    st.integers(0, 10**25).map(str),
+    st.tuples(st.integers(0, 10**6), st.text("0123456789", min_size=0, max_size=40)).map(
+        lambda pair: f"{pair[0]}.{pair[1]}"
+    ),
+    st.decimals(0, 10**7, allow_nan=False, allow_infinity=False).map(str),
+    st.sampled_from(
+        [
+            "4.0000001",
+            "0.5",
+            "1.5",
+            "0.25",
+            ".5",
+            "5.",
+            "00012",
+            "18446744073709551615",
+            "18446744073709551616",
+            "16777215.999999940395355224609375",
+            "-1",
+            "+1",
+        ]
+    ),
+)
+written_sizes = st.tuples(BLANKS, NUMBERS, BLANKS, st.sampled_from(SIZE_UNITS), BLANKS).map("".join)
+# ASCII without NUL (an environment value cannot hold it) and without \x1c-\x1f, which
+# Python's str.isspace calls white space (see test_python_sizes_refused_as_in_c).
+ascii_text = st.text(
+    st.characters(min_codepoint=1, max_codepoint=127, exclude_characters="\x1c\x1d\x1e\x1f")
+)
+
+
+_GRAMMAR = re.compile(
+    r"[ \t\n\r\f\v]*([0-9]+(?:\.[0-9]+)?)[ \t\n\r\f\v]*([a-z]*)[ \t\n\r\f\v]*", re.I | re.A
+)
+
+
+def grammar_size(text: str) -> int | None:
+    """The grammar of vgpu_parse.h, exactly (Fraction): ASCII blanks, digits with an optional
+    fraction, a unit; a whole number of bytes, 1 to 2**64 - 1."""
+    match = _GRAMMAR.fullmatch(text)
+    factor = UNITS.get(match[2].lower()) if match else None
+    if match is None or factor is None:
+        return None
+    exact = Fraction(match[1]) * factor
+    if exact.denominator != 1 or not 0 < exact <= UINT64_MAX:
+        return None
+    return int(exact)
+
+
+@settings(max_examples=1500)
+@given(st.one_of(written_sizes, ascii_text))
+def test_the_c_and_python_size_parsers_agree(c_parse: Any, text: str) -> None:
+    expected = grammar_size(text)
+    assert c_size(c_parse, text) == expected, text
+    assert py_size(text) == expected, text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4GiB", 4 * GIB),
+        ("1.5KiB", 1536),
+        ("1.5KB", 1500),
+        ("0.25k", 256),
+        (" 4 g\n", 4 * GIB),
+        ("1.0000000000000000000000000g", GIB),
+        ("16777215.999999940395355224609375TiB", UINT64_MAX - (1 << 16) + 1),
+        ("4.0000001GiB", None),  # 4294967296.43 bytes: not a whole number, refused
+        ("0.1KiB", None),
+        ("0.5", None),
+        (".5g", None),
+        ("5.g", None),
+        ("0", None),
+        ("18446744073709551616", None),
+    ],
+)
+def test_size_grammar(c_parse: Any, text: str, expected: int | None) -> None:
+    assert c_size(c_parse, text) == expected
+    assert py_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["18446744073709551616", "0.99999999999999999999999999995", "\x1c4g", "\u20034g", "4\u212a"],
+)
+def test_python_sizes_refused_as_in_c(c_parse: Any, text: str) -> None:
+    assert c_size(c_parse, text) is None
+    assert py_size(text) is None
+
+
+def c_name(c_parse: Any, text: str) -> bool:
+    _, lib = c_parse
+    return bool(lib.vgpu_valid_name(text.encode("utf-8", "surrogateescape")))
+
+
+def py_name(text: str) -> bool:
+    try:
+        check_name("pod name", text)
+    except ValueError:
+        return False
+    return True
+
+
+NAME_PIECES = ["a", "Z", "0", "_", ".", "-", "-rf", ".hidden", "é", "/", " ", "..", "ß", "\n"]
+names = st.one_of(
+    st.lists(st.sampled_from(NAME_PIECES), max_size=8).map("".join),
+    st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12),
+    st.integers(250, 256).map(lambda length: "n" * length),
+    st.text("abc.-_", min_size=1, max_size=300),
+)
+
+
+@settings(max_examples=1500)
+@given(names)
+def test_the_c_and_python_name_rules_agree(c_parse: Any, text: str) -> None:
+    assert c_name(c_parse, text) == py_name(text), repr(text)

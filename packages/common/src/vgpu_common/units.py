@@ -5,12 +5,14 @@ Compute limits: the region keeps them in hundredths of a percent (10000: the who
 """
 
 import re
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 HUNDREDTHS_PER_PERCENT = 100
 WHOLE_GPU = 100 * HUNDREDTHS_PER_PERCENT  # a compute limit of 100 %: none
 
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+# ASCII only, as the C parser (vgpu_parse.h): no other digits, blanks or letters.
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE | re.ASCII)
+_SIZE_MAX = (1 << 64) - 1  # what a region can hold
 _SIZE_UNITS = {
     **dict.fromkeys(("", "b"), 1),
     **dict.fromkeys(("k", "ki", "kib"), 1 << 10),
@@ -28,21 +30,19 @@ _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 def parse_size(value: object) -> int:
     """Bytes from an int or a size string ("64MiB", "1.5 GiB", "4GB"). Must be a whole number
-    of bytes, > 0; ValueError (one line) otherwise."""
+    of bytes from 1 to 2**64 - 1 (the C parser's grammar); ValueError (one line) otherwise."""
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
     elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
         factor = _SIZE_UNITS.get(match[2].lower())
-        try:
-            exact = Decimal(match[1]) * factor if factor is not None else None
-        except InvalidOperation:  # pragma: no cover (the pattern admits only plain decimals)
-            exact = None
-        if exact is None or exact != exact.to_integral_value():
+        # Exact arithmetic: a size is a whole number of bytes, whatever its number of digits.
+        exact = Fraction(match[1]) * factor if factor is not None else None
+        if exact is None or exact.denominator != 1:
             raise ValueError(_SIZE_FORMS)
         size = int(exact)
     else:
         raise ValueError(_SIZE_FORMS)
-    if size <= 0:
+    if not 0 < size <= _SIZE_MAX:
         raise ValueError(_SIZE_FORMS)
     return size
 

@@ -36,6 +36,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BeforeValidator, PlainSerializer, PlainValidator, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from vgpu_common.paths import DEFAULT_BASE
 from vgpu_common.units import format_size, parse_size
 
 from vgpu_hypervisor.listen_address import (
@@ -180,7 +181,7 @@ class Settings(BaseSettings):
     shm_base_path: Annotated[
         AbsolutePath,
         Setting("--shm-base-path", "PATH", "Base folder of the pods' regions.", ("SHM_BASE_PATH",)),
-    ] = Path("/run/tensor-fusion/shm")
+    ] = DEFAULT_BASE
     api_listen_addr: Annotated[
         ListenField,
         Setting(

@@ -1,4 +1,5 @@
-/* The limiter's configuration, read from the process environment.
+/* The limiter's configuration: every variable it reads from the process environment is read
+ * here (config.c and config_*.c), so that tf-limiter check-config shows all of them.
  *
  * Limits (per device key):
  *   TENSOR_FUSION_CUDA_MEM_LIMIT   JSON object, key -> bytes (number) or size string ("4GiB")
@@ -9,8 +10,11 @@
  * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", any case).
  *
  * Pod identity: SHM_PATH (the pod's folder), else SHM_BASE_PATH/POD_NAMESPACE/POD_NAME
- * (base /run/tensor-fusion/shm, namespace "default"); neither: no pod (a private region).
+ * (base /run/tensor-fusion/shm, namespace "default"); neither: no pod (a private region under
+ * TMPDIR). CONTAINER_NAME: recorded. Names follow the daemon's rule (vgpu_valid_name).
+ * Process: TF_CUDA_CONTEXT_OVERHEAD, TF_CUDA_LIB_PATH, TF_NVML_LIB_PATH, TMPDIR.
  * Logging: TF_LOG_LEVEL (error, warn, info, debug; default warn), TF_LOG_PATH (default stderr).
+ * Variables of other systems that are recognised but not supported are warnings.
  *
  * Nothing here allocates, keeps state or aborts; it reads the environment with getenv and
  * environ, so it must not race with setenv in another thread (as every getenv user). */
@@ -29,7 +33,17 @@
 #define VGPU_CONFIG_NAME_SIZE 256
 /* Room for any message about printable ASCII values; a longer message is cut. */
 #define VGPU_CONFIG_ERROR_SIZE 1024
+/* The one definition of the default base folder of the pod regions (Python reads it from the
+ * library's description, check-config's "base"). */
 #define VGPU_CONFIG_DEFAULT_BASE "/run/tensor-fusion/shm"
+#define VGPU_CONFIG_DEFAULT_TMP "/tmp"
+/* What a CUDA context holds on the device before any allocation (measured on an H100 with
+ * CUDA 13: about 518 MiB), rounded up. */
+#define VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD (544ULL << 20)
+#define VGPU_CONFIG_CUDA_LIBRARY "libcuda.so.1"
+#define VGPU_CONFIG_NVML_LIBRARY "libnvidia-ml.so.1"
+#define VGPU_CONFIG_MAX_WARNINGS 16
+#define VGPU_CONFIG_WARNING_SIZE 512
 /* The region file inside the pod folder. */
 #define VGPU_CONFIG_REGION_FILE "shm"
 
@@ -59,8 +73,22 @@ struct vgpu_config {
     char pod_folder[VGPU_CONFIG_PATH_SIZE]; /* "" = no pod; never ends in '/' */
     char pod_namespace[VGPU_CONFIG_NAME_SIZE]; /* "" when POD_NAME is not set */
     char pod_name[VGPU_CONFIG_NAME_SIZE];
+    char container_name[VGPU_CONFIG_NAME_SIZE]; /* "" when CONTAINER_NAME is not set */
+    char base_path[VGPU_CONFIG_PATH_SIZE];      /* SHM_BASE_PATH or the default; no trailing '/' */
+    char base_source[VGPU_CONFIG_SOURCE_SIZE];  /* "SHM_BASE_PATH" or "default" */
+    uint64_t context_overhead;                  /* bytes charged per CUDA context */
+    char context_overhead_source[VGPU_CONFIG_SOURCE_SIZE];
+    char tmp_folder[VGPU_CONFIG_PATH_SIZE];     /* where a private region goes */
+    char tmp_source[VGPU_CONFIG_SOURCE_SIZE];
+    char cuda_library[VGPU_CONFIG_PATH_SIZE];   /* a path or a soname for dlopen */
+    char cuda_library_source[VGPU_CONFIG_SOURCE_SIZE];
+    char nvml_library[VGPU_CONFIG_PATH_SIZE];
+    char nvml_library_source[VGPU_CONFIG_SOURCE_SIZE];
     int log_level;                        /* VGPU_LOG_ERROR ... VGPU_LOG_DEBUG of log.h */
     char log_path[VGPU_CONFIG_PATH_SIZE]; /* "" = stderr */
+    /* One line each, "NAME=VALUE: what is ignored or doubtful"; the core logs them. */
+    unsigned warning_count;
+    char warnings[VGPU_CONFIG_MAX_WARNINGS][VGPU_CONFIG_WARNING_SIZE];
 };
 
 /* The limits that apply to one device, from the most specific setting that gives each: UUID,
@@ -83,8 +111,21 @@ bool vgpu_config_device_limits(const struct vgpu_config *config, int index, cons
                                struct vgpu_device_limits *limits, char *error,
                                size_t error_size);
 
+/* After the driver listed the `count` devices this process sees, with their UUIDs: a warning in
+ * `config` for each key whose limit applies to no GPU, an index key past them (hidden by
+ * CUDA_VISIBLE_DEVICES) or, when CUDA_VISIBLE_DEVICES hides nothing, a UUID key of none of
+ * them (not on this node). */
+void vgpu_config_check_devices(struct vgpu_config *config, int count,
+                               const char uuids[][VGPU_CONFIG_UUID_SIZE]);
+
+/* The library to dlopen for the driver (TF_CUDA_LIB_PATH) and NVML (TF_NVML_LIB_PATH), else
+ * their sonames: read whenever asked, as the libraries may be needed before the rest. */
+const char *vgpu_config_cuda_library(void);
+const char *vgpu_config_nvml_library(void);
+
 /* Exported for tf-limiter check-config and the tests: reads the environment and writes a JSON
- * document, {"ok":true,"devices":[...],"pod":{...},"log":{...}} or {"ok":false,"error":"..."}.
+ * document, {"ok":true,"devices":[...],"pod":{...},"process":{...},"log":{...},
+ * "warnings":[...]} or {"ok":false,"error":"..."}.
  * Returns the length written, or needed when it is >= size (as snprintf); out may be NULL when
  * size is 0. */
 int vgpu_limiter_describe_config(char *out, size_t size);

@@ -14,12 +14,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "region.h"
-#include "vgpu_parse.h"
 #include "vgpu_proc.h"
-
-/* What a CUDA context holds on the device before any allocation (measured on an H100 with
- * CUDA 13: about 518 MiB), rounded up; TF_CUDA_CONTEXT_OVERHEAD overrides it. */
-#define DEFAULT_CONTEXT_OVERHEAD (544ULL << 20)
 
 struct vgpu_state vgpu_state;
 
@@ -38,10 +33,8 @@ static void forget_in_child(void) {
 /* Without SHM_PATH or POD_NAME: a region private to this process tree. Children started from
  * here find it through SHM_PATH. */
 static bool private_folder(char *folder, size_t size, char *error, size_t error_size) {
-    const char *tmp = getenv("TMPDIR");
     int pid = (int)getpid();
-    int length = snprintf(folder, size, "%s/vgpu-%d", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp",
-                          (int)getuid());
+    int length = snprintf(folder, size, "%s/vgpu-%d", vgpu_state.config.tmp_folder, (int)getuid());
     if (length < 0 || (size_t)length >= size) {
         snprintf(error, error_size, "TMPDIR: path too long for a private region");
         return false;
@@ -73,14 +66,10 @@ static void setup(void) {
         return;
     }
     vgpu_log_configure(config->log_level, config->log_path);
-    const char *overhead = getenv("TF_CUDA_CONTEXT_OVERHEAD");
-    vgpu_state.context_overhead = DEFAULT_CONTEXT_OVERHEAD;
-    if (overhead != NULL && overhead[0] != '\0' &&
-        !vgpu_parse_size(overhead, &vgpu_state.context_overhead)) {
-        vgpu_log(VGPU_LOG_ERROR, "TF_CUDA_CONTEXT_OVERHEAD=%.200s: not a size", overhead);
-        ready_result = CUDA_ERROR_NOT_INITIALIZED;
-        return;
+    for (unsigned i = 0; i < config->warning_count; i++) {
+        vgpu_log(VGPU_LOG_WARN, "%s", config->warnings[i]);
     }
+    vgpu_state.context_overhead = config->context_overhead;
     char folder[VGPU_CONFIG_PATH_SIZE];
     snprintf(folder, sizeof folder, "%s", config->pod_folder);
     if (folder[0] == '\0' && !private_folder(folder, sizeof folder, error, sizeof error)) {
@@ -137,10 +126,20 @@ static bool seed(int ordinal, const char *uuid, int *entry_out) {
     uint64_t memory;
     uint32_t compute;
     vgpu_region_limits(vgpu_state.region, entry, &memory, &compute);
+    /* The region is the pod's truth; an environment that says otherwise is told so. */
     if (limits.memory_limit != 0 && memory != limits.memory_limit) {
-        vgpu_log(VGPU_LOG_INFO, "%s: the pod region's memory limit %llu replaces %s's %llu",
-                 uuid, (unsigned long long)memory, limits.memory_source,
-                 (unsigned long long)limits.memory_limit);
+        vgpu_log(VGPU_LOG_WARN,
+                 "%s: memory limit %llu bytes for %s differs from the pod region's %llu bytes; "
+                 "the region's applies",
+                 limits.memory_source, (unsigned long long)limits.memory_limit, uuid,
+                 (unsigned long long)memory);
+    }
+    if (limits.compute_limit != 0 && compute != limits.compute_limit) {
+        vgpu_log(VGPU_LOG_WARN,
+                 "%s: compute limit %u.%02u%% for %s differs from the pod region's %u.%02u%%; "
+                 "the region's applies",
+                 limits.compute_source, limits.compute_limit / 100, limits.compute_limit % 100,
+                 uuid, compute / 100, compute % 100);
     }
     vgpu_log(VGPU_LOG_DEBUG, "device %d is %s: memory limit %llu bytes", ordinal, uuid,
              (unsigned long long)memory);
@@ -156,17 +155,18 @@ CUresult vgpu_map_devices(void) {
     pthread_mutex_lock(&map_lock);
     if (!mapped) {
         int count = 0;
+        char uuids[VGPU_MAX_ORDINALS][VGPU_CONFIG_UUID_SIZE];
         map_result = VGPU_REAL(cuDeviceGetCount, &count);
         for (int ordinal = 0; map_result == CUDA_SUCCESS && ordinal < count &&
                               ordinal < VGPU_MAX_ORDINALS;
              ordinal++) {
             CUuuid uuid;
-            char text[64];
+            char *text = uuids[ordinal];
             map_result = VGPU_REAL(cuDeviceGetUuid_v2, &uuid, ordinal);
             if (map_result != CUDA_SUCCESS) {
                 break;
             }
-            format_uuid(&uuid, text, sizeof text);
+            format_uuid(&uuid, text, VGPU_CONFIG_UUID_SIZE);
             if (!seed(ordinal, text, &vgpu_state.entries[ordinal])) {
                 map_result = CUDA_ERROR_INVALID_VALUE; /* fail closed on a contradiction */
             }
@@ -179,6 +179,15 @@ CUresult vgpu_map_devices(void) {
                 vgpu_region_device(vgpu_state.region, setting->uuid, false) < 0 &&
                 !seed(-1, setting->uuid, &entry)) {
                 map_result = CUDA_ERROR_INVALID_VALUE;
+            }
+        }
+        if (map_result == CUDA_SUCCESS) {
+            unsigned before = vgpu_state.config.warning_count;
+            vgpu_config_check_devices(&vgpu_state.config,
+                                      count < VGPU_MAX_ORDINALS ? count : VGPU_MAX_ORDINALS,
+                                      uuids);
+            for (unsigned i = before; i < vgpu_state.config.warning_count; i++) {
+                vgpu_log(VGPU_LOG_WARN, "%s", vgpu_state.config.warnings[i]);
             }
         }
         vgpu_state.ordinal_count = count;

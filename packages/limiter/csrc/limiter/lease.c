@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "lease_file.h"
 #include "log.h"
 #include "vgpu_proc.h"
@@ -58,18 +59,15 @@ struct vgpu_lease {
     uint64_t distrust_ns;
 };
 
-/* The node's base folder, which the daemon owns (the one place its setting is read). */
+/* The node's base folder, which the daemon owns (SHM_BASE_PATH, read by the configuration). */
 static const char *base_path(void) {
-    const char *base = getenv("SHM_BASE_PATH");
-    return base != NULL && base[0] == '/' ? base : "/run/tensor-fusion/shm";
+    return vgpu_state.config.base_path;
 }
 
 /* The leases' folder when {base}/.devices is not usable: one of this user's own, which keeps
  * this user's pods apart but not other users'. */
 static void private_folder(char *folder, size_t size) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(folder, size, "%s/vgpu-devices-%u", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp",
-             (unsigned)geteuid());
+    snprintf(folder, size, "%s/vgpu-devices-%u", vgpu_state.config.tmp_folder, (unsigned)geteuid());
 }
 
 static struct vgpu_device_lease *map_in(struct vgpu_lease *lease, char *why, size_t why_size) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "hooks.h"
 #include "log.h"
 #include "vgpu_cuda_table.h"
@@ -51,9 +52,7 @@ static void *checked(void *function, const char *name) {
     return function;
 }
 
-static void *open_library(const char *variable, const char *soname) {
-    const char *configured = getenv(variable);
-    const char *path = configured != NULL && configured[0] != '\0' ? configured : soname;
+static void *open_library(const char *variable, const char *path) {
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) {
         vgpu_log(VGPU_LOG_ERROR, "%s: cannot load %s: %s", variable, path, dlerror());
@@ -62,7 +61,7 @@ static void *open_library(const char *variable, const char *soname) {
 }
 
 static void load_cuda(void) {
-    cuda_handle = open_library("TF_CUDA_LIB_PATH", "libcuda.so.1");
+    cuda_handle = open_library("TF_CUDA_LIB_PATH", vgpu_config_cuda_library());
     if (cuda_handle == NULL) {
         return;
     }
@@ -74,7 +73,7 @@ static void load_cuda(void) {
 }
 
 static void load_nvml(void) {
-    nvml_handle = open_library("TF_NVML_LIB_PATH", "libnvidia-ml.so.1");
+    nvml_handle = open_library("TF_NVML_LIB_PATH", vgpu_config_nvml_library());
     if (nvml_handle == NULL) {
         return;
     }

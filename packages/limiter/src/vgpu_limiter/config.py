@@ -53,13 +53,32 @@ class DeviceSetting:
 
 @dataclass(frozen=True)
 class PodIdentity:
-    """Where the pod's region lives; source "private" means no pod (a private region)."""
+    """Where the pod's region lives; source "private" means no pod (a private region).
+    `base` is the folder of the node's pod regions and device leases (SHM_BASE_PATH or the
+    library's default, as `base_source` says)."""
 
     source: PodSource
     folder: Path | None
     region_file: Path | None
     namespace: str | None
     name: str | None
+    container: str | None
+    base: Path
+    base_source: str
+
+
+@dataclass(frozen=True)
+class ProcessSettings:
+    """Settings of each process, with the variable each came from ("default" when none)."""
+
+    context_overhead: int  # bytes charged per CUDA context
+    context_overhead_source: str
+    cuda_library: str  # a path or a soname
+    cuda_library_source: str
+    nvml_library: str
+    nvml_library_source: str
+    tmp_folder: Path  # where a private region goes
+    tmp_source: str
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,11 @@ class LogSettings:
 class LimiterConfig:
     devices: tuple[DeviceSetting, ...]
     pod: PodIdentity
+    process: ProcessSettings
     log: LogSettings
+    # One line each, "NAME=VALUE: ..." or "NAME: ...": values ignored or doubtful, which the
+    # library logs as warnings.
+    warnings: tuple[str, ...]
 
 
 @cache
@@ -110,6 +133,7 @@ def load_config() -> LimiterConfig:
     if not document["ok"]:
         raise ConfigError(document["error"])
     pod = document["pod"]
+    process = document["process"]
     log = document["log"]
     return LimiterConfig(
         devices=tuple(DeviceSetting(**device) for device in document["devices"]),
@@ -119,15 +143,32 @@ def load_config() -> LimiterConfig:
             region_file=_optional_path(pod["region_file"]),
             namespace=pod["namespace"],
             name=pod["name"],
+            container=pod["container"],
+            base=Path(pod["base"]),
+            base_source=pod["base_source"],
+        ),
+        process=ProcessSettings(
+            **process | {"tmp_folder": Path(process["tmp_folder"])},
         ),
         log=LogSettings(level=log["level"], path=_optional_path(log["path"])),
+        warnings=tuple(document["warnings"]),
     )
+
+
+@cache
+def default_base() -> Path:
+    """The library's default base folder of the pod regions (defined once, in config.h)."""
+    return Path(json.loads(describe_json())["default_base"])
 
 
 def environment_names(environ: Mapping[str, str] | None = None) -> list[str]:
     """The variables of `environ` (default: this process's) that the configuration reads."""
     environ = os.environ if environ is None else environ
-    fixed = {
+    return sorted(name for name in environ if name in _FIXED or name.startswith(_PREFIXES))
+
+
+_FIXED = frozenset(
+    (
         "TENSOR_FUSION_CUDA_MEM_LIMIT",
         "TENSOR_FUSION_CUDA_UP_LIMIT",
         "CUDA_DEVICE_MEMORY_LIMIT",
@@ -136,8 +177,39 @@ def environment_names(environ: Mapping[str, str] | None = None) -> list[str]:
         "SHM_BASE_PATH",
         "POD_NAME",
         "POD_NAMESPACE",
+        "CONTAINER_NAME",
+        "TF_CUDA_CONTEXT_OVERHEAD",
+        "TF_CUDA_LIB_PATH",
+        "TF_NVML_LIB_PATH",
+        "TMPDIR",
+        "CUDA_VISIBLE_DEVICES",
         "TF_LOG_LEVEL",
         "TF_LOG_PATH",
-    }
-    prefixes = ("CUDA_DEVICE_MEMORY_LIMIT_", "CUDA_DEVICE_SM_LIMIT_")
-    return sorted(name for name in environ if name in fixed or name.startswith(prefixes))
+        # Other systems' variables: recognised, warned about (config_foreign.c).
+        "CUDA_MEM_LIMIT",
+        "CUDA_MEM_RATIO",
+        "CUDA_CORE_LIMIT",
+        "CUDA_CORE_SOFT_LIMIT",
+        "CUDA_MEMORY_OVERSUBSCRIBE",
+        "CUDA_MEM_OVERSOLD",
+        "GPU_DEVICES_UUID",
+        "VGPU_POD_NAME",
+        "VGPU_POD_NAMESPACE",
+        "VGPU_POD_UID",
+        "VGPU_CONTAINER_NAME",
+        "LOGGER_LEVEL",
+        "VCUDA_MEMORY_LIMIT",
+        "VCUDA_LOG_LEVEL",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "GPU_CORE_UTILIZATION_POLICY",
+    )
+)
+_PREFIXES = (
+    "CUDA_DEVICE_MEMORY_LIMIT_",
+    "CUDA_DEVICE_SM_LIMIT_",
+    "CUDA_MEM_LIMIT_",
+    "CUDA_MEM_RATIO_",
+    "CUDA_CORE_LIMIT_",
+    "CUDA_CORE_SOFT_LIMIT_",
+    "CUDA_MEM_OVERSOLD_",
+)

@@ -80,27 +80,56 @@ def _print_table(document: dict[str, Any]) -> None:
         )
     else:
         console.print("Limits: none; every device is passed through untouched.")
+    _print_settings(console, document)
+    for warning in document["warnings"]:
+        console.print(f"Warning: {warning}", markup=False, soft_wrap=True)
+
+
+def _print_settings(console: Console, document: dict[str, Any]) -> None:
+    """Every other setting, with the variable it came from."""
     pod = document["pod"]
-    if pod["source"] == "private":
-        console.print("Pod: none (private region): each process tree gets a region of its own.")
-    else:
-        console.print(
-            f"Pod folder: {pod['folder']} (from {pod['source']})", markup=False, soft_wrap=True
-        )
-        console.print(f"Region file: {pod['region_file']}", markup=False, soft_wrap=True)
-        if pod["name"] is not None:
-            console.print(f"Pod: {pod['namespace']}/{pod['name']}", markup=False, soft_wrap=True)
+    process = document["process"]
     log = document["log"]
-    target = log["path"] if log["path"] is not None else "stderr"
-    console.print(f"Log: level {log['level']}, to {target}", markup=False, soft_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD, title="Settings", title_justify="left")
+    table.add_column("Setting", no_wrap=True)
+    table.add_column("Value", overflow="fold")
+    table.add_column("From", overflow="fold")
+    if pod["source"] == "private":
+        table.add_row("pod", "none: a private region for each process tree", "")
+    else:
+        table.add_row("pod folder", pod["folder"], pod["source"])
+        table.add_row("region file", pod["region_file"], pod["source"])
+    if pod["name"] is not None:
+        table.add_row("pod", f"{pod['namespace']}/{pod['name']}", "POD_NAMESPACE, POD_NAME")
+    if pod["container"] is not None:
+        table.add_row("container", pod["container"], "CONTAINER_NAME")
+    table.add_row("base folder", pod["base"], pod["base_source"])
+    table.add_row(
+        "context overhead",
+        format_size(process["context_overhead"]),
+        process["context_overhead_source"],
+    )
+    table.add_row("CUDA driver", process["cuda_library"], process["cuda_library_source"])
+    table.add_row("NVML", process["nvml_library"], process["nvml_library_source"])
+    table.add_row("temporary folder", process["tmp_folder"], process["tmp_source"])
+    table.add_row(
+        "log level", log["level"], "TF_LOG_LEVEL" if os.environ.get("TF_LOG_LEVEL") else "default"
+    )
+    table.add_row(
+        "log",
+        log["path"] if log["path"] is not None else "stderr",
+        "TF_LOG_PATH" if log["path"] is not None else "default",
+    )
+    console.print(table)
 
 
 def check_config(json_output: JsonOption = False) -> None:
     """Check the limiter's environment variables and show what would be enforced.
 
-    Reads TENSOR_FUSION_CUDA_MEM_LIMIT, TENSOR_FUSION_CUDA_UP_LIMIT, CUDA_DEVICE_MEMORY_LIMIT[_i],
-    CUDA_DEVICE_SM_LIMIT[_i], SHM_PATH, SHM_BASE_PATH, POD_NAMESPACE, POD_NAME, TF_LOG_LEVEL and
-    TF_LOG_PATH. An invalid or contradictory value: one line on stderr and exit code 2.
+    Reads every variable the library reads (docs/configuration.md) and shows each setting with
+    the variable it came from, and the warnings the library would log: variables of other
+    systems it does not support, index keys for devices the process does not see, a pod the
+    daemon does not manage. An invalid or contradictory value: one line on stderr and exit 2.
     """
     try:
         text = describe_json()

@@ -33,12 +33,12 @@ from types import TracebackType
 from typing import Any, Final
 
 from cffi import FFI
+from vgpu_common.paths import DEFAULT_BASE as DEFAULT_BASE
 
 _HERE = Path(__file__).resolve().parent
 CDEF_PATH: Final = _HERE / "region_cdef.h"
 LIBRARY_PATH: Final = _HERE / "libvgpu_region.so"
 
-DEFAULT_BASE: Final = Path("/run/tensor-fusion/shm")
 DEFAULT_NAMESPACE: Final = "default"
 REGION_FILE: Final = "shm"
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from vgpu_common.cli import fail
+from vgpu_common.paths import DEFAULT_BASE
 
 from vgpu_limiter.region_report import print_tables, region_report, resolve_path
 
@@ -31,7 +32,7 @@ def inspect(
             "--base",
             metavar="PATH",
             envvar="SHM_BASE_PATH",
-            help="The folder of the pods' regions (default /run/tensor-fusion/shm).",
+            help=f"The folder of the pods' regions (default {DEFAULT_BASE}).",
             show_default=False,
         ),
     ] = None,

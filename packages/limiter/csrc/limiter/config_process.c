@@ -1,0 +1,139 @@
+/* Settings of the process rather than the pod: the context overhead charged per CUDA context,
+ * the real libraries, the folder of a private region, logging. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+#include "log.h"
+#include "vgpu_parse.h"
+
+#define OVERHEAD "TF_CUDA_CONTEXT_OVERHEAD"
+
+/* A region file owned by another user (the node daemon) is one this process cannot raise its
+ * limits in; its pod must not lower the overhead either, or 16 processes could hold 12 GiB
+ * under a 4 GiB limit. */
+static bool region_of_another_user(const struct vgpu_config *config) {
+    char region[VGPU_CONFIG_PATH_SIZE];
+    struct stat status;
+    /* load_folder left room for the file name. The system call itself: glibc's stat symbol is
+     * newer than the 2.17 the library targets (its struct stat is the kernel's on 64-bit). */
+    snprintf(region, sizeof region, "%.*s/%s", VGPU_CONFIG_PATH_SIZE - 5, config->pod_folder,
+             VGPU_CONFIG_REGION_FILE);
+    return config->pod_folder[0] != '\0' &&
+           syscall(SYS_newfstatat, AT_FDCWD, region, &status, 0) == 0 &&
+           status.st_uid != geteuid();
+}
+
+static bool load_overhead(struct vgpu_config *config, char *error, size_t error_size) {
+    const char *value = getenv(OVERHEAD);
+    config->context_overhead = VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD;
+    snprintf(config->context_overhead_source, sizeof config->context_overhead_source, "default");
+    if (value == NULL || *value == '\0') {
+        return true;
+    }
+    uint64_t bytes = 0;
+    if (!vgpu_parse_size(value, &bytes)) {
+        struct report report = {error, error_size, OVERHEAD, value};
+        return vgpu_config_fail(&report, "not a size (bytes, or a number with a unit such as "
+                                         "512MiB)");
+    }
+    if (bytes < VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD && region_of_another_user(config)) {
+        vgpu_config_warn(config, OVERHEAD, value,
+                         "ignored: below the default %llu bytes in a pod region owned by another "
+                         "user (the daemon's); the default applies",
+                         (unsigned long long)VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD);
+        return true;
+    }
+    config->context_overhead = bytes;
+    snprintf(config->context_overhead_source, sizeof config->context_overhead_source, OVERHEAD);
+    return true;
+}
+
+/* A path variable: `fallback` when unset or empty (or, with a warning, when not absolute where
+ * it must be: TMPDIR is everyone's, the limiter does not fail for it); an error when too long. */
+static bool load_path(struct vgpu_config *config, const char *variable, const char *fallback,
+                      bool absolute, char *out, char *source, char *error, size_t error_size) {
+    const char *value = getenv(variable);
+    if (value != NULL && *value != '\0' && absolute && value[0] != '/') {
+        vgpu_config_warn(config, variable, value, "not an absolute path: %s is used", fallback);
+        value = NULL;
+    }
+    if (value == NULL || *value == '\0') {
+        snprintf(out, VGPU_CONFIG_PATH_SIZE, "%s", fallback);
+        snprintf(source, VGPU_CONFIG_SOURCE_SIZE, "default");
+        return true;
+    }
+    struct report report = {error, error_size, variable, value};
+    if (strlen(value) >= VGPU_CONFIG_PATH_SIZE) {
+        return vgpu_config_fail(&report, "path longer than %d bytes", VGPU_CONFIG_PATH_SIZE - 1);
+    }
+    snprintf(out, VGPU_CONFIG_PATH_SIZE, "%s", value);
+    snprintf(source, VGPU_CONFIG_SOURCE_SIZE, "%s", variable);
+    return true;
+}
+
+static const char *library(const char *variable, const char *soname) {
+    const char *value = getenv(variable);
+    return value != NULL && value[0] != '\0' ? value : soname;
+}
+
+const char *vgpu_config_cuda_library(void) {
+    return library("TF_CUDA_LIB_PATH", VGPU_CONFIG_CUDA_LIBRARY);
+}
+
+const char *vgpu_config_nvml_library(void) {
+    return library("TF_NVML_LIB_PATH", VGPU_CONFIG_NVML_LIBRARY);
+}
+
+static bool load_log(struct vgpu_config *config, char *error, size_t error_size) {
+    static const struct {
+        const char *name;
+        int level;
+    } levels[] = {
+        {"error", VGPU_LOG_ERROR}, {"warn", VGPU_LOG_WARN},
+        {"warning", VGPU_LOG_WARN}, {"info", VGPU_LOG_INFO},
+        {"debug", VGPU_LOG_DEBUG},
+    };
+    const char *level = getenv("TF_LOG_LEVEL");
+    config->log_level = VGPU_LOG_WARN;
+    if (level != NULL && *level != '\0') {
+        size_t i = 0;
+        while (i < sizeof levels / sizeof levels[0] && strcasecmp(level, levels[i].name) != 0) {
+            i++;
+        }
+        if (i == sizeof levels / sizeof levels[0]) {
+            struct report report = {error, error_size, "TF_LOG_LEVEL", level};
+            return vgpu_config_fail(&report, "unknown level (error, warn, info or debug)");
+        }
+        config->log_level = levels[i].level;
+    }
+    const char *path = getenv("TF_LOG_PATH");
+    if (path != NULL) {
+        size_t length = strlen(path);
+        if (length >= sizeof config->log_path) {
+            struct report report = {error, error_size, "TF_LOG_PATH", path};
+            return vgpu_config_fail(&report, "path longer than %zu bytes",
+                                    sizeof config->log_path - 1);
+        }
+        memcpy(config->log_path, path, length + 1);
+    }
+    return true;
+}
+
+bool vgpu_config_load_process(struct vgpu_config *config, char *error, size_t error_size) {
+    return load_overhead(config, error, error_size) &&
+           load_path(config, "TF_CUDA_LIB_PATH", VGPU_CONFIG_CUDA_LIBRARY, false,
+                     config->cuda_library, config->cuda_library_source, error, error_size) &&
+           load_path(config, "TF_NVML_LIB_PATH", VGPU_CONFIG_NVML_LIBRARY, false,
+                     config->nvml_library, config->nvml_library_source, error, error_size) &&
+           load_path(config, "TMPDIR", VGPU_CONFIG_DEFAULT_TMP, true, config->tmp_folder,
+                     config->tmp_source, error, error_size) &&
+           load_log(config, error, error_size);
+}
