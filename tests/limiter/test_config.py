@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vgpu_common.paths import DEFAULT_BASE
 from vgpu_common.units import format_percent, format_size
 from vgpu_common.units import parse_size as python_parse_size  # the one Python parser
 from vgpu_hypervisor.settings import Settings
@@ -32,7 +33,7 @@ from vgpu_limiter.config import (
     environment_names,
     load_config,
 )
-from vgpu_limiter.region import DEFAULT_BASE, check_name
+from vgpu_limiter.region import check_name
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 

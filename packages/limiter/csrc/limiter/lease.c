@@ -67,7 +67,7 @@ static const char *base_path(void) {
 /* The leases' folder when {base}/.devices is not usable: one of this user's own, which keeps
  * this user's pods apart but not other users'. */
 static void private_folder(char *folder, size_t size) {
-    snprintf(folder, size, "%s/vgpu-devices-%u", vgpu_state.config.tmp_folder, (unsigned)geteuid());
+    snprintf(folder, size, "%.4000s/vgpu-devices-%u", vgpu_state.config.tmp_folder, (unsigned)geteuid());
 }
 
 static struct vgpu_device_lease *map_in(struct vgpu_lease *lease, char *why, size_t why_size) {
@@ -106,8 +106,8 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid) {
     }
     snprintf(lease->uuid, sizeof lease->uuid, "%s", uuid);
     char why[4400];
-    snprintf(lease->folder, sizeof lease->folder, "%s/.devices", base_path());
-    snprintf(lease->node_folder, sizeof lease->node_folder, "%s/.node", base_path());
+    snprintf(lease->folder, sizeof lease->folder, "%.4000s/.devices", base_path());
+    snprintf(lease->node_folder, sizeof lease->node_folder, "%.4000s/.node", base_path());
     lease->shared = map_in(lease, why, sizeof why);
     if (lease->shared == NULL) {
         char first[4400];

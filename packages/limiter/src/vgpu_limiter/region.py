@@ -33,7 +33,6 @@ from types import TracebackType
 from typing import Any, Final
 
 from cffi import FFI
-from vgpu_common.paths import DEFAULT_BASE as DEFAULT_BASE
 
 _HERE = Path(__file__).resolve().parent
 CDEF_PATH: Final = _HERE / "region_cdef.h"

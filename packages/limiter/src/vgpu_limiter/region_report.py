@@ -23,7 +23,8 @@ def resolve_path(
     pod: str | None, path: Path | None, base: Path | None, environ: Mapping[str, str]
 ) -> Path:
     """The region file named by the arguments, else by the environment as the limiter reads it."""
-    from vgpu_limiter.region import DEFAULT_BASE, DEFAULT_NAMESPACE, REGION_FILE, region_path
+    from vgpu_common.paths import DEFAULT_BASE
+    from vgpu_limiter.region import DEFAULT_NAMESPACE, REGION_FILE, region_path
 
     if path is not None:
         if pod is not None:
