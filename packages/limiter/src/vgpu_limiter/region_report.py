@@ -24,6 +24,7 @@ def resolve_path(
 ) -> Path:
     """The region file named by the arguments, else by the environment as the limiter reads it."""
     from vgpu_common.paths import DEFAULT_BASE
+
     from vgpu_limiter.region import DEFAULT_NAMESPACE, REGION_FILE, region_path
 
     if path is not None:
