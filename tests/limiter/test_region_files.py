@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vgpu_hypervisor.pods import Limits, PodConflict, PodStore
+from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import Region, RegionError
 

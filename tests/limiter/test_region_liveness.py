@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from vgpu_hypervisor.pods import Limits, PodNotFound, PodStore
+from vgpu_hypervisor.daemon.pods import Limits, PodNotFound, PodStore
 from vgpu_limiter import region as regions
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
