@@ -178,9 +178,10 @@ def test_a_user_outside_the_lease_group_paces_with_a_lease_of_its_own(
     top = Path(tempfile.mkdtemp(prefix="vgpu-lease-user-"))
     try:
         top.chmod(0o755)
-        for name, mode in [("pod", 0o777), ("tmp", 0o1777)]:
+        for name, mode in [("pod", 0o700), ("tmp", 0o1777)]:
             (top / name).mkdir()
             (top / name).chmod(mode)
+        os.chown(top / "pod", 65534, 65534)  # the pod's own folder, as the daemon gives it
         DeviceLease.open(top / "base", SIM_GPU0).close()
         shared = lease_path(top / "base", SIM_GPU0).read_bytes()
         environment |= {
