@@ -84,7 +84,7 @@ struct vgpu_region {
  * measures with events is its own and not another pod's time slice. A holder that stops launching
  * for VGPU_LEASE_STALE_NS (or dies) loses the lease to the next process that wants it.
  *
- * Every paced process writes these words, so none of them is trusted (docs/security-leases.md):
+ * Every paced process writes these words, so none of them is trusted (docs/security.md, device leases):
  * an activity time in the future is stale, a holder that keeps the lease past VGPU_LEASE_HOLD_NS
  * by the waiter's own clock loses it, yield times and waiter counts out of range are ignored.
  * Files: the folder 03770 (setgid: leases belong to its group; sticky: only their owner removes

@@ -1,4 +1,4 @@
-/* Opening the lease folder and its files safely (docs/security-leases.md): no symlink followed,
+/* Opening the lease folder and its files safely (docs/security.md, device leases): no symlink followed,
  * the type, links, owner and mode checked on the opened file before it is used, space allocated
  * before it is mapped. Each call that fails writes why into `why` (one line). */
 #ifndef VGPU_LIMITER_LEASE_FILE_H
