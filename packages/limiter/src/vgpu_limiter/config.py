@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from vgpu_common.units import hundredths_to_percent
+
 from vgpu_limiter import library_path
 
 _CDEF = "int vgpu_limiter_describe_config(char *out, size_t size);"
@@ -48,7 +50,7 @@ class DeviceSetting:
 
     @property
     def compute_percent(self) -> float | None:
-        return None if self.compute_limit is None else self.compute_limit / 100
+        return None if self.compute_limit is None else hundredths_to_percent(self.compute_limit)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from cffi import FFI
+from vgpu_common.units import hundredths_to_percent
 
 _HERE = Path(__file__).resolve().parent
 CDEF_PATH: Final = _HERE / "region_cdef.h"
@@ -184,7 +185,7 @@ class DeviceInfo:
         """The compute limit in percent, None when there is none."""
         if self.compute_limit in (0, COMPUTE_UNLIMITED):
             return None
-        return self.compute_limit / 100
+        return hundredths_to_percent(self.compute_limit)
 
 
 @dataclass(frozen=True, slots=True)
