@@ -150,7 +150,7 @@ def sanitize(session: nox.Session) -> None:
         compiler,
         *SANITIZER_FLAGS,
         *("-fPIC", "-shared", "-fvisibility=hidden"),
-        '-DVGPU_API_VISIBILITY=__attribute__((visibility("default")))',
+        "-DVGPU_API_VISIBILITY=VGPU_EXPORT",
         *(f"-I{LIMITER_C / folder}" for folder in ("include", "common", "limiter")),
         *sorted(map(str, LIMITER_C.glob("limiter/*.c"))),
         *sorted(map(str, LIMITER_C.glob("common/*.c"))),
