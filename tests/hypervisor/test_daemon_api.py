@@ -14,7 +14,12 @@ def test_health_readiness_status_and_gpus(daemon: Daemon) -> None:
     assert daemon.http.get("/healthz").json() == {"status": "ok"}
     ready = daemon.http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"nvml": "ok", "shm_base_path": "ok", "tasks": "ok"}
+    assert ready.json()["checks"] == {
+        "nvml": "ok",
+        "shm_base_path": "ok",
+        "free_space": "ok",
+        "tasks": "ok",
+    }
     status = daemon.http.get("/api/v1/status").json()
     assert status["backend"] == "simulated"
     assert status["gpus"] == 2 and status["pods"] == 0 and status["ready"] is True

@@ -193,24 +193,6 @@ def test_someone_elses_private_folder_is_refused(limited_env: LimitedEnv, tmp_pa
 # A full disk
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs: less than one region."""
-    folder = tmp_path / "small"
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(folder)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 def test_a_full_disk_is_one_line_and_leaves_nothing(small_disk: Path) -> None:
     path = regions.region_path(small_disk, "ns", "pod")
     with pytest.raises(RegionError, match="No space left on device") as caught:

@@ -5,6 +5,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vgpu_limiter.region import REGION_SIZE
+
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.gpu import BackendInfo
 
@@ -40,5 +42,19 @@ def readiness(context: ApiContext) -> dict[str, str]:
     checks["shm_base_path"] = (
         "ok" if os.access(base, os.W_OK | os.X_OK) else f"{base} is not writable"
     )
+    checks["free_space"] = free_space_problem(base) or "ok"
     checks["tasks"] = "ok" if context.running() else "a daemon task is restarting"
     return checks
+
+
+def free_space_problem(base: Path) -> str | None:
+    """Whether a new pod's region would fit on the base path's filesystem (a full disk makes
+    pod creation fail; the region files' space is allocated for real, never sparse)."""
+    try:
+        info = os.statvfs(base)
+    except OSError as error:
+        return f"{base}: {error.strerror}"
+    free = info.f_bavail * info.f_frsize
+    if free < REGION_SIZE:
+        return f"{base}: {free} bytes free, less than one pod region ({REGION_SIZE} bytes)"
+    return None

@@ -1,5 +1,5 @@
-"""/healthz (the daemon answers) and /readyz (NVML answered, the base path is writable, every
-daemon task runs)."""
+"""/healthz (the daemon answers) and /readyz (NVML answered, the base path is writable and has
+room for a pod region, every daemon task runs)."""
 
 from typing import Any
 
@@ -22,7 +22,7 @@ def router(context: ApiContext) -> APIRouter:
         "/readyz", response_model=models.Readiness, responses={503: {"model": models.Readiness}}
     )
     async def ready() -> Any:
-        """NVML answered and the base path is writable."""
+        """NVML answered, the base path is writable and has room, the daemon's tasks run."""
         checks = readiness(context)
         document = models.Readiness(ready=all(v == "ok" for v in checks.values()), checks=checks)
         if document.ready:
