@@ -18,6 +18,7 @@ from vgpu_common.cli import fail
 
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client.api_client import API, Client, ClientError
+from vgpu_hypervisor.client.owner import pod_owner
 from vgpu_hypervisor.client.tables import gpu_table, pod_table, worker_table
 from vgpu_hypervisor.settings import Settings, SettingsError, load_settings
 from vgpu_hypervisor.settings_cli import (
@@ -244,11 +245,27 @@ def pods_create(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    owner: Annotated[
+        str | None,
+        typer.Option(
+            "--owner",
+            metavar="USER[:GROUP]",
+            help="Who runs the pod's programs (name or id): its region is theirs, mode 0660. "
+            "Default: the daemon's user.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a pod with memory and compute limits per GPU."""
     namespace, name = _pod_name(pod, namespace)
-    body = {"namespace": namespace, "name": name, "gpus": _gpu_limits(mem, compute)}
+    body: dict[str, object] = {
+        "namespace": namespace,
+        "name": name,
+        "gpus": _gpu_limits(mem, compute),
+    }
+    if owner is not None:
+        body |= pod_owner(owner)
     _show(_change(flags, "POST", f"{API}/pods", body=body), as_json, _pods)
 
 

@@ -99,6 +99,10 @@ class PodCreate(_Document):
     name: str = Field(pattern=NAME_PATTERN)
     namespace: str = Field(default="default", pattern=NAME_PATTERN)
     gpus: GpuMap
+    # Who may open the pod's region (mode 0660): its user, or a group its users share; the
+    # daemon's own user (root) when not given (docs/security.md).
+    owner: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="uid of the pod")
+    group: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="gid of the pod")
 
 
 class PodUpdate(_Document):

@@ -171,8 +171,17 @@ class PodStore:
 
     # Changing
 
-    def create(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
-        """A new pod with ``limits`` by GPU UUID; PodConflict if it exists."""
+    def create(
+        self,
+        namespace: str,
+        name: str,
+        limits: Mapping[str, Limits],
+        *,
+        owner: int | None = None,
+        group: int | None = None,
+    ) -> PodRecord:
+        """A new pod with ``limits`` by GPU UUID, its region owned by ``owner``/``group`` when
+        given (else the daemon's user); PodConflict if it exists."""
         path = self._path(namespace, name)
         devices = {uuid: _region_limits(uuid, wanted, None) for uuid, wanted in limits.items()}
         with self._lock:
@@ -181,7 +190,9 @@ class PodStore:
             if path.exists():
                 raise PodConflict(f"pod {namespace}/{name} already exists")
             try:
-                created = regions.create_region(path, namespace, name, devices)
+                created = regions.create_region(
+                    path, namespace, name, devices, owner=owner, group=group
+                )
             except RegionError as error:
                 raise PodError(_one_line(error)) from None
             created.close()

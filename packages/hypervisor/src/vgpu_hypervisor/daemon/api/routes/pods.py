@@ -92,7 +92,11 @@ def router(context: ApiContext) -> APIRouter:
     async def create_pod(request: models.PodCreate) -> models.Pod:
         """Create a pod's region with limits per GPU (by index or UUID)."""
         limits = resolve_gpus(context.node.view, request.gpus)
-        await change(lambda: store.create(request.namespace, request.name, limits))
+        await change(
+            lambda: store.create(
+                request.namespace, request.name, limits, owner=request.owner, group=request.group
+            )
+        )
         log.info("pod %s/%s created: %s", request.namespace, request.name, _limits_text(limits))
         return found(request.namespace, request.name)
 
