@@ -35,7 +35,8 @@ echo "== a pod: 4 GiB and 30 % of GPU 0"
 "$tfh" pods delete demo --force >/dev/null 2>&1 || true
 "$tfh" pods create demo --mem 0=4GiB --compute 0=30
 
-if "$tfh" status --json | grep -q '"backend": "simulated"'; then
+# Read whole, then matched: `grep -q` may close the pipe before the CLI is done writing.
+if [[ "$("$tfh" status --json)" == *'"backend": "simulated"'* ]]; then
     echo "== a program in the pod: 1 GiB and 2 ms kernels on the simulated GPU, paced to 30 %"
     "$bin/tf-limiter" sim run --state "$VGPU_SIM_STATE" -- \
         "$bin/tf-limiter" run --pod demo -- \
