@@ -117,6 +117,7 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
             ROOT / "tests/c/limiter_config_test.c",
             *sorted(LIMITER_C.glob("limiter/config*.c")),
             LIMITER_C / "common/vgpu_parse.c",
+            LIMITER_C / "common/vgpu_files.c",
         ],
         [LIMITER_C / "common", LIMITER_C / "limiter", LIMITER_C / "include"],
         {},

@@ -50,6 +50,7 @@ REGION_LIBRARY = NativeLibrary(
         "csrc/limiter/region_file.c",
         "csrc/region/region_api.c",
         "csrc/common/vgpu_proc.c",
+        "csrc/common/vgpu_files.c",
     ],
     include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
     define_macros=[("VGPU_REGION_LIBRARY", None)],

@@ -7,11 +7,11 @@
 #include <strings.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config_internal.h"
 #include "log.h"
+#include "vgpu_files.h"
 #include "vgpu_parse.h"
 
 #define OVERHEAD "TF_CUDA_CONTEXT_OVERHEAD"
@@ -22,12 +22,11 @@
 static bool region_of_another_user(const struct vgpu_config *config) {
     char region[VGPU_CONFIG_PATH_SIZE];
     struct stat status;
-    /* load_folder left room for the file name. The system call itself: glibc's stat symbol is
-     * newer than the 2.17 the library targets (its struct stat is the kernel's on 64-bit). */
+    /* load_folder left room for the file name. */
     snprintf(region, sizeof region, "%.*s/%s", VGPU_CONFIG_PATH_SIZE - 5, config->pod_folder,
              VGPU_CONFIG_REGION_FILE);
     return config->pod_folder[0] != '\0' &&
-           syscall(SYS_newfstatat, AT_FDCWD, region, &status, 0) == 0 &&
+           vgpu_stat_at(AT_FDCWD, region, &status) == 0 &&
            status.st_uid != geteuid();
 }
 

@@ -8,40 +8,20 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "vgpu_files.h"
 #include "vgpu_region.h"
 
 #define SHARED_FOLDER_MODE 03770 /* setgid: leases get the folder's group; sticky: kept */
 #define PRIVATE_FOLDER_MODE 0700
 #define LEASE_MODE 0660
 
-/* stat without glibc's stat family, whose symbols are newer than 2.17 when built on a new glibc
- * (the kernel's struct stat is glibc's on x86-64 and aarch64). An empty name stats `at` itself. */
-static int stat_at(int at, const char *name, struct stat *info) {
-    return (int)syscall(SYS_newfstatat, at, name, info,
-                        name[0] == '\0' ? AT_EMPTY_PATH : AT_SYMLINK_NOFOLLOW);
-}
-
-/* mkdir -p of the folders above `path` (only the last component is this module's to check). */
-static void make_parents(const char *path) {
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", path);
-    for (char *cursor = parent + 1; *cursor != '\0'; cursor++) {
-        if (*cursor == '/') {
-            *cursor = '\0';
-            mkdir(parent, 0755);
-            *cursor = '/';
-        }
-    }
-}
-
 int vgpu_lease_folder(const char *path, enum vgpu_lease_folder_kind kind, uid_t *owner, char *why,
                       size_t why_size) {
     bool made = false;
     if (kind != VGPU_FOLDER_NODE) {
-        make_parents(path);
+        vgpu_make_parents(path, 0755); /* a failure shows in the open below */
         made = mkdir(path, 0700) == 0; /* opened to its group only once it is checked ours */
     }
     int folder = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -51,7 +31,7 @@ int vgpu_lease_folder(const char *path, enum vgpu_lease_folder_kind kind, uid_t 
                  errno == ELOOP || errno == ENOTDIR ? "not a directory (a symlink?)" : strerror(errno));
         return -1;
     }
-    if (stat_at(folder, "", &info) != 0) {
+    if (vgpu_stat_at(folder, "", &info) != 0) {
         snprintf(why, why_size, "%s: %s", path, strerror(errno));
         close(folder);
         return -1;
@@ -84,7 +64,7 @@ int vgpu_lease_folder(const char *path, enum vgpu_lease_folder_kind kind, uid_t 
 static int open_existing(int folder, const char *name, int flags, struct stat *info,
                          const char **wrong) {
     struct stat named;
-    if (stat_at(folder, name, &named) != 0) {
+    if (vgpu_stat_at(folder, name, &named) != 0) {
         *wrong = errno == ENOENT ? "missing" : strerror(errno);
         return -1;
     }
@@ -97,7 +77,7 @@ static int open_existing(int folder, const char *name, int flags, struct stat *i
         *wrong = strerror(errno);
         return -1;
     }
-    if (stat_at(fd, "", info) != 0 || info->st_ino != named.st_ino ||
+    if (vgpu_stat_at(fd, "", info) != 0 || info->st_ino != named.st_ino ||
         info->st_dev != named.st_dev || !S_ISREG(info->st_mode)) {
         *wrong = "replaced while opened";
     } else if (info->st_nlink != 1) {
@@ -124,7 +104,7 @@ struct vgpu_device_lease *vgpu_lease_map(int folder, const char *name, char *why
     } else if (errno == EEXIST) {
         fd = open_existing(folder, name, O_RDWR, &info, &wrong);
         /* Another sharer's lease: of a user of the folder's group, or root's. */
-        if (fd >= 0 && stat_at(folder, "", &self) == 0 && info.st_uid != geteuid() &&
+        if (fd >= 0 && vgpu_stat_at(folder, "", &self) == 0 && info.st_uid != geteuid() &&
             info.st_uid != 0 && info.st_gid != self.st_gid) {
             wrong = "owned by a user outside the folder's group";
             close(fd);

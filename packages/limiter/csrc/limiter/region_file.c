@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "region.h"
+#include "vgpu_files.h"
 
 #define REGION_FILE "shm"
 
@@ -24,30 +24,6 @@ static bool fail(char *error, size_t error_size, const char *format, ...) {
     vsnprintf(error, error_size, format, arguments);
     va_end(arguments);
     return false;
-}
-
-/* fstat through the system call: glibc's own symbol is newer than 2.17. */
-static bool status(int fd, struct stat *info) {
-    return syscall(SYS_fstat, fd, info) == 0;
-}
-
-/* mkdir -p of everything above `folder`'s last component, tolerant of concurrent creators. */
-static bool make_parents(const char *folder) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", folder) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return false;
-    }
-    for (char *cursor = path + 1; *cursor != '\0'; cursor++) {
-        if (*cursor == '/') {
-            *cursor = '\0';
-            if (mkdir(path, VGPU_REGION_PARENT_MODE) != 0 && errno != EEXIST) {
-                return false;
-            }
-            *cursor = '/';
-        }
-    }
-    return true;
 }
 
 /* A folder opened as itself (never through a symbolic link in its last component) and checked
@@ -62,7 +38,7 @@ static int open_folder(const char *folder, struct stat *info, char *error, size_
         errno = saved;
         return -1;
     }
-    if (!status(fd, info) || !S_ISDIR(info->st_mode)) {
+    if (vgpu_stat_at(fd, "", info) != 0 || !S_ISDIR(info->st_mode)) {
         fail(error, error_size, "%.300s: not a directory", folder);
         close(fd);
         return -1;
@@ -130,7 +106,7 @@ int vgpu_region_open_file(const char *folder, const char *name, bool writable, c
         return VGPU_REGION_ERROR;
     }
     struct stat info;
-    const char *problem = !status(fd, &info)        ? strerror(errno)
+    const char *problem = vgpu_stat_at(fd, "", &info) != 0        ? strerror(errno)
                           : !S_ISREG(info.st_mode)   ? "not a regular file"
                           : info.st_mode & S_IWOTH   ? "writable by every user"
                           : info.st_nlink != 1       ? "has other hard links"
@@ -223,7 +199,7 @@ int vgpu_region_create(const char *folder, const char *pod_namespace, const char
              VGPU_REGION_MAX_DEVICES);
         return VGPU_REGION_ERROR;
     }
-    if (!make_parents(folder)) {
+    if (!vgpu_make_parents(folder, VGPU_REGION_PARENT_MODE)) {
         fail(error, error_size, "%.300s: cannot create the pod folder: %s", folder,
              strerror(errno));
         return VGPU_REGION_ERROR;
@@ -280,7 +256,7 @@ bool vgpu_region_private_folder(const char *path, char *error, size_t error_size
         return fail(error, error_size, "%.300s: not a directory (a symbolic link?)", path);
     }
     struct stat info;
-    bool ok = status(fd, &info) && S_ISDIR(info.st_mode);
+    bool ok = vgpu_stat_at(fd, "", &info) == 0 && S_ISDIR(info.st_mode);
     close(fd);
     if (!ok || info.st_uid != geteuid() || (info.st_mode & 0077) != 0) {
         return fail(error, error_size,
