@@ -207,7 +207,7 @@ def test_create_then_open_round_trip(path: Path) -> None:
     devices = {UUIDS[0].upper(): (4 * GiB, 2500), UUIDS[1]: (0, 0)}
     before = time.time_ns()
     with regions.create_region(path, "team", "train", devices) as created:
-        assert (created.namespace, created.pod, created.version) == ("team", "train", 1)
+        assert (created.namespace, created.pod, created.version) == ("team", "train", 2)
         assert before <= created.created_ns <= time.time_ns()
     with regions.open_region(path, writable=False) as opened:
         assert [
@@ -319,16 +319,16 @@ def _set(offset_field: str, value: int, size: int) -> Callable[[bytearray], byte
     [
         (lambda data: b"", "too small for a pod region (0 bytes)"),
         (lambda data: bytes(data[:100]), "too small for a pod region (100 bytes)"),
-        (lambda data: bytes(data[:5000]), "truncated (5000 of 166704 bytes)"),
+        (lambda data: bytes(data[:5000]), "truncated (5000 of 299952 bytes)"),
         (_set("magic", 0x1234, 8), "not a pod region (bad magic)"),
-        (_set("version", 2, 4), "region version 2, this vgpu-limiter reads version 1"),
+        (_set("version", 1, 4), "region version 1, this vgpu-limiter reads version 2"),
         (
             _set("total_size", 99, 8),
-            "unexpected layout (header 688, total 99 bytes; expected 688 and 166704)",
+            "unexpected layout (header 688, total 99 bytes; expected 688 and 299952)",
         ),
         (
             _set("header_size", 12, 4),
-            "unexpected layout (header 12, total 166704 bytes; expected 688 and 166704)",
+            "unexpected layout (header 12, total 299952 bytes; expected 688 and 299952)",
         ),
         (_set("device_count", 17, 4), "corrupt device table (device_count 17)"),
         (lambda data: random.Random(4).randbytes(len(data)), "not a pod region (bad magic)"),

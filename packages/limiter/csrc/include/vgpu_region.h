@@ -25,7 +25,7 @@
 #endif
 
 #define VGPU_REGION_MAGIC 0x314e4f4947455256ULL /* "VREGION1" */
-#define VGPU_REGION_VERSION 1
+#define VGPU_REGION_VERSION 2 /* 2: burst, device flags, host-backed memory, scheduler words */
 #define VGPU_REGION_MAX_DEVICES 16
 #define VGPU_REGION_MAX_PROCESSES 1024
 #define VGPU_REGION_UUID_SIZE 48
@@ -45,6 +45,15 @@
  * over, so old and new processes share one limit. */
 #define VGPU_REGION_DELETED 0x2
 
+/* Bits of vgpu_region_device.device_flags (written with the limits, under the seqlock). */
+#define VGPU_DEVICE_OVERSUBSCRIBE 0x1 /* allocations past memory_limit go to host-backed memory */
+
+/* Quality of service of a pod (vgpu_region.qos): the scheduling weight when weight is 0. */
+#define VGPU_QOS_LOW 0
+#define VGPU_QOS_MEDIUM 1 /* the default */
+#define VGPU_QOS_HIGH 2
+#define VGPU_QOS_CRITICAL 3
+
 struct vgpu_region_device {
     char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */
     VGPU_ATOMIC(uint32_t) generation;  /* seqlock of the two limits below */
@@ -52,6 +61,16 @@ struct vgpu_region_device {
     VGPU_ATOMIC(uint64_t) memory_limit; /* bytes; 0 = no memory limit */
     VGPU_ATOMIC(uint64_t) memory_used;  /* bytes the pod holds on this GPU, contexts included */
     VGPU_ATOMIC(uint64_t) compute_state[8]; /* owned by the compute limiter */
+    /* Version 2. The soft limit (hundredths of a percent, >= compute_limit; 0 = no burst) and
+     * device_flags (VGPU_DEVICE_*) are limits: written under the seqlock with the two above. */
+    VGPU_ATOMIC(uint32_t) compute_soft_limit;
+    VGPU_ATOMIC(uint32_t) device_flags;
+    VGPU_ATOMIC(uint64_t) host_memory_used; /* bytes of oversubscribed allocations in host memory */
+    VGPU_ATOMIC(uint64_t) gpu_ns;       /* GPU time charged to the pod (its achieved share) */
+    VGPU_ATOMIC(uint64_t) throttled_ns; /* time its launches waited for its share or the lease */
+    VGPU_ATOMIC(uint64_t) burst_ns;     /* GPU time it ran above its hard limit */
+    VGPU_ATOMIC(uint64_t) scheduler_state[8]; /* owned by the scheduler */
+    uint64_t spare[4];
 };
 
 struct vgpu_region_process {
@@ -61,6 +80,8 @@ struct vgpu_region_process {
     uint64_t start_time;           /* clock ticks after boot, /proc/<pid>/stat field 22 */
     VGPU_ATOMIC(uint64_t) heartbeat_ns; /* CLOCK_REALTIME of its last GPU call */
     VGPU_ATOMIC(uint64_t) memory[VGPU_REGION_MAX_DEVICES]; /* by device entry */
+    /* Version 2: of memory[], the bytes in host-backed (oversubscribed) allocations. */
+    VGPU_ATOMIC(uint64_t) host_memory[VGPU_REGION_MAX_DEVICES];
 };
 
 struct vgpu_region {
@@ -74,7 +95,9 @@ struct vgpu_region {
     VGPU_ATOMIC(uint32_t) device_count; /* entries of devices[] in use */
     VGPU_ATOMIC(uint32_t) flags;
     VGPU_ATOMIC(uint64_t) freeze_epoch;
-    uint64_t reserved[16];
+    VGPU_ATOMIC(uint32_t) qos;    /* VGPU_QOS_* (version 2) */
+    VGPU_ATOMIC(uint32_t) weight; /* scheduling weight; 0: from qos (version 2) */
+    uint64_t reserved[15];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };
@@ -144,11 +167,11 @@ _Static_assert(sizeof(struct vgpu_device_lease) == 128, "vgpu_device_lease size"
 _Static_assert(sizeof(struct vgpu_device_node) == 64, "vgpu_device_node size");
 
 /* The layout is a contract between processes built at different times: pin it. */
-_Static_assert(sizeof(struct vgpu_region_device) == 136, "vgpu_region_device size");
-_Static_assert(sizeof(struct vgpu_region_process) == 160, "vgpu_region_process size");
+_Static_assert(sizeof(struct vgpu_region_device) == 272, "vgpu_region_device size");
+_Static_assert(sizeof(struct vgpu_region_process) == 288, "vgpu_region_process size");
 _Static_assert(offsetof(struct vgpu_region, devices) == 688, "vgpu_region header size");
 _Static_assert(sizeof(struct vgpu_region) ==
-                   688 + 136 * VGPU_REGION_MAX_DEVICES + 160 * VGPU_REGION_MAX_PROCESSES,
+                   688 + 272 * VGPU_REGION_MAX_DEVICES + 288 * VGPU_REGION_MAX_PROCESSES,
                "vgpu_region size");
 _Static_assert(sizeof(VGPU_ATOMIC(uint64_t)) == 8 && _Alignof(VGPU_ATOMIC(uint64_t)) == 8,
                "lock-free 64-bit atomics");

@@ -62,8 +62,12 @@ struct vgpu_device_setting {
     char uuid[VGPU_CONFIG_UUID_SIZE];     /* VGPU_KEY_UUID: "gpu-...", lower case (as the region) */
     uint64_t memory_limit;                /* bytes; 0 = not set */
     uint32_t compute_limit;               /* hundredths of a percent, 1-10000; 0 = not set */
+    uint32_t compute_soft_limit;          /* burst: hundredths, >= compute_limit; 0 = not set */
+    int oversubscribe;                    /* memory past the limit to host: 1/0; -1 = not set */
     char memory_source[VGPU_CONFIG_SOURCE_SIZE];  /* variable that set it, for messages */
     char compute_source[VGPU_CONFIG_SOURCE_SIZE];
+    char soft_source[VGPU_CONFIG_SOURCE_SIZE];
+    char oversubscribe_source[VGPU_CONFIG_SOURCE_SIZE];
 };
 
 struct vgpu_config {
@@ -96,8 +100,12 @@ struct vgpu_config {
 struct vgpu_device_limits {
     uint64_t memory_limit;  /* 0 = none */
     uint32_t compute_limit; /* hundredths of a percent; 0 = none */
+    uint32_t compute_soft_limit; /* burst limit, hundredths; 0 = none (no burst) */
+    bool oversubscribe;          /* allocations past memory_limit go to host-backed memory */
     const char *memory_source;  /* "" when not set */
     const char *compute_source;
+    const char *soft_source;
+    const char *oversubscribe_source;
 };
 
 /* Reads the environment into `config`. On an invalid or contradictory value returns false with

@@ -46,6 +46,7 @@ bool vgpu_config_set_limit(struct vgpu_config *config, const struct report *repo
         }
         setting = &config->settings[config->count++];
         memset(setting, 0, sizeof *setting);
+        setting->oversubscribe = -1;
         setting->kind = key->kind;
         setting->index = key->index;
         memcpy(setting->uuid, key->uuid, sizeof setting->uuid);
@@ -210,6 +211,8 @@ bool vgpu_config_device_limits(const struct vgpu_config *config, int index, cons
         return false;
     }
     limits->compute_limit = (uint32_t)compute;
+    limits->soft_source = "";
+    limits->oversubscribe_source = "";
     return true;
 }
 
