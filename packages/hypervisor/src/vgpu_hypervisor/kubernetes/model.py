@@ -1,0 +1,38 @@
+"""What the daemon keeps of a Kubernetes pod: the parts of its object that decide its limits.
+
+The pod source fills these from the API server; the device plugin reads them to find the pod a
+container being allocated belongs to. Plain data, no client types, so both sides stay apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KubeContainer:
+    name: str
+    # resources.limits (and requests where limits lack a name), as the API server gives them.
+    resources: Mapping[str, str] = field(default_factory=dict)
+    # containerStatuses[].containerID without the runtime prefix; "" before it starts.
+    container_id: str = ""
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class KubePod:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    resource_version: str
+    created: str  # metadata.creationTimestamp (RFC 3339), orders pending pods
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    containers: tuple[KubeContainer, ...] = ()
+    deleting: bool = False  # metadata.deletionTimestamp is set
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
