@@ -488,6 +488,26 @@ def test_python_readers_see_both_limits_of_one_change(region: Region) -> None:
 # Device entries
 
 
+def test_burst_and_device_flags_travel_with_the_limits(path: Path) -> None:
+    spec = regions.DeviceLimits(4 * GiB, 3000, 8000, regions.DEVICE_OVERSUBSCRIBE)
+    with regions.create_region(path, "team", "train", {UUIDS[0]: spec}) as region:
+        device = region.device(UUIDS[0])
+        assert device.limits == spec and device.oversubscribe
+        changed = region.set_limits(UUIDS[0], compute_limit=2000, device_flags=0)
+        assert changed.limits == regions.DeviceLimits(4 * GiB, 2000, 8000, 0)
+        added = region.add_device(UUIDS[1], 0, 1000, compute_soft_limit=10000)
+        assert (added.compute_limit, added.compute_soft_limit, added.device_flags) == (
+            1000,
+            10000,
+            0,
+        )
+        with pytest.raises(ValueError, match="below the compute limit"):
+            region.set_limits(UUIDS[0], compute_soft_limit=1000)
+        with pytest.raises(ValueError, match="unknown device flags"):
+            region.set_limits(UUIDS[0], device_flags=0x80)
+        assert region.device(UUIDS[0]).limits == changed.limits
+
+
 def test_devices_are_added_once_and_up_to_the_table_size(region: Region) -> None:
     added = region.add_device(UUIDS[1].upper(), 2 * GiB, 3000)
     assert (added.index, added.uuid, added.memory_limit, added.compute_limit) == (

@@ -40,11 +40,14 @@
 #define VGPU_PRIVATE_FOLDER_MODE 0700 /* $TMPDIR/vgpu-<uid>, private regions of one user */
 #define VGPU_OWNER_KEEP (-1)          /* an owner argument that leaves the creator's */
 
-/* One GPU's entry and limits for vgpu_region_create. */
+/* One GPU's entry and limits: for vgpu_region_create and adding an entry (uuid) and for
+ * storing limits (uuid ignored). All of them are written together under the seqlock. */
 struct vgpu_region_limits {
     char uuid[VGPU_REGION_UUID_SIZE];
     uint64_t memory_limit;
     uint32_t compute_limit;
+    uint32_t compute_soft_limit; /* burst, hundredths of a percent; 0 = no burst */
+    uint32_t device_flags;       /* VGPU_DEVICE_* */
 };
 
 /* One device entry as read at one moment, its limits consistent (seqlock). */
@@ -54,6 +57,12 @@ struct vgpu_region_device_view {
     uint64_t memory_used;
     uint32_t compute_limit;
     uint32_t generation;
+    uint32_t compute_soft_limit;
+    uint32_t device_flags;
+    uint64_t host_memory_used;
+    uint64_t gpu_ns;
+    uint64_t throttled_ns;
+    uint64_t burst_ns;
 };
 
 /* Create {folder}/shm complete with `devices` (written to a private file whose space is
@@ -85,10 +94,10 @@ VGPU_REGION_API bool vgpu_region_check(const struct vgpu_region *header, uint64_
 VGPU_REGION_API bool vgpu_region_private_folder(const char *path, char *error, size_t error_size);
 
 /* The operations on a mapped region, each guarded against truncation (see above). */
-VGPU_REGION_API int vgpu_region_safe_add_device(struct vgpu_region *region, const char *uuid,
-                                                uint64_t memory_limit, uint32_t compute_limit);
+VGPU_REGION_API int vgpu_region_safe_add_device(struct vgpu_region *region,
+                                                const struct vgpu_region_limits *device);
 VGPU_REGION_API int vgpu_region_safe_store_limits(struct vgpu_region *region, unsigned entry,
-                                                  uint64_t memory_limit, uint32_t compute_limit);
+                                                  const struct vgpu_region_limits *limits);
 VGPU_REGION_API int vgpu_region_safe_read_device(const struct vgpu_region *region, unsigned entry,
                                                  struct vgpu_region_device_view *view);
 VGPU_REGION_API int vgpu_region_safe_set_host_pid(struct vgpu_region *region, unsigned slot,

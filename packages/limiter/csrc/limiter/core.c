@@ -122,7 +122,13 @@ static bool seed(int ordinal, const char *uuid, int *entry_out) {
         vgpu_log(VGPU_LOG_ERROR, "the pod region has no room for %s", uuid);
         return limits.memory_limit == 0 && limits.compute_limit == 0;
     }
-    vgpu_region_seed_limits(vgpu_state.region, entry, limits.memory_limit, limits.compute_limit);
+    struct vgpu_region_limits wanted = {
+        .memory_limit = limits.memory_limit,
+        .compute_limit = limits.compute_limit,
+        .compute_soft_limit = limits.compute_soft_limit,
+        .device_flags = limits.oversubscribe ? VGPU_DEVICE_OVERSUBSCRIBE : 0,
+    };
+    vgpu_region_seed_limits(vgpu_state.region, entry, &wanted);
     uint64_t memory;
     uint32_t compute;
     vgpu_region_limits(vgpu_state.region, entry, &memory, &compute);

@@ -50,8 +50,7 @@ void vgpu_region_format(struct vgpu_region *region, const char *pod_namespace,
     snprintf(region->pod_namespace, sizeof region->pod_namespace, "%s", pod_namespace);
     snprintf(region->pod_name, sizeof region->pod_name, "%s", pod_name);
     for (unsigned i = 0; i < device_count && i < VGPU_REGION_MAX_DEVICES; i++) {
-        vgpu_region_add_device(region, devices[i].uuid, devices[i].memory_limit,
-                               devices[i].compute_limit);
+        vgpu_region_add_device(region, &devices[i]);
     }
 }
 
@@ -88,8 +87,16 @@ static int find_device(const struct vgpu_region *region, const char *uuid) {
     return -1;
 }
 
-int vgpu_region_add_device(struct vgpu_region *region, const char *uuid, uint64_t memory_limit,
-                           uint32_t compute_limit) {
+static void write_limits(struct vgpu_region_device *device,
+                         const struct vgpu_region_limits *limits) {
+    atomic_store(&device->memory_limit, limits->memory_limit);
+    atomic_store(&device->compute_limit, limits->compute_limit);
+    atomic_store(&device->compute_soft_limit, limits->compute_soft_limit);
+    atomic_store(&device->device_flags, limits->device_flags);
+}
+
+int vgpu_region_add_device(struct vgpu_region *region, const struct vgpu_region_limits *limits) {
+    const char *uuid = limits->uuid;
     if (find_device(region, uuid) >= 0) {
         return VGPU_REGION_EXISTS;
     }
@@ -102,9 +109,8 @@ int vgpu_region_add_device(struct vgpu_region *region, const char *uuid, uint64_
     /* Not published yet: no reader to order the stores for (an odd generation is a writer
      * that died here before; readers must not wait on it). */
     atomic_store(&device->generation, atomic_load(&device->generation) & ~1U);
-    atomic_store(&device->memory_limit, memory_limit);
-    atomic_store(&device->compute_limit, compute_limit);
-    snprintf(device->uuid, sizeof device->uuid, "%s", uuid);
+    write_limits(device, limits);
+    snprintf(device->uuid, sizeof device->uuid, "%.*s", (int)sizeof device->uuid - 1, uuid);
     atomic_store(&region->device_count, count + 1); /* published after the entry */
     return (int)count;
 }
@@ -114,8 +120,10 @@ int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create
     if (found >= 0 || !create) {
         return found;
     }
+    struct vgpu_region_limits none = {0};
+    snprintf(none.uuid, sizeof none.uuid, "%s", uuid);
     lock_writers();
-    found = vgpu_region_add_device(region, uuid, 0, 0);
+    found = vgpu_region_add_device(region, &none);
     if (found == VGPU_REGION_EXISTS) {
         found = find_device(region, uuid);
     }
@@ -123,15 +131,17 @@ int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create
     return found < 0 ? -1 : found;
 }
 
-void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
-                        uint32_t *compute_limit) {
+void vgpu_region_read_limits(const struct vgpu_region *region, int entry,
+                             struct vgpu_region_limits *limits) {
     struct vgpu_region_device *device = (struct vgpu_region_device *)&region->devices[entry];
     /* Bounded: a writer that died mid-change leaves the generation odd, and the limits it was
      * writing are each still whole values; the next writer makes the generation even again. */
     for (int attempt = 0; attempt < 1000; attempt++) {
         uint32_t before = atomic_load(&device->generation);
-        *memory_limit = atomic_load(&device->memory_limit);
-        *compute_limit = atomic_load(&device->compute_limit);
+        limits->memory_limit = atomic_load(&device->memory_limit);
+        limits->compute_limit = atomic_load(&device->compute_limit);
+        limits->compute_soft_limit = atomic_load(&device->compute_soft_limit);
+        limits->device_flags = atomic_load(&device->device_flags);
         uint32_t after = atomic_load(&device->generation);
         if ((before & 1) == 0 && before == after) {
             return;
@@ -139,8 +149,16 @@ void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *m
     }
 }
 
-void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry, uint64_t memory_limit,
-                              uint32_t compute_limit) {
+void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
+                        uint32_t *compute_limit) {
+    struct vgpu_region_limits limits;
+    vgpu_region_read_limits(region, entry, &limits);
+    *memory_limit = limits.memory_limit;
+    *compute_limit = limits.compute_limit;
+}
+
+void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry,
+                              const struct vgpu_region_limits *limits) {
     if (entry >= VGPU_REGION_MAX_DEVICES) {
         return;
     }
@@ -148,20 +166,23 @@ void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry, uint64
     uint32_t generation = atomic_load(&device->generation);
     /* Odd under the writers' lock: left by a writer that died; start from even. */
     atomic_store(&device->generation, (generation | 1U));
-    atomic_store(&device->memory_limit, memory_limit);
-    atomic_store(&device->compute_limit, compute_limit);
+    write_limits(device, limits);
     atomic_store(&device->generation, (generation | 1U) + 1U);
 }
 
-void vgpu_region_seed_limits(struct vgpu_region *region, int entry, uint64_t memory_limit,
-                             uint32_t compute_limit) {
-    struct vgpu_region_device *device = &region->devices[entry];
+void vgpu_region_seed_limits(struct vgpu_region *region, int entry,
+                             const struct vgpu_region_limits *seed) {
     lock_writers(); /* one writer at a time, as the seqlock needs */
-    uint64_t memory = atomic_load(&device->memory_limit);
-    uint32_t compute = atomic_load(&device->compute_limit);
-    if ((memory_limit != 0 && memory == 0) || (compute_limit != 0 && compute == 0)) {
-        vgpu_region_store_limits(region, (unsigned)entry, memory != 0 ? memory : memory_limit,
-                                 compute != 0 ? compute : compute_limit);
+    struct vgpu_region_limits now;
+    vgpu_region_read_limits(region, entry, &now);
+    struct vgpu_region_limits next = now;
+    next.memory_limit = now.memory_limit != 0 ? now.memory_limit : seed->memory_limit;
+    next.compute_limit = now.compute_limit != 0 ? now.compute_limit : seed->compute_limit;
+    next.compute_soft_limit =
+        now.compute_soft_limit != 0 ? now.compute_soft_limit : seed->compute_soft_limit;
+    next.device_flags = now.device_flags != 0 ? now.device_flags : seed->device_flags;
+    if (memcmp(&next, &now, sizeof next) != 0) {
+        vgpu_region_store_limits(region, (unsigned)entry, &next);
     }
     unlock_writers();
 }
@@ -320,11 +341,19 @@ void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes) 
 void vgpu_region_read_device(const struct vgpu_region *region, unsigned entry,
                              struct vgpu_region_device_view *view) {
     const struct vgpu_region_device *device = &region->devices[entry];
-    uint32_t compute;
-    vgpu_region_limits(region, (int)entry, &view->memory_limit, &compute);
-    view->compute_limit = compute;
-    view->generation = atomic_load(&((struct vgpu_region_device *)device)->generation);
-    view->memory_used = atomic_load(&((struct vgpu_region_device *)device)->memory_used);
+    struct vgpu_region_device *live = (struct vgpu_region_device *)device;
+    struct vgpu_region_limits limits;
+    vgpu_region_read_limits(region, (int)entry, &limits);
+    view->memory_limit = limits.memory_limit;
+    view->compute_limit = limits.compute_limit;
+    view->compute_soft_limit = limits.compute_soft_limit;
+    view->device_flags = limits.device_flags;
+    view->generation = atomic_load(&live->generation);
+    view->memory_used = atomic_load(&live->memory_used);
+    view->host_memory_used = atomic_load(&live->host_memory_used);
+    view->gpu_ns = atomic_load(&live->gpu_ns);
+    view->throttled_ns = atomic_load(&live->throttled_ns);
+    view->burst_ns = atomic_load(&live->burst_ns);
     memcpy(view->uuid, device->uuid, sizeof view->uuid);
     view->uuid[sizeof view->uuid - 1] = '\0';
 }

@@ -18,13 +18,17 @@ struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespa
 int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create);
 
 /* Set a device's limits where the region has none yet (the environment seeds, the region is
- * the truth from then on). 0 leaves a limit as it is. */
-void vgpu_region_seed_limits(struct vgpu_region *region, int entry, uint64_t memory_limit,
-                             uint32_t compute_limit);
+ * the truth from then on): each limit that is 0 in the region and not 0 in `limits`, and the
+ * device flags when the region has none. The uuid of `limits` is ignored. */
+void vgpu_region_seed_limits(struct vgpu_region *region, int entry,
+                             const struct vgpu_region_limits *limits);
 
 /* A consistent read of a device's limits (seqlock). */
 void vgpu_region_limits(const struct vgpu_region *region, int entry, uint64_t *memory_limit,
                         uint32_t *compute_limit);
+/* The same for all of them (the uuid of `limits` is left as it is). */
+void vgpu_region_read_limits(const struct vgpu_region *region, int entry,
+                             struct vgpu_region_limits *limits);
 
 /* This process's slot, claimed on first use (a forked child claims its own). NULL if full. */
 struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region);
@@ -50,14 +54,13 @@ bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot, int3
 
 /* The writers' changes below need the writers' flock on the region file, held by the caller. */
 
-/* Store both limits of a device through the seqlock. */
-void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry, uint64_t memory_limit,
-                              uint32_t compute_limit);
+/* Store a device's limits through the seqlock (the uuid of `limits` is ignored). */
+void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry,
+                              const struct vgpu_region_limits *limits);
 
-/* Add a GPU's entry with its limits (written first, published by device_count): the entry,
- * or VGPU_REGION_EXISTS / VGPU_REGION_FULL. */
-int vgpu_region_add_device(struct vgpu_region *region, const char *uuid, uint64_t memory_limit,
-                           uint32_t compute_limit);
+/* Add a GPU's entry (`device->uuid`) with its limits (written first, published by
+ * device_count): the entry, or VGPU_REGION_EXISTS / VGPU_REGION_FULL. */
+int vgpu_region_add_device(struct vgpu_region *region, const struct vgpu_region_limits *device);
 
 /* Record the node-namespace pid of the process in `slot`; VGPU_REGION_STALE (and nothing
  * stored) when the slot no longer holds that process. */

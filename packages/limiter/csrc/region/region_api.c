@@ -59,19 +59,19 @@ static void install(void) {
         armed = NULL;                                                                          \
     } while (0)
 
-int vgpu_region_safe_add_device(struct vgpu_region *region, const char *uuid,
-                                uint64_t memory_limit, uint32_t compute_limit) {
+int vgpu_region_safe_add_device(struct vgpu_region *region,
+                                const struct vgpu_region_limits *device) {
     int result = 0;
-    GUARDED(result = vgpu_region_add_device(region, uuid, memory_limit, compute_limit));
+    GUARDED(result = vgpu_region_add_device(region, device));
     return result;
 }
 
 int vgpu_region_safe_store_limits(struct vgpu_region *region, unsigned entry,
-                                  uint64_t memory_limit, uint32_t compute_limit) {
+                                  const struct vgpu_region_limits *limits) {
     if (entry >= VGPU_REGION_MAX_DEVICES) {
         return VGPU_REGION_ERROR;
     }
-    GUARDED(vgpu_region_store_limits(region, entry, memory_limit, compute_limit));
+    GUARDED(vgpu_region_store_limits(region, entry, limits));
     return 0;
 }
 

@@ -102,6 +102,8 @@ SLOT_CLAIMING: Final = _constant("VGPU_SLOT_CLAIMING")
 SLOT_RECLAIMING: Final = _constant("VGPU_SLOT_RECLAIMING")
 COMPUTE_UNLIMITED: Final = _constant("VGPU_COMPUTE_UNLIMITED")
 FLAG_FROZEN: Final = _constant("VGPU_REGION_FROZEN")
+DEVICE_OVERSUBSCRIBE: Final = _constant("VGPU_DEVICE_OVERSUBSCRIBE")
+DEVICE_FLAGS: Final = DEVICE_OVERSUBSCRIBE  # every known device flag
 FLAG_DELETED: Final = _constant("VGPU_REGION_DELETED")
 _ERROR: Final = _constant("VGPU_REGION_ERROR")
 _EXISTS: Final = _constant("VGPU_REGION_EXISTS")
@@ -166,6 +168,46 @@ def _check_limits(memory_limit: int | None, compute_limit: int | None) -> None:
         )
 
 
+def _check_soft_limit(compute_limit: int, compute_soft_limit: int) -> None:
+    if not 0 <= compute_soft_limit <= COMPUTE_UNLIMITED:
+        raise ValueError(
+            f"bad compute soft limit {compute_soft_limit}: hundredths of a percent from 0 "
+            f"(no burst) to {COMPUTE_UNLIMITED}"
+        )
+    if compute_soft_limit and compute_limit and compute_soft_limit < compute_limit:
+        raise ValueError(
+            f"compute soft limit {compute_soft_limit} is below the compute limit "
+            f"{compute_limit}: a burst limit is at least the hard limit"
+        )
+
+
+def _check_flags(device_flags: int) -> None:
+    if device_flags & ~DEVICE_FLAGS:
+        raise ValueError(f"unknown device flags {device_flags:#x}")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLimits:
+    """What a pod may use of one GPU: the limits written together under the seqlock."""
+
+    memory_limit: int = 0  # bytes; 0 = no memory limit
+    compute_limit: int = 0  # hundredths of a percent; 0 or COMPUTE_UNLIMITED = none
+    compute_soft_limit: int = 0  # burst limit in hundredths; 0 = no burst
+    device_flags: int = 0  # DEVICE_* bits
+
+    def check(self) -> None:
+        _check_limits(self.memory_limit, self.compute_limit)
+        _check_soft_limit(self.compute_limit, self.compute_soft_limit)
+        _check_flags(self.device_flags)
+
+    def fill(self, entry: Any) -> None:
+        """Write these into a ``struct vgpu_region_limits``."""
+        entry.memory_limit = self.memory_limit
+        entry.compute_limit = self.compute_limit
+        entry.compute_soft_limit = self.compute_soft_limit
+        entry.device_flags = self.device_flags
+
+
 # Snapshots
 
 
@@ -179,6 +221,22 @@ class DeviceInfo:
     memory_used: int  # bytes the pod holds on this GPU
     compute_limit: int  # hundredths of a percent; 0 or COMPUTE_UNLIMITED = no compute limit
     generation: int
+    compute_soft_limit: int = 0  # burst limit in hundredths; 0 = no burst
+    device_flags: int = 0  # DEVICE_* bits
+    host_memory_used: int = 0  # of memory_used, bytes in host-backed (oversubscribed) memory
+    gpu_ns: int = 0  # GPU time charged to the pod
+    throttled_ns: int = 0  # time its launches waited for their share
+    burst_ns: int = 0  # GPU time above the hard limit
+
+    @property
+    def limits(self) -> DeviceLimits:
+        return DeviceLimits(
+            self.memory_limit, self.compute_limit, self.compute_soft_limit, self.device_flags
+        )
+
+    @property
+    def oversubscribe(self) -> bool:
+        return bool(self.device_flags & DEVICE_OVERSUBSCRIBE)
 
     @property
     def compute_percent(self) -> float | None:
@@ -262,22 +320,29 @@ def process_alive(process: ProcessInfo) -> bool:
 # Creating and opening
 
 
-def _device_list(devices: Mapping[str, tuple[int, int]]) -> Any:
+DeviceSpec = tuple[int, int] | DeviceLimits  # (memory, compute) or all the limits
+
+
+def _as_limits(spec: DeviceSpec) -> DeviceLimits:
+    limits = spec if isinstance(spec, DeviceLimits) else DeviceLimits(spec[0], spec[1])
+    limits.check()
+    return limits
+
+
+def _device_list(devices: Mapping[str, DeviceSpec]) -> Any:
     """The devices as the C array vgpu_region_create takes, checked."""
-    entries: dict[str, tuple[int, int]] = {}
-    for uuid, (memory_limit, compute_limit) in devices.items():
+    entries: dict[str, DeviceLimits] = {}
+    for uuid, spec in devices.items():
         canonical = normalize_uuid(uuid)
         if canonical in entries:
             raise ValueError(f"GPU {canonical} is given twice")
-        _check_limits(memory_limit, compute_limit)
-        entries[canonical] = (memory_limit, compute_limit)
+        entries[canonical] = _as_limits(spec)
     if len(entries) > MAX_DEVICES:
         raise ValueError(f"{len(entries)} GPUs given; a region holds at most {MAX_DEVICES}")
     array = ffi.new("struct vgpu_region_limits[]", max(len(entries), 1))
-    for index, (uuid, (memory_limit, compute_limit)) in enumerate(entries.items()):
+    for index, (uuid, limits) in enumerate(entries.items()):
         array[index].uuid = uuid.encode()
-        array[index].memory_limit = memory_limit
-        array[index].compute_limit = compute_limit
+        limits.fill(array[index])
     return array, len(entries)
 
 
@@ -285,7 +350,7 @@ def create_region(
     path: str | os.PathLike[str],
     namespace: str,
     pod: str,
-    devices: Mapping[str, tuple[int, int]] | None = None,
+    devices: Mapping[str, DeviceSpec] | None = None,
     *,
     owner: int | None = None,
     group: int | None = None,
@@ -472,6 +537,12 @@ class Region:
             memory_used=int(view.memory_used),
             compute_limit=int(view.compute_limit),
             generation=int(view.generation),
+            compute_soft_limit=int(view.compute_soft_limit),
+            device_flags=int(view.device_flags),
+            host_memory_used=int(view.host_memory_used),
+            gpu_ns=int(view.gpu_ns),
+            throttled_ns=int(view.throttled_ns),
+            burst_ns=int(view.burst_ns),
         )
 
     @property
@@ -493,16 +564,19 @@ class Region:
             raise RegionError(f"{self.path}: no entry for GPU {canonical}")
         return self._read_device(index)
 
-    def add_device(self, uuid: str, memory_limit: int = 0, compute_limit: int = 0) -> DeviceInfo:
-        """Add a GPU's entry with its limits (written first, then published by device_count)."""
+    def add_device(
+        self, uuid: str, memory_limit: int = 0, compute_limit: int = 0, **more: int
+    ) -> DeviceInfo:
+        """Add a GPU's entry with its limits (written first, then published by device_count);
+        ``more``: compute_soft_limit, device_flags (DeviceLimits' fields)."""
         canonical = normalize_uuid(uuid)
-        _check_limits(memory_limit, compute_limit)
+        limits = DeviceLimits(memory_limit, compute_limit, **more)
+        limits.check()
+        entry: Any = ffi.new("struct vgpu_region_limits *")
+        entry.uuid = canonical.encode()
+        limits.fill(entry)
         with self._exclusive() as region:
-            index = self._call(
-                _library().vgpu_region_safe_add_device(
-                    region, canonical.encode(), memory_limit, compute_limit
-                )
-            )
+            index = self._call(_library().vgpu_region_safe_add_device(region, entry))
         if index == _EXISTS:
             raise RegionError(f"{self.path}: GPU {canonical} already has an entry")
         if index == _FULL:
@@ -510,18 +584,30 @@ class Region:
         return self._read_device(index)
 
     def set_limits(
-        self, uuid: str, memory_limit: int | None = None, compute_limit: int | None = None
+        self,
+        uuid: str,
+        memory_limit: int | None = None,
+        compute_limit: int | None = None,
+        *,
+        compute_soft_limit: int | None = None,
+        device_flags: int | None = None,
     ) -> DeviceInfo:
-        """Change a GPU's limits live (None keeps one); running programs see both at once."""
+        """Change a GPU's limits live (None keeps one); running programs see all at once."""
         canonical = normalize_uuid(uuid)
         _check_limits(memory_limit, compute_limit)
         with self._exclusive() as region:
             present = self.device(canonical)
-            memory = present.memory_limit if memory_limit is None else memory_limit
-            compute = present.compute_limit if compute_limit is None else compute_limit
-            self._call(
-                _library().vgpu_region_safe_store_limits(region, present.index, memory, compute)
+            now = present.limits
+            limits = DeviceLimits(
+                now.memory_limit if memory_limit is None else memory_limit,
+                now.compute_limit if compute_limit is None else compute_limit,
+                now.compute_soft_limit if compute_soft_limit is None else compute_soft_limit,
+                now.device_flags if device_flags is None else device_flags,
             )
+            limits.check()
+            entry: Any = ffi.new("struct vgpu_region_limits *")
+            limits.fill(entry)
+            self._call(_library().vgpu_region_safe_store_limits(region, present.index, entry))
         return self._read_device(present.index)
 
     def settle_generations(self) -> int:
