@@ -98,6 +98,13 @@ def _boosted_run(daemon: Daemon, pod: str, limit: int) -> list[float]:
     return [w / 10 for w in per_second(json.loads(out)["marks"], 5)]
 
 
+def _assert_paced(windows: list[float], share: float) -> None:
+    """No second above the share, and the run as a whole at it. A second below is not held
+    against the limiter: on a loaded machine the program itself may not get the CPU to launch."""
+    assert max(windows) <= share + 3.0, windows
+    assert sum(windows) / len(windows) == pytest.approx(share, abs=3.0), windows
+
+
 def test_the_daemon_publishes_the_boost_and_the_pod_is_charged_for_it(tmp_path: Path) -> None:
     """The simulated GPU draws 950 W busy against a 700 W limit: boost (950/700)^0.4 = 1.130,
     so a pod at 25 % gets 22.1 % of its time once the estimate is in (after its first second)."""
@@ -108,8 +115,7 @@ def test_the_daemon_publishes_the_boost_and_the_pod_is_charged_for_it(tmp_path: 
         windows = _boosted_run(daemon, "boosted", 25)
         with DeviceLease.open(daemon.base, SIM_GPU0) as lease:
             assert lease.boost() == pytest.approx(1.130, abs=0.04)
-        for window in windows[1:]:
-            assert window == pytest.approx(25 / 1.130, abs=3.0)
+        _assert_paced(windows[1:], 25 / 1.130)
         assert "GPU 0 boost 1.1" in daemon.log_file.read_text()
         (gpu0, gpu1) = daemon.http.get("/api/v1/gpus").json()
         assert gpu0["boost"] == pytest.approx(1.130, abs=0.04) and gpu1["boost"] is None
@@ -135,8 +141,7 @@ def test_boost_correction_can_be_turned_off(tmp_path: Path) -> None:
     daemon.start()
     try:
         windows = _boosted_run(daemon, "plain", 25)
-        for window in windows:
-            assert window == pytest.approx(25, abs=3.0)
+        _assert_paced(windows, 25)
         with DeviceLease.open(daemon.base, SIM_GPU0) as lease:
             assert lease.boost() is None
         shown = daemon.cli("config", "show", "--no-boost-correction", "--json")
