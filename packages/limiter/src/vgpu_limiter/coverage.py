@@ -35,7 +35,9 @@ FAMILIES: dict[str, re.Pattern[str]] = {
         r"|cuMemPoolTrimTo|cuMemPoolDestroy)$"
     ),
     "launch": re.compile(r"^cuLaunch(?!HostFunc)\w*$"),
-    "graph": re.compile(r"^(cuGraphLaunch|cuGraphInstantiate\w*|cuGraphExecDestroy|cuDeviceGraphMemTrim)$"),
+    "graph": re.compile(
+        r"^(cuGraphLaunch|cuGraphInstantiate\w*|cuGraphExecDestroy|cuDeviceGraphMemTrim)$"
+    ),
     "memory info": re.compile(r"^(cuMemGetInfo|cuDeviceTotalMem|nvmlDeviceGetMemoryInfo)$"),
     "context": re.compile(
         r"^(cuCtxCreate|cuCtxDestroy|cuDevicePrimaryCtx(Retain|Release|Reset)|cuGreenCtxCreate"

@@ -25,8 +25,11 @@ def _resolve(flag: str, given: Path | None, variable: str, soname: str) -> Path 
         return given
     found = default_library(variable, soname)
     if found is None or not found.is_file():
-        print(f"note: no {soname} found ({variable} unset, not in ldconfig's cache); "
-              f"pass {flag} LIB to check one", file=sys.stderr)
+        print(
+            f"note: no {soname} found ({variable} unset, not in ldconfig's cache); "
+            f"pass {flag} LIB to check one",
+            file=sys.stderr,
+        )
         return None
     return found
 
@@ -58,18 +61,30 @@ def _print(report: LibraryReport) -> None:
 def coverage(
     cuda: Annotated[
         Path | None,
-        typer.Option("--cuda", metavar="LIB", dir_okay=False,
-                     help="The driver (default: TF_CUDA_LIB_PATH, else libcuda.so.1 from ldconfig)."),
+        typer.Option(
+            "--cuda",
+            metavar="LIB",
+            dir_okay=False,
+            help="The driver (default: TF_CUDA_LIB_PATH, else libcuda.so.1 from ldconfig).",
+        ),
     ] = None,
     nvml: Annotated[
         Path | None,
-        typer.Option("--nvml", metavar="LIB", dir_okay=False,
-                     help="NVML (default: TF_NVML_LIB_PATH, else libnvidia-ml.so.1 from ldconfig)."),
+        typer.Option(
+            "--nvml",
+            metavar="LIB",
+            dir_okay=False,
+            help="NVML (default: TF_NVML_LIB_PATH, else libnvidia-ml.so.1 from ldconfig).",
+        ),
     ] = None,
     limiter: Annotated[
         Path | None,
-        typer.Option("--limiter", metavar="LIB", dir_okay=False,
-                     help="The limiter to check (default: the installed libcuda_limiter.so)."),
+        typer.Option(
+            "--limiter",
+            metavar="LIB",
+            dir_okay=False,
+            help="The limiter to check (default: the installed libcuda_limiter.so).",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
@@ -105,8 +120,10 @@ def coverage(
         for report in reports:
             _print(report)
         if gaps:
-            print(f"{len(gaps)} entry points of limit-carrying families are not intercepted: "
-                  f"{', '.join(gaps)}")
+            print(
+                f"{len(gaps)} entry points of limit-carrying families are not intercepted: "
+                f"{', '.join(gaps)}"
+            )
         else:
             print("every entry point of the limit-carrying families is intercepted")
     if gaps:
