@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "packages" / "limiter")
 from sim_sources import driver_sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "build_support"))
-from release_artefacts import write_sums, write_tarball
+from release_artefacts import unpack_wheel, write_sums, write_tarball
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "lint", "typecheck"]
@@ -256,8 +256,8 @@ TARBALLS = {
     "libadd_path": "vgpu_add_path/libadd_path.so",
     "libcuda_limiter": "vgpu_limiter/libcuda_limiter.so",
 }
-# The simulator's test doubles: the real driver's soname and the loader (TLS) are theirs to need.
-SIMULATOR_NEEDS = ["libcuda.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"]
+# The simulator's test doubles may also need the driver's soname and the loader (TLS).
+SIMULATOR_NEEDS = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}
 
 
 @nox.session
@@ -310,7 +310,7 @@ def release(session: nox.Session) -> None:
         for wheel in sorted(dist.glob(f"*_{arch}.whl")):
             if f"manylinux2014_{arch}" not in wheel.name:
                 session.error(f"{wheel.name}: not manylinux2014 (auditwheel show {wheel})")
-            shutil.unpack_archive(wheel, site, format="zip")
+            unpack_wheel(wheel, site)
         libraries = sorted(site.rglob("*.so*"))
         preload = [
             site / path
@@ -324,7 +324,10 @@ def release(session: nox.Session) -> None:
         session.run(*checker, *map(str, preload))
         simulator = [*(p for p in libraries if p not in preload), *site.glob("*/sim/bin/*")]
         session.run(
-            *checker, *(f"--also-needed={name}" for name in SIMULATOR_NEEDS), *map(str, simulator)
+            *checker,
+            "--also-needed=libcuda.so.1",
+            f"--also-needed={SIMULATOR_NEEDS[arch]}",
+            *map(str, simulator),
         )
         for name, path in TARBALLS.items():
             write_tarball(dist / f"{name}-{short}.tar.gz", name, site / path, arch)

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import tarfile
+import zipfile
 from pathlib import Path
 
 READMES = {
@@ -72,3 +73,13 @@ def write_sums(folder: Path) -> Path:
     target = folder / "SHA256SUMS"
     target.write_text("".join(lines))
     return target
+
+
+def unpack_wheel(wheel: Path, target: Path) -> None:
+    """Unpack a wheel as an installer would, keeping the permissions it records (programs)."""
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            path = Path(archive.extract(member, target))
+            mode = member.external_attr >> 16 & 0o777
+            if mode and not member.is_dir():
+                path.chmod(mode)

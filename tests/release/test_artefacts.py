@@ -62,7 +62,9 @@ class Arch:
         host = {k: v for k, v in environment.items() if k not in LOADER_VARIABLES}
         prefix: list[str] = list(self.emulator)
         if self.emulator:
-            prefix += [f"-E{k}={environment[k]}" for k in LOADER_VARIABLES if k in environment]
+            for name in LOADER_VARIABLES:
+                if name in environment:
+                    prefix += ["-E", f"{name}={environment[name]}"]
         else:
             host = environment
         return subprocess.run(
