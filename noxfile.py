@@ -349,4 +349,9 @@ def release(session: nox.Session) -> None:
     (ROOT / "build" / "check.state").unlink(missing_ok=True)
     for _, _, command in PACKAGES.values():
         session.run(str(bin_dir / command[0]), *command[1:], external=True)
-    session.run("pytest", "tests/release", *session.posargs, env={"VGPU_RELEASE_DIR": str(work)})
+    session.run(
+        "pytest",
+        "tests/release",
+        *session.posargs,
+        env={"VGPU_RELEASE_DIR": str(work), "VGPU_RELEASE_DIST": str(dist)},
+    )

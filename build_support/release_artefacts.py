@@ -68,7 +68,7 @@ def write_sums(folder: Path) -> Path:
     lines = [
         f"{_sha256(path.read_bytes())}  {path.name}\n"
         for path in sorted(folder.iterdir())
-        if path.is_file() and path.name != "SHA256SUMS"
+        if path.is_file() and path.name != "SHA256SUMS" and not path.name.startswith(".")
     ]
     target = folder / "SHA256SUMS"
     target.write_text("".join(lines))

@@ -20,6 +20,7 @@ from tests.support.cuda_table import INCLUDE
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(os.environ.get("VGPU_RELEASE_DIR", ROOT / "build" / "release"))
+DIST = Path(os.environ.get("VGPU_RELEASE_DIST", ROOT / "dist" / "release"))
 C_TESTS = ROOT / "tests" / "c"
 ADD_PATH = ROOT / "packages" / "add_path" / "csrc"
 GiB, MiB = 1 << 30, 1 << 20
@@ -30,6 +31,7 @@ LOADER_VARIABLES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_BIND_NOW")
 @dataclass(frozen=True)
 class Arch:
     name: str
+    short: str  # vgpu.rs's name: x64, arm64
     compiler: str
     emulator: tuple[str, ...]  # prefix that runs its programs here; empty when native
 
@@ -77,8 +79,8 @@ class Arch:
         )
 
 
-def _arch(name: str, compiler: str, emulator: tuple[str, ...]) -> Arch:
-    arch = Arch(name, compiler, emulator)
+def _arch(name: str, short: str, compiler: str, emulator: tuple[str, ...]) -> Arch:
+    arch = Arch(name, short, compiler, emulator)
     missing = [tool for tool in (compiler, *emulator[:1]) if shutil.which(tool) is None]
     if not (arch.site / "vgpu_limiter").is_dir():
         missing.append(f"{arch.site} (nox -s release builds it)")
@@ -92,9 +94,12 @@ def _arch(name: str, compiler: str, emulator: tuple[str, ...]) -> Arch:
 @pytest.fixture(params=["x86_64", "aarch64"])
 def arch(request: pytest.FixtureRequest) -> Arch:
     if request.param == "x86_64":
-        return _arch("x86_64", "cc", ())
+        return _arch("x86_64", "x64", "cc", ())
     return _arch(
-        "aarch64", "aarch64-linux-gnu-gcc", ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")
+        "aarch64",
+        "arm64",
+        "aarch64-linux-gnu-gcc",
+        ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"),
     )
 
 
@@ -195,3 +200,24 @@ def test_every_allocation_api_is_charged_refused_and_given_back(
     result = arch.run([str(program), path], environment)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("passed, 0 failed")
+
+
+def test_tarballs_install_as_vgpu_rs_documents(arch: Arch, tmp_path: Path) -> None:
+    # tar -xzf libadd_path-${ARCH}.tar.gz; tar -xzf libcuda_limiter-${ARCH}.tar.gz; check; use.
+    for name in ("libadd_path", "libcuda_limiter"):
+        tarball = DIST / f"{name}-{arch.short}.tar.gz"
+        subprocess.run(["tar", "-xzf", str(tarball)], cwd=tmp_path, check=True)
+        subprocess.run(
+            ["sha256sum", "--quiet", "-c", f"SHA256SUMS.{name}"], cwd=tmp_path, check=True
+        )
+        assert (tmp_path / f"README.{name}").read_text().startswith(f"{name}.so ({arch.name})")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".so") == [
+        "libadd_path.so",
+        "libcuda_limiter.so",
+    ]
+    environment = limited(arch, tmp_path, '{"0": "2GiB"}')
+    environment["LD_PRELOAD"] = f"{tmp_path / 'libadd_path.so'}:{tmp_path / 'libcuda_limiter.so'}"
+    report = workload(arch, environment | {"TF_PATH": "/opt/b"}, "--alloc", "1GiB")
+    assert (report.get("error"), report["total_bytes"]) == (None, 2 * GiB)
+    sums = (DIST / "SHA256SUMS").read_text()
+    assert f"  {name}-{arch.short}.tar.gz\n" in sums
