@@ -11,6 +11,9 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent / "packages" / "limiter"))
 from sim_sources import driver_sources
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "build_support"))
+from release_artefacts import unpack_wheel, write_sums, write_tarball
+
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.error_on_missing_interpreters = True
@@ -244,3 +247,111 @@ def _check_add_path_example(session: nox.Session, bin_dir: Path) -> None:
     if path != "/opt/a:/usr/bin:/bin:/opt/b":
         session.error(f"libadd_path.so from a plain pip install gave PATH={path}")
     session.log(f"pip install ./packages/add_path: PATH={path}")
+
+
+# Release artefacts: architecture → (vgpu.rs's name for it, C compiler that builds for it).
+RELEASE_ARCHES = {"x86_64": ("x64", "cc"), "aarch64": ("arm64", "aarch64-linux-gnu-gcc")}
+# Tarball → the library in the installed wheel; vgpu.rs's install steps unpack both in one folder.
+TARBALLS = {
+    "libadd_path": "vgpu_add_path/libadd_path.so",
+    "libcuda_limiter": "vgpu_limiter/libcuda_limiter.so",
+}
+# The simulator's test doubles may also need the driver's soname and the loader (TLS).
+SIMULATOR_NEEDS = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """sdists, pure wheels, manylinux2014 wheels and vgpu.rs-style tarballs for x86-64 and arm64
+    into dist/release; every native file checked, then the artefacts tested on both (arm64 under
+    qemu-user)."""
+    sync(session, "release")
+    dist, work = ROOT / "dist" / "release", ROOT / "build" / "release"
+    for folder in (dist, work):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    session.run("uv", "build", "--sdist", "--all-packages", "--out-dir", str(dist), external=True)
+    sdists = {
+        name: next(dist.glob(f"{PACKAGES[name][0].replace('-', '_')}-*.tar.gz"))
+        for name in PACKAGES
+    }
+    native = ("add_path", "limiter")
+    for name in sorted(PACKAGES.keys() - set(native)):
+        session.run(
+            "uv", "build", "--wheel", str(sdists[name]), "--out-dir", str(dist), external=True
+        )
+    for arch, (short, compiler) in RELEASE_ARCHES.items():
+        raw, site = work / arch / "raw", work / arch / "site"
+        for name in native:
+            session.run(
+                "uv",
+                "build",
+                "--wheel",
+                str(sdists[name]),
+                "--out-dir",
+                str(raw),
+                f"--config-setting=--build-option=--plat-name=linux_{arch}",
+                env={"CC": compiler},
+                external=True,
+            )
+        for wheel in sorted(raw.glob("*.whl")):
+            # The workload links the simulated libcuda.so.1, as a CUDA program links the real one.
+            session.run(
+                "auditwheel",
+                "repair",
+                "--plat",
+                "auto",
+                "--exclude",
+                "libcuda.so.1",
+                "--wheel-dir",
+                str(dist),
+                str(wheel),
+            )
+        for wheel in sorted(dist.glob(f"*_{arch}.whl")):
+            if f"manylinux2014_{arch}" not in wheel.name:
+                session.error(f"{wheel.name}: not manylinux2014 (auditwheel show {wheel})")
+            unpack_wheel(wheel, site)
+        libraries = sorted(site.rglob("*.so*"))
+        preload = [
+            site / path
+            for path in (
+                "vgpu_add_path/libadd_path.so",
+                "vgpu_limiter/libcuda_limiter.so",
+                "vgpu_limiter/libvgpu_region.so",
+            )
+        ]
+        checker = ["python", str(ROOT / "build_support" / "native_check.py"), "--arch", arch]
+        session.run(*checker, *map(str, preload))
+        simulator = [*(p for p in libraries if p not in preload), *site.glob("*/sim/bin/*")]
+        session.run(
+            *checker,
+            "--also-needed=libcuda.so.1",
+            f"--also-needed={SIMULATOR_NEEDS[arch]}",
+            *map(str, simulator),
+        )
+        for name, path in TARBALLS.items():
+            write_tarball(dist / f"{name}-{short}.tar.gz", name, site / path, arch)
+    write_sums(dist)
+    # As README says: pip install from the release folder into a fresh venv, on this machine.
+    bin_dir = _venv(session, work / "venv")
+    session.run(
+        str(bin_dir / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--find-links",
+        str(dist),
+        "vgpu-hypervisor",
+        "vgpu-add-path",
+        external=True,
+    )
+    (ROOT / "build" / "check.state").unlink(missing_ok=True)
+    for _, _, command in PACKAGES.values():
+        session.run(str(bin_dir / command[0]), *command[1:], external=True)
+    session.run(
+        "pytest",
+        "tests/release",
+        *session.posargs,
+        env={"VGPU_RELEASE_DIR": str(work), "VGPU_RELEASE_DIST": str(dist)},
+    )

@@ -11,10 +11,16 @@ def sources(pattern: str) -> list[str]:
     return sorted(str(path) for path in Path().glob(pattern))
 
 
+# The simulator ships in the limiter's wheel: the same glibc 2.17 floor (vgpu_glibc_floor.h), and
+# libdl and libpthread stay NEEDED for the glibc versions where its symbols live there (librt's
+# clock functions are in libc since 2.17).
+GLIBC_FLOOR = {
+    "extra_compile_args": ["-include", "vgpu_glibc_floor.h"],
+    "extra_link_args": ["-Wl,--no-as-needed", "-l:libdl.so.2", "-l:libpthread.so.0"],
+}
 SIM_OPTIONS = {
     "include_dirs": ["csrc/include", "csrc/common", "csrc/sim"],
     "define_macros": [("VGPU_API_VISIBILITY", "VGPU_EXPORT")],
-    "libraries": ["pthread", "dl", "rt"],
 }
 
 
@@ -25,7 +31,12 @@ def sim_library(soname: str, sources: list[Path]) -> NativeLibrary:
         f"vgpu_limiter.sim.lib.{soname.split('.', maxsplit=1)[0]}",
         sources=[str(source) for source in sources],
         filename=soname,
-        extra_link_args=[f"-Wl,-soname,{soname}", "-Wl,-Bsymbolic"],
+        extra_compile_args=GLIBC_FLOOR["extra_compile_args"],
+        extra_link_args=[
+            f"-Wl,-soname,{soname}",
+            "-Wl,-Bsymbolic",
+            *GLIBC_FLOOR["extra_link_args"],
+        ],
         **SIM_OPTIONS,
     )
 
@@ -82,7 +93,7 @@ setup_package(
             executable=True,
             link_native=("vgpu_limiter.sim.lib.libcuda",),
             include_dirs=["csrc/include", "csrc/common"],
-            libraries=["dl"],
+            **GLIBC_FLOOR,
         ),
     ],
 )

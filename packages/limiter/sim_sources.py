@@ -10,6 +10,7 @@ SHARED = [
     "csrc/sim/sim_config.c",
     "csrc/common/vgpu_parse.c",
     "csrc/common/vgpu_proc.c",
+    "csrc/common/vgpu_files.c",
     "csrc/common/vgpu_cuda_sizes.c",
     "csrc/common/vgpu_cuda_table.c",
     "csrc/common/vgpu_table.c",

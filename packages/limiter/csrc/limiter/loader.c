@@ -28,13 +28,21 @@ static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
  * and calls nothing the runtime intercepts. No effect on a normal build. */
 #define VGPU_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
 
+/* dlsym's version before glibc 2.34: the architecture's first glibc. */
+#if defined(__aarch64__)
+#define DLSYM_BASE_VERSION "GLIBC_2.17"
+#else
+#define DLSYM_BASE_VERSION "GLIBC_2.2.5"
+#endif
+
 /* The libc dlsym, found with dlvsym so that our own dlsym is never called for it. */
 VGPU_UNINSTRUMENTED static void *lookup(void *handle, const char *name) {
     void *(*found)(void *, const char *) = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
     if (found == NULL) {
         found = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
         if (found == NULL) {
-            found = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+            found = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym",
+                                                           DLSYM_BASE_VERSION);
         }
         __atomic_store_n(&real_dlsym, found, __ATOMIC_RELEASE);
     }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sim_config.h"
+#include "vgpu_files.h"
 #include "vgpu_proc.h"
 
 static pthread_once_t map_once = PTHREAD_ONCE_INIT;
@@ -123,7 +124,7 @@ static void map_state(void) {
     }
     struct stat info;
     struct sim_state *state = MAP_FAILED;
-    if (fstat(fd, &info) == 0 && (size_t)info.st_size >= sizeof *state) {
+    if (vgpu_stat_at(fd, "", &info) == 0 && (size_t)info.st_size >= sizeof *state) {
         state = mmap(NULL, sizeof *state, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
     close(fd);

@@ -5,6 +5,7 @@ from importlib.metadata import version as distribution_version
 import typer
 
 from vgpu_limiter.config_cli import check_config
+from vgpu_limiter.coverage_cli import coverage
 from vgpu_limiter.region_cli import inspect
 from vgpu_limiter.run_cli import path, run
 from vgpu_limiter.sim_cli import app as sim_app
@@ -21,6 +22,7 @@ app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_
 )
 app.command()(inspect)
 app.command("check-config")(check_config)
+app.command()(coverage)
 app.add_typer(sim_app, name="sim")
 
 
