@@ -39,6 +39,7 @@ static void check(int ok, int line, const char *format, const char *detail) {
 static void clear_environment(void) {
     static const char *const names[] = {
         "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+        "TENSOR_FUSION_CUDA_SOFT_LIMIT", "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE",
         "CUDA_DEVICE_SM_LIMIT", "SHM_PATH", "SHM_BASE_PATH", "POD_NAME", "POD_NAMESPACE",
         "TF_LOG_LEVEL", "TF_LOG_PATH", "CONTAINER_NAME", "TF_CUDA_CONTEXT_OVERHEAD",
         "TF_CUDA_LIB_PATH", "TF_NVML_LIB_PATH", "TMPDIR", "CUDA_VISIBLE_DEVICES",
@@ -252,7 +253,8 @@ static void memory_json_errors(void) {
         {"{\"0\":\"16EiB\"}", "bad size \"16EiB\""},
         {"{\"0\":\"99999999999TiB\"}", "bad size"},
         {"{\"0\":\"\"}", "bad size \"\""},
-        {"{\"0\":true}", "key \"0\" needs a number or a string"},
+        {"{\"0\":true}", "bad size true for key \"0\""},
+        {"{\"0\":nul}", "key \"0\" needs a number or a string"},
         {"{\"0\":null}", "needs a number or a string"},
         {"{\"0\":{}}", "key \"0\" has a nested object"},
         {"{\"0\":[1]}", "key \"0\" has a nested array"},
@@ -748,13 +750,19 @@ static void describe(void) {
                "{\"ok\":true,\"devices\":["
                "{\"key\":\"0\",\"kind\":\"index\",\"index\":0,\"uuid\":null,"
                "\"memory_limit\":4294967296,\"memory_source\":\"TENSOR_FUSION_CUDA_MEM_LIMIT\","
-               "\"compute_limit\":1250,\"compute_source\":\"TENSOR_FUSION_CUDA_UP_LIMIT\"},"
+               "\"compute_limit\":1250,\"compute_source\":\"TENSOR_FUSION_CUDA_UP_LIMIT\","
+               "\"soft_limit\":null,\"soft_source\":null,\"oversubscribe\":null,"
+               "\"oversubscribe_source\":null},"
                "{\"key\":\"" UUID_A "\",\"kind\":\"uuid\",\"index\":null,\"uuid\":\"" UUID_A "\","
                "\"memory_limit\":1073741824,\"memory_source\":\"TENSOR_FUSION_CUDA_MEM_LIMIT\","
-               "\"compute_limit\":null,\"compute_source\":null},"
+               "\"compute_limit\":null,\"compute_source\":null,"
+               "\"soft_limit\":null,\"soft_source\":null,\"oversubscribe\":null,"
+               "\"oversubscribe_source\":null},"
                "{\"key\":\"all\",\"kind\":\"all\",\"index\":null,\"uuid\":null,"
                "\"memory_limit\":null,\"memory_source\":null,"
-               "\"compute_limit\":5000,\"compute_source\":\"CUDA_DEVICE_SM_LIMIT\"}],"
+               "\"compute_limit\":5000,\"compute_source\":\"CUDA_DEVICE_SM_LIMIT\","
+               "\"soft_limit\":null,\"soft_source\":null,\"oversubscribe\":null,"
+               "\"oversubscribe_source\":null}],"
                "\"pod\":{\"source\":\"POD_NAME\","
                "\"folder\":\"/b\\\"x/default/p.q\","
                "\"region_file\":\"/b\\\"x/default/p.q/shm\","
@@ -814,6 +822,7 @@ static void random_inputs(void) {
     };
     static const char *const variables[] = {
         "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+        "TENSOR_FUSION_CUDA_SOFT_LIMIT", "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE",
         "CUDA_DEVICE_SM_LIMIT_7", "SHM_PATH", "POD_NAME", "TF_LOG_LEVEL",
     };
     unsigned seed = 20240611;
@@ -1057,6 +1066,119 @@ static void unknown_pod(void) {
     rmdir(base);
 }
 
+/* The soft (burst) compute limit and memory oversubscription, TENSOR_FUSION_CUDA_SOFT_LIMIT and
+ * TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE: parsed like the other JSON limits, resolved per device
+ * UUID > index > all, a soft limit below the compute limit refused naming both variables. */
+static void soft_and_oversubscribe(void) {
+    struct vgpu_device_limits limits;
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":30,\"1\":20}", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":\"60%\",\"" UUID_A_UPPER "\":80}", 1);
+    setenv("TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"1\":\"false\"}", 1);
+    EXPECT_OK();
+    const struct vgpu_device_setting *zero = find(VGPU_KEY_INDEX, 0, NULL);
+    EXPECT_EQ(zero->compute_soft_limit, 6000u);
+    EXPECT_STR(zero->soft_source, "TENSOR_FUSION_CUDA_SOFT_LIMIT");
+    EXPECT_EQ(zero->oversubscribe, 1);
+    EXPECT_STR(zero->oversubscribe_source, "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE");
+    EXPECT_EQ(find(VGPU_KEY_INDEX, 1, NULL)->oversubscribe, 0);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_A)->oversubscribe, -1);
+    EXPECT_EQ(config.warning_count, 0u);
+    check(vgpu_config_device_limits(&config, 0, UUID_B, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_limit, 3000u);
+    EXPECT_EQ(limits.compute_soft_limit, 6000u);
+    EXPECT_STR(limits.soft_source, "TENSOR_FUSION_CUDA_SOFT_LIMIT");
+    EXPECT_EQ(limits.oversubscribe, true);
+    EXPECT_STR(limits.oversubscribe_source, "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE");
+    check(vgpu_config_device_limits(&config, 1, NULL, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_soft_limit, 0u);
+    EXPECT_EQ(limits.oversubscribe, false);
+    EXPECT_STR(limits.oversubscribe_source, "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE");
+    /* The UUID key's 80 % wins over index 0's 60 % only when they are not both given for the
+     * same GPU: there they contradict. */
+    check(!vgpu_config_device_limits(&config, 0, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", "accepted");
+    check(strstr(error, "soft compute limit 80.00% for " UUID_A " contradicts 60.00% for "
+                        "device 0") != NULL,
+          __LINE__, "error: %s", error);
+    /* Device 1 under UUID_A: the UUID's 80 % over device 1's compute 20 %. */
+    check(vgpu_config_device_limits(&config, 1, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_soft_limit, 8000u);
+    EXPECT_EQ(limits.compute_limit, 2000u);
+
+    /* Below the compute limit: refused at load for a key that has both... */
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":20}", 1);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_SOFT_LIMIT",
+                 "soft compute limit 20.00% is below the compute limit 30.00% from "
+                 "TENSOR_FUSION_CUDA_UP_LIMIT");
+    /* ... and for an all-devices compute limit under an index soft limit. */
+    clear_environment();
+    setenv("CUDA_DEVICE_SM_LIMIT", "50", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"2\":40}", 1);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_SOFT_LIMIT", "below the compute limit 50.00% from "
+                                                  "CUDA_DEVICE_SM_LIMIT");
+    /* Met only on one GPU (an index soft limit, a UUID compute limit): refused there. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"" UUID_A "\":50}", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":40}", 1);
+    EXPECT_OK();
+    check(!vgpu_config_device_limits(&config, 0, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", "accepted");
+    check(strstr(error, "TENSOR_FUSION_CUDA_SOFT_LIMIT={\"0\":40}: soft compute limit 40.00% is "
+                        "below the "
+                        "compute limit 50.00% from TENSOR_FUSION_CUDA_UP_LIMIT") != NULL,
+          __LINE__, "error: %s", error);
+    /* Equal is fine; without any compute limit: a warning, and no burst limit resolved. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":50}", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":50,\"1\":70}", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    unsetenv("TENSOR_FUSION_CUDA_UP_LIMIT");
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 2u);
+    EXPECT_STR(config.warnings[1], "TENSOR_FUSION_CUDA_SOFT_LIMIT: soft compute limit 70.00% "
+                                   "without any compute limit: ignored (no limit to burst from)");
+    check(vgpu_config_device_limits(&config, 1, NULL, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_soft_limit, 0u);
+    EXPECT_STR(limits.soft_source, "");
+
+    /* Bad values name the variable and the key. */
+    static const struct {
+        const char *variable;
+        const char *json;
+        const char *expected;
+    } cases[] = {
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":0}", "bad percent 0 for key \"0\""},
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":101}", "bad percent 101 for key \"0\""},
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":true}", "bad percent true"},
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":50,\"0\":60}",
+         "key \"0\" is given twice with different values (50.00% and 60.00%)"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":1}", "bad value 1 for key \"0\" "
+                                                              "(true or false)"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":\"maybe\"}", "bad value \"maybe\""},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":tru}", "needs a number or a string"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"0\":false}",
+         "key \"0\" is given twice with different values (on and off)"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"x\":true}", "bad device key \"x\""},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "[true]", "expected a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_environment();
+        setenv(cases[i].variable, cases[i].json, 1);
+        EXPECT_ERROR(cases[i].variable, cases[i].expected);
+    }
+    /* The same key twice with the same value is one setting. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"0\":\"TRUE\"}", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 1u);
+}
+
 int main(void) {
     defaults();
     memory_json();
@@ -1078,6 +1200,7 @@ int main(void) {
     process_settings();
     overhead_floor();
     unknown_pod();
+    soft_and_oversubscribe();
     clear_environment();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

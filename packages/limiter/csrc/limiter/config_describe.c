@@ -113,6 +113,11 @@ static void put_setting(struct writer *writer, const struct vgpu_device_setting 
     put_string_or_null(writer, setting->uuid);
     put_limit(writer, "memory", setting->memory_limit, setting->memory_source);
     put_limit(writer, "compute", setting->compute_limit, setting->compute_source);
+    put_limit(writer, "soft", setting->compute_soft_limit, setting->soft_source);
+    put(writer, ",\"oversubscribe\":");
+    put(writer, setting->oversubscribe < 0 ? "null" : setting->oversubscribe ? "true" : "false");
+    put(writer, ",\"oversubscribe_source\":");
+    put_string_or_null(writer, setting->oversubscribe_source);
     put(writer, "}");
 }
 

@@ -47,6 +47,12 @@ class DeviceSetting:
     memory_source: str | None  # the variable that set it
     compute_limit: int | None  # hundredths of a percent, 1-10000
     compute_source: str | None
+    # How far past compute_limit the pod may burst when the GPU is idle (hundredths).
+    soft_limit: int | None = None
+    soft_source: str | None = None
+    # Allocations past memory_limit go to host-backed memory; None when not given.
+    oversubscribe: bool | None = None
+    oversubscribe_source: str | None = None
 
     @property
     def compute_percent(self) -> float | None:
@@ -173,6 +179,8 @@ _FIXED = frozenset(
     (
         "TENSOR_FUSION_CUDA_MEM_LIMIT",
         "TENSOR_FUSION_CUDA_UP_LIMIT",
+        "TENSOR_FUSION_CUDA_SOFT_LIMIT",
+        "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE",
         "CUDA_DEVICE_MEMORY_LIMIT",
         "CUDA_DEVICE_SM_LIMIT",
         "SHM_PATH",

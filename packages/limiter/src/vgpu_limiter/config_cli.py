@@ -72,6 +72,20 @@ def _print_table(document: dict[str, Any]) -> None:
                 table.add_row(
                     name, "compute", format_percent(compute), "", device["compute_source"]
                 )
+                name = ""
+            soft = device.get("soft_limit")
+            if soft is not None:
+                table.add_row(name, "soft compute", format_percent(soft), "", device["soft_source"])
+                name = ""
+            oversubscribe = device.get("oversubscribe")
+            if oversubscribe is not None:
+                table.add_row(
+                    name,
+                    "oversubscribe",
+                    "on" if oversubscribe else "off",
+                    "",
+                    device["oversubscribe_source"],
+                )
         console.print(table)
         console.print(
             "Index keys are CUDA ordinals as the program sees them; UUID keys bind the physical "
