@@ -45,6 +45,10 @@ static void clear_environment(void) {
         "TF_CUDA_LIB_PATH", "TF_NVML_LIB_PATH", "TMPDIR", "CUDA_VISIBLE_DEVICES",
         "CUDA_MEM_LIMIT", "CUDA_CORE_LIMIT", "VCUDA_MEMORY_LIMIT", "LOGGER_LEVEL",
         "GPU_DEVICES_UUID", "VGPU_POD_NAME", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "VGPU_POD_NAMESPACE", "VGPU_POD_UID", "VGPU_CONTAINER_NAME", "VCUDA_LOG_LEVEL",
+        "GPU_CORE_UTILIZATION_POLICY", "TF_SHM_FILE", "HYPERVISOR_IP", "HYPERVISOR_PORT",
+        "ENABLE_NVML_HOOKS", "ENABLE_CUDA_HOOKS", "TF_SKIP_HOOKS_IF_NO_LIMIT",
+        "TF_VISIBLE_DEVICES",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         unsetenv(names[i]);
@@ -766,7 +770,8 @@ static void describe(void) {
                "\"pod\":{\"source\":\"POD_NAME\","
                "\"folder\":\"/b\\\"x/default/p.q\","
                "\"region_file\":\"/b\\\"x/default/p.q/shm\","
-               "\"namespace\":\"default\",\"name\":\"p.q\",\"container\":\"main\","
+               "\"namespace\":\"default\",\"name\":\"p.q\",\"name_source\":\"POD_NAME\","
+               "\"uid\":null,\"container\":\"main\",\"container_source\":\"CONTAINER_NAME\","
                "\"base\":\"/b\\\"x\",\"base_source\":\"SHM_BASE_PATH\"},"
                "\"process\":{\"context_overhead\":268435456,"
                "\"context_overhead_source\":\"TF_CUDA_CONTEXT_OVERHEAD\","
@@ -774,12 +779,11 @@ static void describe(void) {
                "\"cuda_library_source\":\"TF_CUDA_LIB_PATH\","
                "\"nvml_library\":\"libnvidia-ml.so.1\",\"nvml_library_source\":\"default\","
                "\"tmp_folder\":\"/scratch\",\"tmp_source\":\"TMPDIR\"},"
-               "\"log\":{\"level\":\"warn\",\"path\":\"/tmp/a\\u0009b\"},"
+               "\"log\":{\"level\":\"warn\",\"level_source\":\"default\","
+               "\"path\":\"/tmp/a\\u0009b\"},"
                "\"warnings\":[\"POD_NAME=p.q: no pod default/p.q on this node (no folder "
                "/b\\\"x/default/p.q): not one the daemon manages, so only this environment's "
-               "limits apply (a typo?)\",\"CUDA_MEM_LIMIT_0=4g: vgpu-manager's variable, not "
-               "supported: ignored (instead: TENSOR_FUSION_CUDA_MEM_LIMIT or "
-               "CUDA_DEVICE_MEMORY_LIMIT[_i])\"],"
+               "limits apply (a typo?)\"],"
                "\"default_base\":\"/run/tensor-fusion/shm\"}");
     /* Cut output stays NUL-terminated and the length is still the whole. */
     memset(out, 'z', sizeof out);
@@ -791,14 +795,17 @@ static void describe(void) {
     clear_environment();
     written = vgpu_limiter_describe_config(out, sizeof out);
     EXPECT_STR(out, "{\"ok\":true,\"devices\":[],\"pod\":{\"source\":\"private\",\"folder\":null,"
-                    "\"region_file\":null,\"namespace\":null,\"name\":null,\"container\":null,"
+                    "\"region_file\":null,\"namespace\":null,\"name\":null,"
+                    "\"name_source\":null,\"uid\":null,\"container\":null,"
+                    "\"container_source\":null,"
                     "\"base\":\"/run/tensor-fusion/shm\",\"base_source\":\"default\"},"
                     "\"process\":{\"context_overhead\":570425344,"
                     "\"context_overhead_source\":\"default\","
                     "\"cuda_library\":\"libcuda.so.1\",\"cuda_library_source\":\"default\","
                     "\"nvml_library\":\"libnvidia-ml.so.1\",\"nvml_library_source\":\"default\","
                     "\"tmp_folder\":\"/tmp\",\"tmp_source\":\"default\"},"
-                    "\"log\":{\"level\":\"warn\",\"path\":null},\"warnings\":[],"
+                    "\"log\":{\"level\":\"warn\",\"level_source\":\"default\",\"path\":null},"
+                    "\"warnings\":[],"
                     "\"default_base\":\"/run/tensor-fusion/shm\"}");
     EXPECT_EQ((size_t)written, strlen(out));
 
@@ -886,24 +893,14 @@ static void foreign_variables(void) {
         const char *value;
         const char *expected;
     } cases[] = {
-        {"CUDA_MEM_LIMIT_0", "4g", "CUDA_MEM_LIMIT_0=4g: vgpu-manager's variable, not supported: "
-                                   "ignored (instead: TENSOR_FUSION_CUDA_MEM_LIMIT"},
-        {"CUDA_MEM_LIMIT", "1000m", "CUDA_MEM_LIMIT=1000m: vgpu-manager's"},
-        {"CUDA_MEM_RATIO_1", "0.5", "CUDA_MEM_RATIO_1=0.5: vgpu-manager's"},
-        {"CUDA_CORE_LIMIT", "30", "CUDA_CORE_LIMIT=30: vgpu-manager's variable, not supported: "
-                                  "ignored (instead: TENSOR_FUSION_CUDA_UP_LIMIT"},
-        {"CUDA_CORE_LIMIT_2", "30", "CUDA_CORE_LIMIT_2=30: vgpu-manager's"},
-        {"CUDA_CORE_SOFT_LIMIT", "60", "CUDA_CORE_SOFT_LIMIT=60: vgpu-manager's"},
-        {"CUDA_MEMORY_OVERSUBSCRIBE", "true", "CUDA_MEMORY_OVERSUBSCRIBE=true: vgpu-manager's"},
-        {"CUDA_MEM_OVERSOLD_0", "true", "CUDA_MEM_OVERSOLD_0=true: vgpu-manager's"},
-        {"GPU_DEVICES_UUID", UUID_A, "GPU_DEVICES_UUID=" UUID_A ": vgpu-manager's"},
-        {"VGPU_POD_NAME", "p", "VGPU_POD_NAME=p: vgpu-manager's variable, not supported: "
-                               "ignored (instead: POD_NAME"},
-        {"LOGGER_LEVEL", "4", "LOGGER_LEVEL=4: vgpu-manager's variable, not supported: ignored "
-                              "(instead: TF_LOG_LEVEL)"},
-        {"VCUDA_MEMORY_LIMIT", "4294967296", "VCUDA_MEMORY_LIMIT=4294967296: vcuda-hook's"},
-        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/x", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x: "
-                                                      "HAMi-core's"},
+        {"HYPERVISOR_IP", "10.0.0.1", "HYPERVISOR_IP=10.0.0.1: vgpu.rs's variable, not "
+                                      "supported: ignored (instead: nothing: the limits come"},
+        {"HYPERVISOR_PORT", "8000", "HYPERVISOR_PORT=8000: vgpu.rs's"},
+        {"ENABLE_NVML_HOOKS", "false", "ENABLE_NVML_HOOKS=false: vgpu.rs's"},
+        {"ENABLE_CUDA_HOOKS", "false", "ENABLE_CUDA_HOOKS=false: vgpu.rs's"},
+        {"TF_SKIP_HOOKS_IF_NO_LIMIT", "true", "TF_SKIP_HOOKS_IF_NO_LIMIT=true: vgpu.rs's"},
+        {"TF_VISIBLE_DEVICES", UUID_A, "TF_VISIBLE_DEVICES=" UUID_A ": vgpu.rs's variable, not "
+                                       "supported: ignored (instead: CUDA_VISIBLE_DEVICES)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         clear_environment();
@@ -912,24 +909,16 @@ static void foreign_variables(void) {
         EXPECT_EQ(config.warning_count, 1u);
         EXPECT_WARNING(cases[i].expected);
         EXPECT_EQ(config.count, 0u);
+        unsetenv(cases[i].name);
     }
-    /* Names that only start like one are not its. */
+    /* Names that only start like one are not its; an empty one is unset. */
     clear_environment();
-    setenv("CUDA_MEM_LIMITS", "4g", 1);
-    setenv("CUDA_CORE_LIMITX_0", "4", 1);
-    setenv("CUDA_MEM_LIMIT_0", "", 1);
+    setenv("HYPERVISOR_IPS", "x", 1);
+    setenv("ENABLE_CUDA_HOOKS", "", 1);
     EXPECT_OK();
     EXPECT_EQ(config.warning_count, 0u);
-    unsetenv("CUDA_MEM_LIMITS");
-    unsetenv("CUDA_CORE_LIMITX_0");
-    /* More warnings than room: the first ones are kept. */
-    char name[32];
-    for (int i = 0; i < VGPU_CONFIG_MAX_WARNINGS + 4; i++) {
-        snprintf(name, sizeof name, "CUDA_MEM_LIMIT_%d", i);
-        setenv(name, "1g", 1);
-    }
-    EXPECT_OK();
-    EXPECT_EQ(config.warning_count, (unsigned)VGPU_CONFIG_MAX_WARNINGS);
+    unsetenv("HYPERVISOR_IPS");
+    unsetenv("ENABLE_CUDA_HOOKS");
 }
 
 static const char no_uuids[2][VGPU_CONFIG_UUID_SIZE] = {UUID_B, UUID_B};

@@ -186,6 +186,8 @@ bool vgpu_config_load(struct vgpu_config *config, char *error, size_t error_size
           load_compat_all(config, error, error_size, MEM_COMPAT, true) &&
           load_compat_all(config, error, error_size, SM_COMPAT, false) &&
           load_compat_indexed(config, error, error_size) &&
+          vgpu_config_load_seeds(config, error, error_size) &&
+          vgpu_config_load_policy(config, error, error_size) &&
           vgpu_config_load_pod(config, error, error_size) &&
           vgpu_config_load_process(config, error, error_size) &&
           vgpu_config_check_soft(config, error, error_size))) {

@@ -133,6 +133,11 @@ bool vgpu_config_check_soft(struct vgpu_config *config, char *error, size_t erro
 bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_size);
 bool vgpu_config_load_process(struct vgpu_config *config, char *error, size_t error_size);
 
+/* The limits of other systems' variables (config_seeds.c): vgpu-manager's and vcuda-hook's;
+ * then HAMi-core's GPU_CORE_UTILIZATION_POLICY, once every compute limit is known. */
+bool vgpu_config_load_seeds(struct vgpu_config *config, char *error, size_t error_size);
+bool vgpu_config_load_policy(struct vgpu_config *config, char *error, size_t error_size);
+
 /* Warnings for variables of other systems that are recognised but not supported yet. */
 void vgpu_config_check_foreign(struct vgpu_config *config);
 

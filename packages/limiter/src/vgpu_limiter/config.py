@@ -21,7 +21,14 @@ from vgpu_limiter import library_path
 _CDEF = "int vgpu_limiter_describe_config(char *out, size_t size);"
 
 KeyKind = Literal["all", "index", "uuid"]
-PodSource = Literal["private", "SHM_PATH", "POD_NAME"]
+PodSource = Literal[
+    "private",
+    "SHM_PATH",
+    "POD_NAME",
+    "VGPU_POD_NAME",
+    "TF_SHM_FILE",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+]
 LogLevel = Literal["error", "warn", "info", "debug"]
 
 # compute_limit is in hundredths of a percent, as in the pod region.
@@ -73,6 +80,9 @@ class PodIdentity:
     container: str | None
     base: Path
     base_source: str
+    name_source: str | None = None  # POD_NAME or VGPU_POD_NAME
+    uid: str | None = None  # VGPU_POD_UID, recorded
+    container_source: str | None = None  # CONTAINER_NAME or VGPU_CONTAINER_NAME
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,7 @@ class ProcessSettings:
 class LogSettings:
     level: LogLevel
     path: Path | None  # None: stderr
+    level_source: str = "default"  # TF_LOG_LEVEL, LOGGER_LEVEL or VCUDA_LOG_LEVEL
 
 
 @dataclass(frozen=True)
@@ -154,11 +165,18 @@ def load_config() -> LimiterConfig:
             container=pod["container"],
             base=Path(pod["base"]),
             base_source=pod["base_source"],
+            name_source=pod["name_source"],
+            uid=pod["uid"],
+            container_source=pod["container_source"],
         ),
         process=ProcessSettings(
             **process | {"tmp_folder": Path(process["tmp_folder"])},
         ),
-        log=LogSettings(level=log["level"], path=_optional_path(log["path"])),
+        log=LogSettings(
+            level=log["level"],
+            path=_optional_path(log["path"]),
+            level_source=log["level_source"],
+        ),
         warnings=tuple(document["warnings"]),
     )
 
@@ -195,7 +213,7 @@ _FIXED = frozenset(
         "CUDA_VISIBLE_DEVICES",
         "TF_LOG_LEVEL",
         "TF_LOG_PATH",
-        # Other systems' variables: recognised, warned about (config_foreign.c).
+        # Other systems' variables (config_seeds.c, config_pod.c, config_process.c).
         "CUDA_MEM_LIMIT",
         "CUDA_MEM_RATIO",
         "CUDA_CORE_LIMIT",
@@ -212,6 +230,14 @@ _FIXED = frozenset(
         "VCUDA_LOG_LEVEL",
         "CUDA_DEVICE_MEMORY_SHARED_CACHE",
         "GPU_CORE_UTILIZATION_POLICY",
+        "TF_SHM_FILE",
+        # Recognised and warned about (config_foreign.c).
+        "HYPERVISOR_IP",
+        "HYPERVISOR_PORT",
+        "ENABLE_NVML_HOOKS",
+        "ENABLE_CUDA_HOOKS",
+        "TF_SKIP_HOOKS_IF_NO_LIMIT",
+        "TF_VISIBLE_DEVICES",
     )
 )
 _PREFIXES = (
