@@ -48,7 +48,7 @@ static void clear_environment(void) {
         "VGPU_POD_NAMESPACE", "VGPU_POD_UID", "VGPU_CONTAINER_NAME", "VCUDA_LOG_LEVEL",
         "GPU_CORE_UTILIZATION_POLICY", "TF_SHM_FILE", "HYPERVISOR_IP", "HYPERVISOR_PORT",
         "ENABLE_NVML_HOOKS", "ENABLE_CUDA_HOOKS", "TF_SKIP_HOOKS_IF_NO_LIMIT",
-        "TF_VISIBLE_DEVICES",
+        "TF_VISIBLE_DEVICES", "CONTAINER_NAME",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         unsetenv(names[i]);
@@ -1168,6 +1168,130 @@ static void soft_and_oversubscribe(void) {
     EXPECT_EQ(config.count, 1u);
 }
 
+/* Other systems' variables (config_seeds.c and friends): values, units, keys, errors. */
+static void seed_systems(void) {
+    static const struct {
+        const char *name;
+        const char *value;
+        uint64_t bytes; /* expected memory limit of `key`; 0: an error containing `text` */
+        const char *text;
+    } sizes[] = {
+        {"CUDA_MEM_LIMIT_0", "1000m", 1000 * MIB, NULL},
+        {"CUDA_MEM_LIMIT_0", "4G", 4 * GIB, NULL},
+        {"CUDA_MEM_LIMIT_0", "10GB", 10 * GIB, NULL},
+        {"CUDA_MEM_LIMIT_0", " 2 gi ", 2 * GIB, NULL},
+        {"CUDA_MEM_LIMIT_0", "1.5g", 3 * GIB / 2, NULL},
+        {"CUDA_MEM_LIMIT_0", "4096", 4096, NULL},
+        {"CUDA_MEM_LIMIT_0", "4096 bytes", 4096, NULL},
+        {"CUDA_MEM_LIMIT_0", "4x", 0, "CUDA_MEM_LIMIT_0=4x: bad size"},
+        {"CUDA_MEM_LIMIT_0", "g", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "1.g", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "4 gbytes", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "99999999999999999999999999999999999999999999g", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "0k", 0, "a limit of 0 is not allowed"},
+        {"CUDA_MEM_LIMIT_0", "0.1k", 0, "bad size"},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        clear_environment();
+        setenv(sizes[i].name, sizes[i].value, 1);
+        if (sizes[i].bytes != 0) {
+            EXPECT_OK();
+            EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), sizes[i].bytes);
+        } else {
+            EXPECT_ERROR(sizes[i].name, sizes[i].text);
+        }
+    }
+    /* Ratios: the device keeps 1/ratio, oversubscription on. */
+    static const struct {
+        const char *ratio;
+        uint64_t bytes;
+    } ratios[] = {{"2", 2 * GIB}, {"1.5", 2730 * MIB + 682 * 1024 + 682}, {"1", 4 * GIB},
+                  {"4.000000", GIB}, {"1.0000001", 0}, {"0.99", 0}, {"1e3", 0}, {"1000000", 0}};
+    for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+        clear_environment();
+        setenv("CUDA_MEM_LIMIT_0", "4g", 1);
+        setenv("CUDA_MEM_RATIO_0", ratios[i].ratio, 1);
+        if (ratios[i].bytes == 0) {
+            EXPECT_ERROR("CUDA_MEM_RATIO_0", "bad ratio");
+            continue;
+        }
+        EXPECT_OK();
+        EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), ratios[i].bytes);
+        EXPECT_EQ(find(VGPU_KEY_INDEX, 0, NULL)->oversubscribe, ratios[i].bytes != 4 * GIB ? 1 : -1);
+    }
+    /* GPU_DEVICES_UUID binds the indexes; one past it is a warning. */
+    clear_environment();
+    setenv("GPU_DEVICES_UUID", " " UUID_A_UPPER " ," UUID_B, 1);
+    setenv("CUDA_CORE_LIMIT_1", "40", 1);
+    setenv("CUDA_CORE_SOFT_LIMIT_1", "60", 1);
+    setenv("CUDA_MEM_OVERSOLD_0", "true", 1);
+    setenv("CUDA_MEM_LIMIT_5", "1g", 1);
+    EXPECT_OK();
+    EXPECT_EQ(compute_of(VGPU_KEY_UUID, -1, UUID_B), 4000u);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_B)->compute_soft_limit, 6000u);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_A)->oversubscribe, 1);
+    EXPECT_EQ(config.warning_count, 1u);
+    EXPECT_WARNING("CUDA_MEM_LIMIT_5=1g: device 5 has no UUID in GPU_DEVICES_UUID (2 entries)");
+    setenv("GPU_DEVICES_UUID", UUID_A ",GPU-nope", 1);
+    EXPECT_ERROR("GPU_DEVICES_UUID", "entry 1 \"GPU-nope\" is not a GPU UUID");
+    /* Other variables of each system, and their errors. */
+    static const struct {
+        const char *name;
+        const char *value;
+        const char *text; /* NULL: accepted */
+    } others[] = {
+        {"CUDA_MEM_LIMIT_007", "1g", "\"007\" is not a device index 0-63"},
+        {"CUDA_CORE_LIMIT", "0", NULL},
+        {"CUDA_CORE_LIMIT", "101", "bad percent"},
+        {"CUDA_CORE_SOFT_LIMIT", "0", NULL},
+        {"CUDA_MEMORY_OVERSUBSCRIBE", "on", NULL},
+        {"CUDA_MEMORY_OVERSUBSCRIBE", "2", "bad value (true or false)"},
+        {"VCUDA_MEMORY_LIMIT", "10g", NULL},
+        {"VCUDA_MEMORY_LIMIT", "(1024 * 1024)", "bad size"},
+        {"VCUDA_LOG_LEVEL", "warn", NULL},
+        {"VCUDA_LOG_LEVEL", "chatty", "unknown level"},
+        {"LOGGER_LEVEL", "3", NULL},
+        {"LOGGER_LEVEL", "-1", "unknown level"},
+        {"GPU_CORE_UTILIZATION_POLICY", "Force", NULL},
+        {"GPU_CORE_UTILIZATION_POLICY", "off", "unknown policy"},
+        {"VGPU_POD_NAME", "p", NULL},
+        {"VGPU_POD_NAME", "", "not a valid name"},
+        {"VGPU_POD_UID", "5d4c", NULL},
+        {"TF_SHM_FILE", "/pods/x/shm", NULL},
+        {"TF_SHM_FILE", "/shm", "the root folder cannot be a pod's folder"},
+        {"TF_SHM_FILE", "/pods/..", "not a file path"},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/a.cache", NULL},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/", "the root folder cannot be a pod's folder"},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        clear_environment();
+        setenv(others[i].name, others[i].value, 1);
+        if (others[i].text == NULL) {
+            EXPECT_OK();
+        } else {
+            EXPECT_ERROR(others[i].name, others[i].text);
+        }
+    }
+    clear_environment();
+    setenv("TF_SHM_FILE", "/pods/x/shm", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/pods/x");
+    EXPECT_EQ(config.pod_source, VGPU_POD_SHM_FILE);
+    clear_environment();
+    setenv("VGPU_POD_NAME", "p", 1);
+    setenv("VGPU_POD_NAMESPACE", "ns", 1);
+    setenv("VGPU_POD_UID", "5d4c", 1);
+    setenv("VGPU_CONTAINER_NAME", "c", 1);
+    setenv("SHM_BASE_PATH", "/b", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/b/ns/p");
+    EXPECT_STR(config.pod_name_source, "VGPU_POD_NAME");
+    EXPECT_STR(config.pod_uid, "5d4c");
+    EXPECT_STR(config.container_source, "VGPU_CONTAINER_NAME");
+    setenv("CONTAINER_NAME", "d", 1);
+    EXPECT_ERROR("VGPU_CONTAINER_NAME", "contradicts CONTAINER_NAME=d");
+}
+
 int main(void) {
     defaults();
     memory_json();
@@ -1190,6 +1314,7 @@ int main(void) {
     overhead_floor();
     unknown_pod();
     soft_and_oversubscribe();
+    seed_systems();
     clear_environment();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

@@ -206,10 +206,6 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"CUDA_MEMORY_OVERSUBSCRIBE": "yes please"}, "CUDA_MEMORY_OVERSUBSCRIBE=yes please: bad"),
     ({"GPU_DEVICES_UUID": "GPU-1234"}, 'GPU_DEVICES_UUID=GPU-1234: entry 0 "GPU-1234" is not a'),
     ({"GPU_DEVICES_UUID": f"{UUID},"}, 'entry 1 "" is not a GPU UUID'),
-    (
-        {"GPU_DEVICES_UUID": UUID, "CUDA_MEM_LIMIT_1": "1g"},
-        "CUDA_MEM_LIMIT_1=1g: device 1 has no UUID in GPU_DEVICES_UUID (1 entry)",
-    ),
     ({"LOGGER_LEVEL": "9"}, "LOGGER_LEVEL=9: unknown level (0 to 5"),
     ({"LOGGER_LEVEL": "debug"}, "LOGGER_LEVEL=debug: unknown level"),
     ({"VGPU_POD_NAME": "-rf"}, "VGPU_POD_NAME=-rf: not a valid name"),
@@ -265,6 +261,19 @@ BAD: list[tuple[dict[str, str], str]] = [
 @pytest.mark.parametrize(("environment", "expected"), BAD, ids=[e for _, e in BAD])
 def test_bad_values_name_the_variable(environment: dict[str, str], expected: str) -> None:
     assert expected in error_of(environment)
+
+
+def test_an_index_past_gpu_devices_uuid_is_a_warning() -> None:
+    # vgpu-manager's own README example sets CUDA_MEM_LIMIT_1 next to a single UUID.
+    config = config_of(
+        {"GPU_DEVICES_UUID": UUID, "CUDA_MEM_LIMIT_0": "1000m", "CUDA_MEM_LIMIT_1": "1000m"}
+    )
+    (device,) = config.devices
+    assert (device.key, device.memory_limit) == (UUID, 1000 * MIB)
+    assert config.warnings == (
+        "CUDA_MEM_LIMIT_1=1000m: device 1 has no UUID in GPU_DEVICES_UUID (1 entry): applies to "
+        "no GPU",
+    )
 
 
 def test_the_same_value_from_two_systems_is_one_limit() -> None:

@@ -116,9 +116,10 @@ static bool load_uuids(struct seeds *seeds, char *error, size_t error_size) {
     }
 }
 
-/* The device key of NAME_<index> (index -1: NAME, every device). */
-static bool key_of(const struct seeds *seeds, const struct report *report, int index,
-                   struct key *key) {
+/* The device key of NAME_<index> (index -1: NAME, every device); false for an index past
+ * GPU_DEVICES_UUID's entries, which names no GPU (as in vgpu-manager: a warning, no limit). */
+static bool key_of(struct vgpu_config *config, const struct seeds *seeds,
+                   const struct report *report, int index, struct key *key) {
     memset(key, 0, sizeof *key);
     key->index = -1;
     if (index < 0) {
@@ -131,9 +132,10 @@ static bool key_of(const struct seeds *seeds, const struct report *report, int i
         return true;
     }
     if ((unsigned)index >= seeds->uuid_count) {
-        return vgpu_config_fail(report, "device %d has no UUID in " UUIDS " (%u entr%s)",
-                                index, seeds->uuid_count,
-                                seeds->uuid_count == 1 ? "y" : "ies");
+        vgpu_config_warn(config, report->name, report->value,
+                         "device %d has no UUID in " UUIDS " (%u entr%s): applies to no GPU",
+                         index, seeds->uuid_count, seeds->uuid_count == 1 ? "y" : "ies");
+        return false;
     }
     key->kind = VGPU_KEY_UUID;
     memcpy(key->uuid, seeds->uuids[index], sizeof key->uuid);
@@ -273,8 +275,8 @@ static bool apply_memory(struct vgpu_config *config, const struct seeds *seeds, 
         }
     }
     struct key key;
-    if (!key_of(seeds, &report, index, &key)) {
-        return false;
+    if (!key_of(config, seeds, &report, index, &key)) {
+        return true;
     }
     bool oversold = millionths > 1000000;
     uint64_t resident = (uint64_t)((unsigned __int128)bytes * 1000000 / millionths);
@@ -315,7 +317,7 @@ static bool apply_one(struct vgpu_config *config, const struct seeds *seeds, int
         if (!vgpu_config_parse_bool(value, &on)) {
             return vgpu_config_fail(&report, "bad value (true or false)");
         }
-        return key_of(seeds, &report, index, &key) &&
+        return !key_of(config, seeds, &report, index, &key) ||
                vgpu_config_set_limit(config, &report, &key, VGPU_LIMIT_OVERSUBSCRIBE, on, NULL);
     }
     uint32_t hundredths = 0;
@@ -326,7 +328,7 @@ static bool apply_one(struct vgpu_config *config, const struct seeds *seeds, int
     if (family == SOFT && hundredths == 0) {
         return true;
     }
-    return key_of(seeds, &report, index, &key) &&
+    return !key_of(config, seeds, &report, index, &key) ||
            vgpu_config_set_limit(config, &report, &key,
                                  family == SOFT ? VGPU_LIMIT_SOFT : VGPU_LIMIT_COMPUTE,
                                  hundredths == 0 ? 10000 : hundredths, NULL);
