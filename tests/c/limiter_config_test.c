@@ -39,11 +39,16 @@ static void check(int ok, int line, const char *format, const char *detail) {
 static void clear_environment(void) {
     static const char *const names[] = {
         "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+        "TENSOR_FUSION_CUDA_SOFT_LIMIT", "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE",
         "CUDA_DEVICE_SM_LIMIT", "SHM_PATH", "SHM_BASE_PATH", "POD_NAME", "POD_NAMESPACE",
         "TF_LOG_LEVEL", "TF_LOG_PATH", "CONTAINER_NAME", "TF_CUDA_CONTEXT_OVERHEAD",
         "TF_CUDA_LIB_PATH", "TF_NVML_LIB_PATH", "TMPDIR", "CUDA_VISIBLE_DEVICES",
         "CUDA_MEM_LIMIT", "CUDA_CORE_LIMIT", "VCUDA_MEMORY_LIMIT", "LOGGER_LEVEL",
         "GPU_DEVICES_UUID", "VGPU_POD_NAME", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "VGPU_POD_NAMESPACE", "VGPU_POD_UID", "VGPU_CONTAINER_NAME", "VCUDA_LOG_LEVEL",
+        "GPU_CORE_UTILIZATION_POLICY", "TF_SHM_FILE", "HYPERVISOR_IP", "HYPERVISOR_PORT",
+        "ENABLE_NVML_HOOKS", "ENABLE_CUDA_HOOKS", "TF_SKIP_HOOKS_IF_NO_LIMIT",
+        "TF_VISIBLE_DEVICES", "CONTAINER_NAME",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         unsetenv(names[i]);
@@ -252,7 +257,8 @@ static void memory_json_errors(void) {
         {"{\"0\":\"16EiB\"}", "bad size \"16EiB\""},
         {"{\"0\":\"99999999999TiB\"}", "bad size"},
         {"{\"0\":\"\"}", "bad size \"\""},
-        {"{\"0\":true}", "key \"0\" needs a number or a string"},
+        {"{\"0\":true}", "bad size true for key \"0\""},
+        {"{\"0\":nul}", "key \"0\" needs a number or a string"},
         {"{\"0\":null}", "needs a number or a string"},
         {"{\"0\":{}}", "key \"0\" has a nested object"},
         {"{\"0\":[1]}", "key \"0\" has a nested array"},
@@ -748,17 +754,24 @@ static void describe(void) {
                "{\"ok\":true,\"devices\":["
                "{\"key\":\"0\",\"kind\":\"index\",\"index\":0,\"uuid\":null,"
                "\"memory_limit\":4294967296,\"memory_source\":\"TENSOR_FUSION_CUDA_MEM_LIMIT\","
-               "\"compute_limit\":1250,\"compute_source\":\"TENSOR_FUSION_CUDA_UP_LIMIT\"},"
+               "\"compute_limit\":1250,\"compute_source\":\"TENSOR_FUSION_CUDA_UP_LIMIT\","
+               "\"soft_limit\":null,\"soft_source\":null,\"oversubscribe\":null,"
+               "\"oversubscribe_source\":null},"
                "{\"key\":\"" UUID_A "\",\"kind\":\"uuid\",\"index\":null,\"uuid\":\"" UUID_A "\","
                "\"memory_limit\":1073741824,\"memory_source\":\"TENSOR_FUSION_CUDA_MEM_LIMIT\","
-               "\"compute_limit\":null,\"compute_source\":null},"
+               "\"compute_limit\":null,\"compute_source\":null,"
+               "\"soft_limit\":null,\"soft_source\":null,\"oversubscribe\":null,"
+               "\"oversubscribe_source\":null},"
                "{\"key\":\"all\",\"kind\":\"all\",\"index\":null,\"uuid\":null,"
                "\"memory_limit\":null,\"memory_source\":null,"
-               "\"compute_limit\":5000,\"compute_source\":\"CUDA_DEVICE_SM_LIMIT\"}],"
+               "\"compute_limit\":5000,\"compute_source\":\"CUDA_DEVICE_SM_LIMIT\","
+               "\"soft_limit\":null,\"soft_source\":null,\"oversubscribe\":null,"
+               "\"oversubscribe_source\":null}],"
                "\"pod\":{\"source\":\"POD_NAME\","
                "\"folder\":\"/b\\\"x/default/p.q\","
                "\"region_file\":\"/b\\\"x/default/p.q/shm\","
-               "\"namespace\":\"default\",\"name\":\"p.q\",\"container\":\"main\","
+               "\"namespace\":\"default\",\"name\":\"p.q\",\"name_source\":\"POD_NAME\","
+               "\"uid\":null,\"container\":\"main\",\"container_source\":\"CONTAINER_NAME\","
                "\"base\":\"/b\\\"x\",\"base_source\":\"SHM_BASE_PATH\"},"
                "\"process\":{\"context_overhead\":268435456,"
                "\"context_overhead_source\":\"TF_CUDA_CONTEXT_OVERHEAD\","
@@ -766,12 +779,11 @@ static void describe(void) {
                "\"cuda_library_source\":\"TF_CUDA_LIB_PATH\","
                "\"nvml_library\":\"libnvidia-ml.so.1\",\"nvml_library_source\":\"default\","
                "\"tmp_folder\":\"/scratch\",\"tmp_source\":\"TMPDIR\"},"
-               "\"log\":{\"level\":\"warn\",\"path\":\"/tmp/a\\u0009b\"},"
+               "\"log\":{\"level\":\"warn\",\"level_source\":\"default\","
+               "\"path\":\"/tmp/a\\u0009b\"},"
                "\"warnings\":[\"POD_NAME=p.q: no pod default/p.q on this node (no folder "
                "/b\\\"x/default/p.q): not one the daemon manages, so only this environment's "
-               "limits apply (a typo?)\",\"CUDA_MEM_LIMIT_0=4g: vgpu-manager's variable, not "
-               "supported: ignored (instead: TENSOR_FUSION_CUDA_MEM_LIMIT or "
-               "CUDA_DEVICE_MEMORY_LIMIT[_i])\"],"
+               "limits apply (a typo?)\"],"
                "\"default_base\":\"/run/tensor-fusion/shm\"}");
     /* Cut output stays NUL-terminated and the length is still the whole. */
     memset(out, 'z', sizeof out);
@@ -783,14 +795,17 @@ static void describe(void) {
     clear_environment();
     written = vgpu_limiter_describe_config(out, sizeof out);
     EXPECT_STR(out, "{\"ok\":true,\"devices\":[],\"pod\":{\"source\":\"private\",\"folder\":null,"
-                    "\"region_file\":null,\"namespace\":null,\"name\":null,\"container\":null,"
+                    "\"region_file\":null,\"namespace\":null,\"name\":null,"
+                    "\"name_source\":null,\"uid\":null,\"container\":null,"
+                    "\"container_source\":null,"
                     "\"base\":\"/run/tensor-fusion/shm\",\"base_source\":\"default\"},"
                     "\"process\":{\"context_overhead\":570425344,"
                     "\"context_overhead_source\":\"default\","
                     "\"cuda_library\":\"libcuda.so.1\",\"cuda_library_source\":\"default\","
                     "\"nvml_library\":\"libnvidia-ml.so.1\",\"nvml_library_source\":\"default\","
                     "\"tmp_folder\":\"/tmp\",\"tmp_source\":\"default\"},"
-                    "\"log\":{\"level\":\"warn\",\"path\":null},\"warnings\":[],"
+                    "\"log\":{\"level\":\"warn\",\"level_source\":\"default\",\"path\":null},"
+                    "\"warnings\":[],"
                     "\"default_base\":\"/run/tensor-fusion/shm\"}");
     EXPECT_EQ((size_t)written, strlen(out));
 
@@ -814,6 +829,7 @@ static void random_inputs(void) {
     };
     static const char *const variables[] = {
         "TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+        "TENSOR_FUSION_CUDA_SOFT_LIMIT", "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE",
         "CUDA_DEVICE_SM_LIMIT_7", "SHM_PATH", "POD_NAME", "TF_LOG_LEVEL",
     };
     unsigned seed = 20240611;
@@ -877,24 +893,14 @@ static void foreign_variables(void) {
         const char *value;
         const char *expected;
     } cases[] = {
-        {"CUDA_MEM_LIMIT_0", "4g", "CUDA_MEM_LIMIT_0=4g: vgpu-manager's variable, not supported: "
-                                   "ignored (instead: TENSOR_FUSION_CUDA_MEM_LIMIT"},
-        {"CUDA_MEM_LIMIT", "1000m", "CUDA_MEM_LIMIT=1000m: vgpu-manager's"},
-        {"CUDA_MEM_RATIO_1", "0.5", "CUDA_MEM_RATIO_1=0.5: vgpu-manager's"},
-        {"CUDA_CORE_LIMIT", "30", "CUDA_CORE_LIMIT=30: vgpu-manager's variable, not supported: "
-                                  "ignored (instead: TENSOR_FUSION_CUDA_UP_LIMIT"},
-        {"CUDA_CORE_LIMIT_2", "30", "CUDA_CORE_LIMIT_2=30: vgpu-manager's"},
-        {"CUDA_CORE_SOFT_LIMIT", "60", "CUDA_CORE_SOFT_LIMIT=60: vgpu-manager's"},
-        {"CUDA_MEMORY_OVERSUBSCRIBE", "true", "CUDA_MEMORY_OVERSUBSCRIBE=true: vgpu-manager's"},
-        {"CUDA_MEM_OVERSOLD_0", "true", "CUDA_MEM_OVERSOLD_0=true: vgpu-manager's"},
-        {"GPU_DEVICES_UUID", UUID_A, "GPU_DEVICES_UUID=" UUID_A ": vgpu-manager's"},
-        {"VGPU_POD_NAME", "p", "VGPU_POD_NAME=p: vgpu-manager's variable, not supported: "
-                               "ignored (instead: POD_NAME"},
-        {"LOGGER_LEVEL", "4", "LOGGER_LEVEL=4: vgpu-manager's variable, not supported: ignored "
-                              "(instead: TF_LOG_LEVEL)"},
-        {"VCUDA_MEMORY_LIMIT", "4294967296", "VCUDA_MEMORY_LIMIT=4294967296: vcuda-hook's"},
-        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/x", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x: "
-                                                      "HAMi-core's"},
+        {"HYPERVISOR_IP", "10.0.0.1", "HYPERVISOR_IP=10.0.0.1: vgpu.rs's variable, not "
+                                      "supported: ignored (instead: nothing: the limits come"},
+        {"HYPERVISOR_PORT", "8000", "HYPERVISOR_PORT=8000: vgpu.rs's"},
+        {"ENABLE_NVML_HOOKS", "false", "ENABLE_NVML_HOOKS=false: vgpu.rs's"},
+        {"ENABLE_CUDA_HOOKS", "false", "ENABLE_CUDA_HOOKS=false: vgpu.rs's"},
+        {"TF_SKIP_HOOKS_IF_NO_LIMIT", "true", "TF_SKIP_HOOKS_IF_NO_LIMIT=true: vgpu.rs's"},
+        {"TF_VISIBLE_DEVICES", UUID_A, "TF_VISIBLE_DEVICES=" UUID_A ": vgpu.rs's variable, not "
+                                       "supported: ignored (instead: CUDA_VISIBLE_DEVICES)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         clear_environment();
@@ -903,24 +909,16 @@ static void foreign_variables(void) {
         EXPECT_EQ(config.warning_count, 1u);
         EXPECT_WARNING(cases[i].expected);
         EXPECT_EQ(config.count, 0u);
+        unsetenv(cases[i].name);
     }
-    /* Names that only start like one are not its. */
+    /* Names that only start like one are not its; an empty one is unset. */
     clear_environment();
-    setenv("CUDA_MEM_LIMITS", "4g", 1);
-    setenv("CUDA_CORE_LIMITX_0", "4", 1);
-    setenv("CUDA_MEM_LIMIT_0", "", 1);
+    setenv("HYPERVISOR_IPS", "x", 1);
+    setenv("ENABLE_CUDA_HOOKS", "", 1);
     EXPECT_OK();
     EXPECT_EQ(config.warning_count, 0u);
-    unsetenv("CUDA_MEM_LIMITS");
-    unsetenv("CUDA_CORE_LIMITX_0");
-    /* More warnings than room: the first ones are kept. */
-    char name[32];
-    for (int i = 0; i < VGPU_CONFIG_MAX_WARNINGS + 4; i++) {
-        snprintf(name, sizeof name, "CUDA_MEM_LIMIT_%d", i);
-        setenv(name, "1g", 1);
-    }
-    EXPECT_OK();
-    EXPECT_EQ(config.warning_count, (unsigned)VGPU_CONFIG_MAX_WARNINGS);
+    unsetenv("HYPERVISOR_IPS");
+    unsetenv("ENABLE_CUDA_HOOKS");
 }
 
 static const char no_uuids[2][VGPU_CONFIG_UUID_SIZE] = {UUID_B, UUID_B};
@@ -1057,6 +1055,243 @@ static void unknown_pod(void) {
     rmdir(base);
 }
 
+/* The soft (burst) compute limit and memory oversubscription, TENSOR_FUSION_CUDA_SOFT_LIMIT and
+ * TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE: parsed like the other JSON limits, resolved per device
+ * UUID > index > all, a soft limit below the compute limit refused naming both variables. */
+static void soft_and_oversubscribe(void) {
+    struct vgpu_device_limits limits;
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":30,\"1\":20}", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":\"60%\",\"" UUID_A_UPPER "\":80}", 1);
+    setenv("TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"1\":\"false\"}", 1);
+    EXPECT_OK();
+    const struct vgpu_device_setting *zero = find(VGPU_KEY_INDEX, 0, NULL);
+    EXPECT_EQ(zero->compute_soft_limit, 6000u);
+    EXPECT_STR(zero->soft_source, "TENSOR_FUSION_CUDA_SOFT_LIMIT");
+    EXPECT_EQ(zero->oversubscribe, 1);
+    EXPECT_STR(zero->oversubscribe_source, "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE");
+    EXPECT_EQ(find(VGPU_KEY_INDEX, 1, NULL)->oversubscribe, 0);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_A)->oversubscribe, -1);
+    EXPECT_EQ(config.warning_count, 0u);
+    check(vgpu_config_device_limits(&config, 0, UUID_B, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_limit, 3000u);
+    EXPECT_EQ(limits.compute_soft_limit, 6000u);
+    EXPECT_STR(limits.soft_source, "TENSOR_FUSION_CUDA_SOFT_LIMIT");
+    EXPECT_EQ(limits.oversubscribe, true);
+    EXPECT_STR(limits.oversubscribe_source, "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE");
+    check(vgpu_config_device_limits(&config, 1, NULL, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_soft_limit, 0u);
+    EXPECT_EQ(limits.oversubscribe, false);
+    EXPECT_STR(limits.oversubscribe_source, "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE");
+    /* The UUID key's 80 % wins over index 0's 60 % only when they are not both given for the
+     * same GPU: there they contradict. */
+    check(!vgpu_config_device_limits(&config, 0, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", "accepted");
+    check(strstr(error, "soft compute limit 80.00% for " UUID_A " contradicts 60.00% for "
+                        "device 0") != NULL,
+          __LINE__, "error: %s", error);
+    /* Device 1 under UUID_A: the UUID's 80 % over device 1's compute 20 %. */
+    check(vgpu_config_device_limits(&config, 1, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_soft_limit, 8000u);
+    EXPECT_EQ(limits.compute_limit, 2000u);
+
+    /* Below the compute limit: refused at load for a key that has both... */
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":20}", 1);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_SOFT_LIMIT",
+                 "soft compute limit 20.00% is below the compute limit 30.00% from "
+                 "TENSOR_FUSION_CUDA_UP_LIMIT");
+    /* ... and for an all-devices compute limit under an index soft limit. */
+    clear_environment();
+    setenv("CUDA_DEVICE_SM_LIMIT", "50", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"2\":40}", 1);
+    EXPECT_ERROR("TENSOR_FUSION_CUDA_SOFT_LIMIT", "below the compute limit 50.00% from "
+                                                  "CUDA_DEVICE_SM_LIMIT");
+    /* Met only on one GPU (an index soft limit, a UUID compute limit): refused there. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"" UUID_A "\":50}", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":40}", 1);
+    EXPECT_OK();
+    check(!vgpu_config_device_limits(&config, 0, UUID_A, &limits, error, sizeof error), __LINE__,
+          "%s", "accepted");
+    check(strstr(error, "TENSOR_FUSION_CUDA_SOFT_LIMIT={\"0\":40}: soft compute limit 40.00% is "
+                        "below the "
+                        "compute limit 50.00% from TENSOR_FUSION_CUDA_UP_LIMIT") != NULL,
+          __LINE__, "error: %s", error);
+    /* Equal is fine; without any compute limit: a warning, and no burst limit resolved. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":50}", 1);
+    setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":50,\"1\":70}", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 0u);
+    unsetenv("TENSOR_FUSION_CUDA_UP_LIMIT");
+    EXPECT_OK();
+    EXPECT_EQ(config.warning_count, 2u);
+    EXPECT_STR(config.warnings[1], "TENSOR_FUSION_CUDA_SOFT_LIMIT: soft compute limit 70.00% "
+                                   "without any compute limit: ignored (no limit to burst from)");
+    check(vgpu_config_device_limits(&config, 1, NULL, &limits, error, sizeof error), __LINE__,
+          "%s", error);
+    EXPECT_EQ(limits.compute_soft_limit, 0u);
+    EXPECT_STR(limits.soft_source, "");
+
+    /* Bad values name the variable and the key. */
+    static const struct {
+        const char *variable;
+        const char *json;
+        const char *expected;
+    } cases[] = {
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":0}", "bad percent 0 for key \"0\""},
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":101}", "bad percent 101 for key \"0\""},
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":true}", "bad percent true"},
+        {"TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":50,\"0\":60}",
+         "key \"0\" is given twice with different values (50.00% and 60.00%)"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":1}", "bad value 1 for key \"0\" "
+                                                              "(true or false)"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":\"maybe\"}", "bad value \"maybe\""},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":tru}", "needs a number or a string"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"0\":false}",
+         "key \"0\" is given twice with different values (on and off)"},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"x\":true}", "bad device key \"x\""},
+        {"TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "[true]", "expected a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_environment();
+        setenv(cases[i].variable, cases[i].json, 1);
+        EXPECT_ERROR(cases[i].variable, cases[i].expected);
+    }
+    /* The same key twice with the same value is one setting. */
+    clear_environment();
+    setenv("TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"0\":\"TRUE\"}", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.count, 1u);
+}
+
+/* Other systems' variables (config_seeds.c and friends): values, units, keys, errors. */
+static void seed_systems(void) {
+    static const struct {
+        const char *name;
+        const char *value;
+        uint64_t bytes; /* expected memory limit of `key`; 0: an error containing `text` */
+        const char *text;
+    } sizes[] = {
+        {"CUDA_MEM_LIMIT_0", "1000m", 1000 * MIB, NULL},
+        {"CUDA_MEM_LIMIT_0", "4G", 4 * GIB, NULL},
+        {"CUDA_MEM_LIMIT_0", "10GB", 10 * GIB, NULL},
+        {"CUDA_MEM_LIMIT_0", " 2 gi ", 2 * GIB, NULL},
+        {"CUDA_MEM_LIMIT_0", "1.5g", 3 * GIB / 2, NULL},
+        {"CUDA_MEM_LIMIT_0", "4096", 4096, NULL},
+        {"CUDA_MEM_LIMIT_0", "4096 bytes", 4096, NULL},
+        {"CUDA_MEM_LIMIT_0", "4x", 0, "CUDA_MEM_LIMIT_0=4x: bad size"},
+        {"CUDA_MEM_LIMIT_0", "g", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "1.g", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "4 gbytes", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "99999999999999999999999999999999999999999999g", 0, "bad size"},
+        {"CUDA_MEM_LIMIT_0", "0k", 0, "a limit of 0 is not allowed"},
+        {"CUDA_MEM_LIMIT_0", "0.1k", 0, "bad size"},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        clear_environment();
+        setenv(sizes[i].name, sizes[i].value, 1);
+        if (sizes[i].bytes != 0) {
+            EXPECT_OK();
+            EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), sizes[i].bytes);
+        } else {
+            EXPECT_ERROR(sizes[i].name, sizes[i].text);
+        }
+    }
+    /* Ratios: the device keeps 1/ratio, oversubscription on. */
+    static const struct {
+        const char *ratio;
+        uint64_t bytes;
+    } ratios[] = {{"2", 2 * GIB}, {"1.5", 2730 * MIB + 682 * 1024 + 682}, {"1", 4 * GIB},
+                  {"4.000000", GIB}, {"1.0000001", 0}, {"0.99", 0}, {"1e3", 0}, {"1000000", 0}};
+    for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+        clear_environment();
+        setenv("CUDA_MEM_LIMIT_0", "4g", 1);
+        setenv("CUDA_MEM_RATIO_0", ratios[i].ratio, 1);
+        if (ratios[i].bytes == 0) {
+            EXPECT_ERROR("CUDA_MEM_RATIO_0", "bad ratio");
+            continue;
+        }
+        EXPECT_OK();
+        EXPECT_EQ(memory_of(VGPU_KEY_INDEX, 0, NULL), ratios[i].bytes);
+        EXPECT_EQ(find(VGPU_KEY_INDEX, 0, NULL)->oversubscribe, ratios[i].bytes != 4 * GIB ? 1 : -1);
+    }
+    /* GPU_DEVICES_UUID binds the indexes; one past it is a warning. */
+    clear_environment();
+    setenv("GPU_DEVICES_UUID", " " UUID_A_UPPER " ," UUID_B, 1);
+    setenv("CUDA_CORE_LIMIT_1", "40", 1);
+    setenv("CUDA_CORE_SOFT_LIMIT_1", "60", 1);
+    setenv("CUDA_MEM_OVERSOLD_0", "true", 1);
+    setenv("CUDA_MEM_LIMIT_5", "1g", 1);
+    EXPECT_OK();
+    EXPECT_EQ(compute_of(VGPU_KEY_UUID, -1, UUID_B), 4000u);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_B)->compute_soft_limit, 6000u);
+    EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_A)->oversubscribe, 1);
+    EXPECT_EQ(config.warning_count, 1u);
+    EXPECT_WARNING("CUDA_MEM_LIMIT_5=1g: device 5 has no UUID in GPU_DEVICES_UUID (2 entries)");
+    setenv("GPU_DEVICES_UUID", UUID_A ",GPU-nope", 1);
+    EXPECT_ERROR("GPU_DEVICES_UUID", "entry 1 \"GPU-nope\" is not a GPU UUID");
+    /* Other variables of each system, and their errors. */
+    static const struct {
+        const char *name;
+        const char *value;
+        const char *text; /* NULL: accepted */
+    } others[] = {
+        {"CUDA_MEM_LIMIT_007", "1g", "\"007\" is not a device index 0-63"},
+        {"CUDA_CORE_LIMIT", "0", NULL},
+        {"CUDA_CORE_LIMIT", "101", "bad percent"},
+        {"CUDA_CORE_SOFT_LIMIT", "0", NULL},
+        {"CUDA_MEMORY_OVERSUBSCRIBE", "on", NULL},
+        {"CUDA_MEMORY_OVERSUBSCRIBE", "2", "bad value (true or false)"},
+        {"VCUDA_MEMORY_LIMIT", "10g", NULL},
+        {"VCUDA_MEMORY_LIMIT", "(1024 * 1024)", "bad size"},
+        {"VCUDA_LOG_LEVEL", "warn", NULL},
+        {"VCUDA_LOG_LEVEL", "chatty", "unknown level"},
+        {"LOGGER_LEVEL", "3", NULL},
+        {"LOGGER_LEVEL", "-1", "unknown level"},
+        {"GPU_CORE_UTILIZATION_POLICY", "Force", NULL},
+        {"GPU_CORE_UTILIZATION_POLICY", "off", "unknown policy"},
+        {"VGPU_POD_NAME", "p", NULL},
+        {"VGPU_POD_NAME", "", "not a valid name"},
+        {"VGPU_POD_UID", "5d4c", NULL},
+        {"TF_SHM_FILE", "/pods/x/shm", NULL},
+        {"TF_SHM_FILE", "/shm", "the root folder cannot be a pod's folder"},
+        {"TF_SHM_FILE", "/pods/..", "not a file path"},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/a.cache", NULL},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/", "the root folder cannot be a pod's folder"},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        clear_environment();
+        setenv(others[i].name, others[i].value, 1);
+        if (others[i].text == NULL) {
+            EXPECT_OK();
+        } else {
+            EXPECT_ERROR(others[i].name, others[i].text);
+        }
+    }
+    clear_environment();
+    setenv("TF_SHM_FILE", "/pods/x/shm", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/pods/x");
+    EXPECT_EQ(config.pod_source, VGPU_POD_SHM_FILE);
+    clear_environment();
+    setenv("VGPU_POD_NAME", "p", 1);
+    setenv("VGPU_POD_NAMESPACE", "ns", 1);
+    setenv("VGPU_POD_UID", "5d4c", 1);
+    setenv("VGPU_CONTAINER_NAME", "c", 1);
+    setenv("SHM_BASE_PATH", "/b", 1);
+    EXPECT_OK();
+    EXPECT_STR(config.pod_folder, "/b/ns/p");
+    EXPECT_STR(config.pod_name_source, "VGPU_POD_NAME");
+    EXPECT_STR(config.pod_uid, "5d4c");
+    EXPECT_STR(config.container_source, "VGPU_CONTAINER_NAME");
+    setenv("CONTAINER_NAME", "d", 1);
+    EXPECT_ERROR("VGPU_CONTAINER_NAME", "contradicts CONTAINER_NAME=d");
+}
+
 int main(void) {
     defaults();
     memory_json();
@@ -1078,6 +1313,8 @@ int main(void) {
     process_settings();
     overhead_floor();
     unknown_pod();
+    soft_and_oversubscribe();
+    seed_systems();
     clear_environment();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

@@ -464,7 +464,10 @@ def test_check_config_json() -> None:
         "region_file": "/pods/a/shm",
         "namespace": None,
         "name": None,
+        "name_source": None,
+        "uid": None,
         "container": None,
+        "container_source": None,
         "base": "/run/tensor-fusion/shm",
         "base_source": "default",
     }
@@ -594,25 +597,12 @@ def test_the_default_base_is_the_librarys() -> None:
 # --- warnings: nothing ignored without a word ----------------------------------------------------
 
 FOREIGN = [
-    ("CUDA_MEM_LIMIT_0", "4g", "vgpu-manager", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
-    ("CUDA_MEM_LIMIT", "1000m", "vgpu-manager", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
-    ("CUDA_MEM_RATIO_1", "0.5", "vgpu-manager", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
-    ("CUDA_CORE_LIMIT", "30", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
-    ("CUDA_CORE_LIMIT_1", "30", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
-    ("CUDA_CORE_SOFT_LIMIT", "60", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
-    ("CUDA_CORE_SOFT_LIMIT_0", "60", "vgpu-manager", "TENSOR_FUSION_CUDA_UP_LIMIT"),
-    ("CUDA_MEMORY_OVERSUBSCRIBE", "true", "vgpu-manager", "nothing yet"),
-    ("CUDA_MEM_OVERSOLD_0", "true", "vgpu-manager", "nothing yet"),
-    ("GPU_DEVICES_UUID", UUID, "vgpu-manager", "UUID keys"),
-    ("VGPU_POD_NAME", "p", "vgpu-manager", "POD_NAME"),
-    ("VGPU_POD_NAMESPACE", "ns", "vgpu-manager", "POD_NAME"),
-    ("VGPU_POD_UID", "1234", "vgpu-manager", "POD_NAME"),
-    ("VGPU_CONTAINER_NAME", "c", "vgpu-manager", "CONTAINER_NAME"),
-    ("LOGGER_LEVEL", "4", "vgpu-manager", "TF_LOG_LEVEL"),
-    ("VCUDA_MEMORY_LIMIT", "4294967296", "vcuda-hook", "TENSOR_FUSION_CUDA_MEM_LIMIT"),
-    ("VCUDA_LOG_LEVEL", "debug", "vcuda-hook", "TF_LOG_LEVEL"),
-    ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/cache", "HAMi-core", "SHM_PATH"),
-    ("GPU_CORE_UTILIZATION_POLICY", "FORCE", "HAMi-core", "TENSOR_FUSION_CUDA_UP_LIMIT"),
+    ("HYPERVISOR_IP", "10.0.0.1", "vgpu.rs", "not over HTTP"),
+    ("HYPERVISOR_PORT", "8000", "vgpu.rs", "not over HTTP"),
+    ("ENABLE_NVML_HOOKS", "false", "vgpu.rs", "the NVML view follows the memory limit"),
+    ("ENABLE_CUDA_HOOKS", "false", "vgpu.rs", "LD_PRELOAD without libcuda_limiter.so"),
+    ("TF_SKIP_HOOKS_IF_NO_LIMIT", "true", "vgpu.rs", "already passed through"),
+    ("TF_VISIBLE_DEVICES", UUID, "vgpu.rs", "CUDA_VISIBLE_DEVICES"),
 ]
 
 

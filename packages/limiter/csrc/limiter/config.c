@@ -18,6 +18,8 @@
 
 #define MEM_JSON "TENSOR_FUSION_CUDA_MEM_LIMIT"
 #define UP_JSON "TENSOR_FUSION_CUDA_UP_LIMIT"
+#define SOFT_JSON "TENSOR_FUSION_CUDA_SOFT_LIMIT"
+#define OVERSUBSCRIBE_JSON "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE"
 #define MEM_COMPAT "CUDA_DEVICE_MEMORY_LIMIT"
 #define SM_COMPAT "CUDA_DEVICE_SM_LIMIT"
 
@@ -108,7 +110,14 @@ static int visible_count(void) {
 
 /* The variable that set a key's first limit, which warnings about the key name. */
 static const char *source_of(const struct vgpu_device_setting *setting) {
-    return setting->memory_source[0] != '\0' ? setting->memory_source : setting->compute_source;
+    const char *const sources[] = {setting->memory_source, setting->compute_source,
+                                   setting->soft_source, setting->oversubscribe_source};
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        if (sources[i][0] != '\0') {
+            return sources[i];
+        }
+    }
+    return setting->memory_source;
 }
 
 /* Index keys past the devices the program sees: their limits apply to no GPU. */
@@ -171,11 +180,17 @@ bool vgpu_config_load(struct vgpu_config *config, char *error, size_t error_size
     /* The JSON variables first, so a contradiction names the compatibility variable. */
     if (!(load_json(config, error, error_size, MEM_JSON, vgpu_config_apply_memory) &&
           load_json(config, error, error_size, UP_JSON, vgpu_config_apply_compute) &&
+          load_json(config, error, error_size, SOFT_JSON, vgpu_config_apply_soft) &&
+          load_json(config, error, error_size, OVERSUBSCRIBE_JSON,
+                    vgpu_config_apply_oversubscribe) &&
           load_compat_all(config, error, error_size, MEM_COMPAT, true) &&
           load_compat_all(config, error, error_size, SM_COMPAT, false) &&
           load_compat_indexed(config, error, error_size) &&
+          vgpu_config_load_seeds(config, error, error_size) &&
+          vgpu_config_load_policy(config, error, error_size) &&
           vgpu_config_load_pod(config, error, error_size) &&
-          vgpu_config_load_process(config, error, error_size))) {
+          vgpu_config_load_process(config, error, error_size) &&
+          vgpu_config_check_soft(config, error, error_size))) {
         return false;
     }
     int visible = visible_count();

@@ -53,6 +53,8 @@ enum vgpu_pod_source {
     VGPU_POD_PRIVATE,  /* neither SHM_PATH nor POD_NAME: the core makes a private region */
     VGPU_POD_SHM_PATH, /* pod_folder is SHM_PATH */
     VGPU_POD_NAME,     /* pod_folder is {SHM_BASE_PATH}/{POD_NAMESPACE}/{POD_NAME} */
+    VGPU_POD_SHM_FILE, /* pod_folder is the folder of TF_SHM_FILE (vgpu.rs) */
+    VGPU_POD_SHARED_CACHE, /* pod_folder is CUDA_DEVICE_MEMORY_SHARED_CACHE (HAMi-core) */
 };
 
 /* One device key with the limits given for it; each (kind, index or uuid) appears once. */
@@ -77,7 +79,10 @@ struct vgpu_config {
     char pod_folder[VGPU_CONFIG_PATH_SIZE]; /* "" = no pod; never ends in '/' */
     char pod_namespace[VGPU_CONFIG_NAME_SIZE]; /* "" when POD_NAME is not set */
     char pod_name[VGPU_CONFIG_NAME_SIZE];
+    char pod_name_source[VGPU_CONFIG_SOURCE_SIZE]; /* POD_NAME or VGPU_POD_NAME; "" */
+    char pod_uid[VGPU_CONFIG_NAME_SIZE];           /* POD_UID or VGPU_POD_UID; "" */
     char container_name[VGPU_CONFIG_NAME_SIZE]; /* "" when CONTAINER_NAME is not set */
+    char container_source[VGPU_CONFIG_SOURCE_SIZE]; /* CONTAINER_NAME, VGPU_CONTAINER_NAME; "" */
     char base_path[VGPU_CONFIG_PATH_SIZE];      /* SHM_BASE_PATH or the default; no trailing '/' */
     char base_source[VGPU_CONFIG_SOURCE_SIZE];  /* "SHM_BASE_PATH" or "default" */
     uint64_t context_overhead;                  /* bytes charged per CUDA context */
@@ -89,6 +94,7 @@ struct vgpu_config {
     char nvml_library[VGPU_CONFIG_PATH_SIZE];
     char nvml_library_source[VGPU_CONFIG_SOURCE_SIZE];
     int log_level;                        /* VGPU_LOG_ERROR ... VGPU_LOG_DEBUG of log.h */
+    char log_level_source[VGPU_CONFIG_SOURCE_SIZE]; /* the variable, or "default" */
     char log_path[VGPU_CONFIG_PATH_SIZE]; /* "" = stderr */
     /* One line each, "NAME=VALUE: what is ignored or doubtful"; the core logs them. */
     unsigned warning_count;

@@ -113,11 +113,17 @@ static void put_setting(struct writer *writer, const struct vgpu_device_setting 
     put_string_or_null(writer, setting->uuid);
     put_limit(writer, "memory", setting->memory_limit, setting->memory_source);
     put_limit(writer, "compute", setting->compute_limit, setting->compute_source);
+    put_limit(writer, "soft", setting->compute_soft_limit, setting->soft_source);
+    put(writer, ",\"oversubscribe\":");
+    put(writer, setting->oversubscribe < 0 ? "null" : setting->oversubscribe ? "true" : "false");
+    put(writer, ",\"oversubscribe_source\":");
+    put_string_or_null(writer, setting->oversubscribe_source);
     put(writer, "}");
 }
 
 static void put_config(struct writer *writer, const struct vgpu_config *config) {
-    static const char *const sources[] = {"private", "SHM_PATH", "POD_NAME"};
+    static const char *const sources[] = {"private", "SHM_PATH", "POD_NAME", "TF_SHM_FILE",
+                                          "CUDA_DEVICE_MEMORY_SHARED_CACHE"};
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     put(writer, "{\"ok\":true,\"devices\":[");
     for (unsigned i = 0; i < config->count; i++) {
@@ -127,7 +133,9 @@ static void put_config(struct writer *writer, const struct vgpu_config *config) 
         put_setting(writer, &config->settings[i]);
     }
     put(writer, "],\"pod\":{\"source\":");
-    put_string(writer, sources[config->pod_source]);
+    /* A folder made of the names says which variable gave the name. */
+    put_string(writer, config->pod_source == VGPU_POD_NAME ? config->pod_name_source
+                                                           : sources[config->pod_source]);
     put(writer, ",\"folder\":");
     put_string_or_null(writer, config->pod_folder);
     put(writer, ",\"region_file\":");
@@ -144,8 +152,14 @@ static void put_config(struct writer *writer, const struct vgpu_config *config) 
     put_string_or_null(writer, config->pod_namespace);
     put(writer, ",\"name\":");
     put_string_or_null(writer, config->pod_name);
+    put(writer, ",\"name_source\":");
+    put_string_or_null(writer, config->pod_name_source);
+    put(writer, ",\"uid\":");
+    put_string_or_null(writer, config->pod_uid);
     put(writer, ",\"container\":");
     put_string_or_null(writer, config->container_name);
+    put(writer, ",\"container_source\":");
+    put_string_or_null(writer, config->container_source);
     put_source(writer, "base", config->base_path, config->base_source);
     put(writer, "},\"process\":{\"context_overhead\":");
     put_u64(writer, config->context_overhead);
@@ -160,6 +174,8 @@ static void put_config(struct writer *writer, const struct vgpu_config *config) 
     put_string(writer, config->tmp_source);
     put(writer, "},\"log\":{\"level\":");
     put_string(writer, levels[config->log_level]);
+    put(writer, ",\"level_source\":");
+    put_string(writer, config->log_level_source);
     put(writer, ",\"path\":");
     put_string_or_null(writer, config->log_path);
     put(writer, "},\"warnings\":[");

@@ -1,7 +1,6 @@
-/* Variables of other GPU-sharing systems (vgpu-manager, vcuda-hook, HAMi-core) that the limiter
- * recognises but does not apply yet. Each one set is a warning naming it, never a limit the
- * user believes in and does not get. Supporting one means giving it a loader and taking it out
- * of this table. */
+/* Variables of other GPU-sharing systems that the limiter recognises but does not apply: each one
+ * set is a warning naming it, never a limit the user believes in and does not get. Supporting
+ * one means giving it a loader and taking it out of this table. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,27 +16,19 @@ struct foreign {
     const char *instead; /* what to use meanwhile */
 };
 
-#define MEMORY_INSTEAD "TENSOR_FUSION_CUDA_MEM_LIMIT or CUDA_DEVICE_MEMORY_LIMIT[_i]"
-#define COMPUTE_INSTEAD "TENSOR_FUSION_CUDA_UP_LIMIT or CUDA_DEVICE_SM_LIMIT[_i]"
-#define POD_INSTEAD "POD_NAME, POD_NAMESPACE, CONTAINER_NAME or SHM_PATH"
-
+/* vgpu.rs (NexusGPU's limiter, whose TENSOR_FUSION_CUDA_* limits and TF_CUDA_LIB_PATH,
+ * TF_NVML_LIB_PATH, SHM_PATH, TF_SHM_FILE and CONTAINER_NAME are read as ours): the rest of its
+ * variables switch things this limiter does not have. */
 static const struct foreign table[] = {
-    {"CUDA_MEM_LIMIT", true, "vgpu-manager", MEMORY_INSTEAD},
-    {"CUDA_MEM_RATIO", true, "vgpu-manager", MEMORY_INSTEAD},
-    {"CUDA_CORE_LIMIT", true, "vgpu-manager", COMPUTE_INSTEAD},
-    {"CUDA_CORE_SOFT_LIMIT", true, "vgpu-manager", COMPUTE_INSTEAD},
-    {"CUDA_MEMORY_OVERSUBSCRIBE", false, "vgpu-manager", "nothing yet, no memory oversubscription"},
-    {"CUDA_MEM_OVERSOLD", true, "vgpu-manager", "nothing yet, no memory oversubscription"},
-    {"GPU_DEVICES_UUID", false, "vgpu-manager", "UUID keys in " MEMORY_INSTEAD},
-    {"VGPU_POD_NAME", false, "vgpu-manager", POD_INSTEAD},
-    {"VGPU_POD_NAMESPACE", false, "vgpu-manager", POD_INSTEAD},
-    {"VGPU_POD_UID", false, "vgpu-manager", POD_INSTEAD},
-    {"VGPU_CONTAINER_NAME", false, "vgpu-manager", POD_INSTEAD},
-    {"LOGGER_LEVEL", false, "vgpu-manager", "TF_LOG_LEVEL"},
-    {"VCUDA_MEMORY_LIMIT", false, "vcuda-hook", MEMORY_INSTEAD},
-    {"VCUDA_LOG_LEVEL", false, "vcuda-hook", "TF_LOG_LEVEL"},
-    {"CUDA_DEVICE_MEMORY_SHARED_CACHE", false, "HAMi-core", "SHM_PATH"},
-    {"GPU_CORE_UTILIZATION_POLICY", false, "HAMi-core", COMPUTE_INSTEAD},
+    {"HYPERVISOR_IP", false, "vgpu.rs", "nothing: the limits come from the pod region and "
+                                        "this environment, not over HTTP"},
+    {"HYPERVISOR_PORT", false, "vgpu.rs", "nothing: the limits come from the pod region and "
+                                          "this environment, not over HTTP"},
+    {"ENABLE_NVML_HOOKS", false, "vgpu.rs", "nothing: the NVML view follows the memory limit"},
+    {"ENABLE_CUDA_HOOKS", false, "vgpu.rs", "LD_PRELOAD without libcuda_limiter.so"},
+    {"TF_SKIP_HOOKS_IF_NO_LIMIT", false, "vgpu.rs",
+     "nothing: a device without a limit is already passed through"},
+    {"TF_VISIBLE_DEVICES", false, "vgpu.rs", "CUDA_VISIBLE_DEVICES"},
 };
 
 static const struct foreign *recognise(const char *entry, size_t name_length) {

@@ -61,14 +61,36 @@ bool vgpu_config_parse_key(const struct report *report, const char *text, bool c
  * `allow_sign`, blanks around. Result in hundredths; range checked by the caller. */
 bool vgpu_config_parse_percent(const char *text, bool allow_sign, uint32_t *hundredths);
 
+/* The limits a device key carries. */
+enum vgpu_limit {
+    VGPU_LIMIT_MEMORY,        /* bytes */
+    VGPU_LIMIT_COMPUTE,       /* hundredths of a percent */
+    VGPU_LIMIT_SOFT,          /* hundredths of a percent, >= the compute limit */
+    VGPU_LIMIT_OVERSUBSCRIBE, /* 1 on, 0 off */
+};
+#define VGPU_LIMIT_COUNT 4
+
+/* "memory", "compute", "soft compute", "oversubscription": for messages. */
+const char *vgpu_config_limit_name(enum vgpu_limit limit);
+
+/* Whether a setting gives `limit`, its value and the variable that set it. */
+bool vgpu_config_setting_has(const struct vgpu_device_setting *setting, enum vgpu_limit limit);
+uint64_t vgpu_config_setting_value(const struct vgpu_device_setting *setting,
+                                   enum vgpu_limit limit);
+const char *vgpu_config_setting_source(const struct vgpu_device_setting *setting,
+                                       enum vgpu_limit limit);
+
 /* Records one limit of a key; the same limit given twice must have the same value. `key_text`
  * is the JSON key as written (NULL for variables that name their device). */
 bool vgpu_config_set_limit(struct vgpu_config *config, const struct report *report,
-                           const struct key *key, bool memory, uint64_t value,
+                           const struct key *key, enum vgpu_limit limit, uint64_t value,
                            const char *key_text);
 
-/* "4294967296 bytes" or "12.50%". */
-void vgpu_config_format_limit(char *buffer, size_t size, bool memory, uint64_t value);
+/* "4294967296 bytes", "12.50%" or "on"/"off". */
+void vgpu_config_format_limit(char *buffer, size_t size, enum vgpu_limit limit, uint64_t value);
+
+/* true/false, 1/0, yes/no, on/off in any case, blanks around; false when none of them. */
+bool vgpu_config_parse_bool(const char *text, bool *value);
 
 /* A JSON value: a string (decoded) or a number (its text). */
 #define TOKEN_SIZE 64
@@ -94,12 +116,27 @@ bool vgpu_config_apply_memory(struct vgpu_config *config, const struct report *r
 bool vgpu_config_apply_compute(struct vgpu_config *config, const struct report *report,
                                const struct key *key, const char *key_text,
                                const struct token *value);
+bool vgpu_config_apply_soft(struct vgpu_config *config, const struct report *report,
+                            const struct key *key, const char *key_text,
+                            const struct token *value);
+bool vgpu_config_apply_oversubscribe(struct vgpu_config *config, const struct report *report,
+                                     const struct key *key, const char *key_text,
+                                     const struct token *value);
 bool vgpu_config_apply_compat(struct vgpu_config *config, const struct report *report,
                               const struct key *key, bool memory);
+
+/* Each device's soft limit against its compute limit: an error when below, naming both
+ * variables; a warning when there is no compute limit to burst from. */
+bool vgpu_config_check_soft(struct vgpu_config *config, char *error, size_t error_size);
 
 /* Loaders of the pod identity and of the process settings (config_pod.c, config_process.c). */
 bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_size);
 bool vgpu_config_load_process(struct vgpu_config *config, char *error, size_t error_size);
+
+/* The limits of other systems' variables (config_seeds.c): vgpu-manager's and vcuda-hook's;
+ * then HAMi-core's GPU_CORE_UTILIZATION_POLICY, once every compute limit is known. */
+bool vgpu_config_load_seeds(struct vgpu_config *config, char *error, size_t error_size);
+bool vgpu_config_load_policy(struct vgpu_config *config, char *error, size_t error_size);
 
 /* Warnings for variables of other systems that are recognised but not supported yet. */
 void vgpu_config_check_foreign(struct vgpu_config *config);

@@ -1,5 +1,5 @@
-/* The JSON objects of TENSOR_FUSION_CUDA_MEM_LIMIT and _UP_LIMIT: one level, string keys,
- * number or string values, checked against the JSON grammar. No heap: keys and values are
+/* The JSON objects of TENSOR_FUSION_CUDA_*: one level, string keys, number, string or
+ * true/false values, checked against the JSON grammar. No heap: keys and values are
  * decoded into fixed tokens, and one longer than any valid key or value is marked cut. */
 #define _GNU_SOURCE
 #include <string.h>
@@ -167,6 +167,18 @@ static bool read_value(struct json *json, struct token *token, const char *key) 
     }
     if (c == '-' || is_digit(c)) {
         return read_number(json, token);
+    }
+    /* true and false, for the on/off settings; the value parsers refuse them elsewhere. */
+    static const char *const literals[] = {"true", "false"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t length = strlen(literals[i]);
+        if (strncmp(json->text + json->pos, literals[i], length) == 0) {
+            token->is_string = false;
+            token->cut = false;
+            memcpy(token->text, literals[i], length + 1);
+            json->pos += length;
+            return true;
+        }
     }
     char buffer[ESCAPED_SIZE(SHOWN_TOKEN)];
     if (c == '{' || c == '[') {

@@ -12,19 +12,33 @@
 
 #define NAME_RULE "1-253 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
 
-/* A name as the daemon accepts it (vgpu_valid_name); `fallback` when unset. */
-static bool load_name(const char *variable, const char *fallback, char *out, size_t out_size,
+/* A name as the daemon accepts it (vgpu_valid_name). */
+static bool load_name(const char *variable, const char *value, char *out, size_t out_size,
                       char *error, size_t error_size) {
-    const char *value = getenv(variable);
-    if (value == NULL) {
-        value = fallback;
-    }
     struct report report = {error, error_size, variable, value};
     size_t length = strlen(value);
     if (!vgpu_valid_name(value) || length >= out_size) {
         return vgpu_config_fail(&report, "not a valid name (%s)", NAME_RULE);
     }
     memcpy(out, value, length + 1);
+    return true;
+}
+
+/* The value of `ours` or, when unset, of `theirs` (another system's name for the same thing);
+ * both set and different is an error naming both. *name says which one it is; NULL when
+ * neither is set (an empty value counts as set for the names, which are then refused). */
+static bool either(const char *ours, const char *theirs, const char **value, const char **name,
+                   char *error, size_t error_size) {
+    const char *first = getenv(ours);
+    const char *second = getenv(theirs);
+    *value = first != NULL ? first : second;
+    *name = first != NULL ? ours : second != NULL ? theirs : NULL;
+    if (first != NULL && second != NULL && strcmp(first, second) != 0) {
+        struct report report = {error, error_size, theirs, second};
+        char shown[ESCAPED_SIZE(SHOWN_TOKEN)];
+        return vgpu_config_fail(&report, "contradicts %s=%s (the same setting)", ours,
+                                vgpu_config_shown(shown, sizeof shown, first, false));
+    }
     return true;
 }
 
@@ -68,44 +82,113 @@ static void check_pod_folder(struct vgpu_config *config) {
         return;
     }
     char folder[ESCAPED_SIZE(SHOWN_TOKEN)];
-    vgpu_config_warn(config, "POD_NAME", config->pod_name,
+    vgpu_config_warn(config, config->pod_name_source, config->pod_name,
                      "no pod %s/%s on this node (no folder %s): not one the daemon manages, so "
                      "only this environment's limits apply (a typo?)",
                      config->pod_namespace, config->pod_name,
                      vgpu_config_shown(folder, sizeof folder, config->pod_folder, false));
 }
 
+/* The variables that name the pod's folder itself, most our own first. */
+static const struct {
+    const char *variable;
+    enum vgpu_pod_source source;
+    bool file; /* the value is the region file; the folder is its parent */
+} folders[] = {
+    {"SHM_PATH", VGPU_POD_SHM_PATH, false},
+    {"TF_SHM_FILE", VGPU_POD_SHM_FILE, true},
+    {"CUDA_DEVICE_MEMORY_SHARED_CACHE", VGPU_POD_SHARED_CACHE, false},
+};
+
+/* The folder of each variable that names one; two that name different folders are an error. */
+static bool load_named_folder(struct vgpu_config *config, char *error, size_t error_size) {
+    const char *chosen = NULL;
+    for (size_t i = 0; i < sizeof folders / sizeof folders[0]; i++) {
+        const char *value = getenv(folders[i].variable);
+        if (value == NULL || *value == '\0') {
+            continue;
+        }
+        char folder[VGPU_CONFIG_PATH_SIZE];
+        if (!load_folder(folders[i].variable, value, folder, error, error_size)) {
+            return false;
+        }
+        struct report report = {error, error_size, folders[i].variable, value};
+        if (folders[i].file) {
+            char *slash = strrchr(folder, '/');
+            if (value[strlen(value) - 1] == '/' || strcmp(slash + 1, "..") == 0 ||
+                strcmp(slash + 1, ".") == 0) {
+                return vgpu_config_fail(&report, "not a file path");
+            }
+            *(slash == folder ? slash + 1 : slash) = '\0';
+        }
+        if (strcmp(folder, "/") == 0) {
+            return vgpu_config_fail(&report, "the root folder cannot be a pod's folder");
+        }
+        if (chosen == NULL) {
+            memcpy(config->pod_folder, folder, sizeof folder);
+            config->pod_source = folders[i].source;
+            chosen = folders[i].variable;
+        } else if (strcmp(folder, config->pod_folder) != 0) {
+            char shown[ESCAPED_SIZE(SHOWN_TOKEN)];
+            return vgpu_config_fail(&report, "names the pod folder %s, but %s names %s",
+                                    vgpu_config_shown(shown, sizeof shown, folder, false),
+                                    chosen, config->pod_folder);
+        }
+    }
+    return true;
+}
+
 bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_size) {
     if (!load_base(config, error, error_size)) {
         return false;
     }
-    const char *shm_path = getenv("SHM_PATH");
-    const char *pod_name = getenv("POD_NAME");
-    /* Names go into the region header even when SHM_PATH gives the folder. */
+    const char *pod_name;
+    const char *name_variable;
+    const char *namespace;
+    const char *namespace_variable;
+    const char *container;
+    const char *container_variable;
+    const char *uid;
+    const char *uid_variable;
+    if (!either("POD_NAME", "VGPU_POD_NAME", &pod_name, &name_variable, error, error_size) ||
+        !either("POD_NAMESPACE", "VGPU_POD_NAMESPACE", &namespace, &namespace_variable, error,
+                error_size) ||
+        !either("CONTAINER_NAME", "VGPU_CONTAINER_NAME", &container, &container_variable,
+                error, error_size) ||
+        false) {
+        return false;
+    }
+    /* vgpu-manager's pod UID: only recorded (shown by check-config). */
+    uid = getenv("VGPU_POD_UID");
+    uid_variable = "VGPU_POD_UID";
+    /* Names go into the region header even when a variable gives the folder. */
     if (pod_name != NULL &&
-        (!load_name("POD_NAME", "", config->pod_name, sizeof config->pod_name, error,
+        (!load_name(name_variable, pod_name, config->pod_name, sizeof config->pod_name, error,
                     error_size) ||
-         !load_name("POD_NAMESPACE", "default", config->pod_namespace,
+         !load_name(namespace != NULL ? namespace_variable : "POD_NAMESPACE",
+                    namespace != NULL ? namespace : "default", config->pod_namespace,
                     sizeof config->pod_namespace, error, error_size))) {
         return false;
     }
-    if (getenv("CONTAINER_NAME") != NULL &&
-        !load_name("CONTAINER_NAME", "", config->container_name, sizeof config->container_name,
-                   error, error_size)) {
-        return false;
+    if (pod_name != NULL) {
+        snprintf(config->pod_name_source, sizeof config->pod_name_source, "%s", name_variable);
     }
-    if (shm_path != NULL && *shm_path != '\0') {
-        if (!load_folder("SHM_PATH", shm_path, config->pod_folder, error, error_size)) {
+    if (container != NULL) {
+        if (!load_name(container_variable, container, config->container_name,
+                       sizeof config->container_name, error, error_size)) {
             return false;
         }
-        if (strcmp(config->pod_folder, "/") == 0) {
-            struct report report = {error, error_size, "SHM_PATH", shm_path};
-            return vgpu_config_fail(&report, "the root folder cannot be a pod's folder");
-        }
-        config->pod_source = VGPU_POD_SHM_PATH;
-        return true;
+        snprintf(config->container_source, sizeof config->container_source, "%s",
+                 container_variable);
     }
-    if (pod_name == NULL) {
+    if (uid != NULL &&
+        !load_name(uid_variable, uid, config->pod_uid, sizeof config->pod_uid, error, error_size)) {
+        return false;
+    }
+    if (!load_named_folder(config, error, error_size)) {
+        return false;
+    }
+    if (config->pod_folder[0] != '\0' || pod_name == NULL) {
         return true;
     }
     /* {base}/{namespace}/{name}, with room left for "/shm"; a base of "/" adds no '/'. */

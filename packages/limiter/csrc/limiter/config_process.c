@@ -91,27 +91,78 @@ const char *vgpu_config_nvml_library(void) {
     return library("TF_NVML_LIB_PATH", VGPU_CONFIG_NVML_LIBRARY);
 }
 
-static bool load_log(struct vgpu_config *config, char *error, size_t error_size) {
-    static const struct {
-        const char *name;
-        int level;
-    } levels[] = {
-        {"error", VGPU_LOG_ERROR}, {"warn", VGPU_LOG_WARN},
-        {"warning", VGPU_LOG_WARN}, {"info", VGPU_LOG_INFO},
-        {"debug", VGPU_LOG_DEBUG},
+struct level_name {
+    const char *name;
+    int level;
+};
+
+/* A level by name, any case; false when unknown. */
+static bool find_level(const struct level_name *names, size_t count, const char *text,
+                       int *level) {
+    for (size_t i = 0; i < count; i++) {
+        if (strcasecmp(text, names[i].name) == 0) {
+            *level = names[i].level;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The log level: TF_LOG_LEVEL, else vgpu-manager's LOGGER_LEVEL (0 fatal, 1 error, 2 warning,
+ * 3 info, 4 verbose, 5 detail), else vcuda-hook's VCUDA_LOG_LEVEL (spdlog's names). */
+static bool load_level(struct vgpu_config *config, char *error, size_t error_size) {
+    static const struct level_name ours[] = {
+        {"error", VGPU_LOG_ERROR}, {"warn", VGPU_LOG_WARN},   {"warning", VGPU_LOG_WARN},
+        {"info", VGPU_LOG_INFO},   {"debug", VGPU_LOG_DEBUG},
     };
-    const char *level = getenv("TF_LOG_LEVEL");
+    static const struct level_name manager[] = {
+        {"0", VGPU_LOG_ERROR}, {"1", VGPU_LOG_ERROR}, {"2", VGPU_LOG_WARN},
+        {"3", VGPU_LOG_INFO},  {"4", VGPU_LOG_DEBUG}, {"5", VGPU_LOG_DEBUG},
+    };
+    static const struct level_name spdlog[] = {
+        {"trace", VGPU_LOG_DEBUG}, {"debug", VGPU_LOG_DEBUG}, {"info", VGPU_LOG_INFO},
+        {"warn", VGPU_LOG_WARN},   {"warning", VGPU_LOG_WARN}, {"err", VGPU_LOG_ERROR},
+        {"error", VGPU_LOG_ERROR}, {"critical", VGPU_LOG_ERROR}, {"off", VGPU_LOG_ERROR},
+    };
+    static const struct {
+        const char *variable;
+        const struct level_name *names;
+        size_t count;
+        const char *expected;
+    } sources[] = {
+        {"TF_LOG_LEVEL", ours, sizeof ours / sizeof ours[0], "error, warn, info or debug"},
+        {"LOGGER_LEVEL", manager, sizeof manager / sizeof manager[0],
+         "0 to 5, as vgpu-manager: 0-1 error, 2 warn, 3 info, 4-5 debug"},
+        {"VCUDA_LOG_LEVEL", spdlog, sizeof spdlog / sizeof spdlog[0],
+         "trace, debug, info, warn, error, critical or off"},
+    };
     config->log_level = VGPU_LOG_WARN;
-    if (level != NULL && *level != '\0') {
-        size_t i = 0;
-        while (i < sizeof levels / sizeof levels[0] && strcasecmp(level, levels[i].name) != 0) {
-            i++;
+    snprintf(config->log_level_source, sizeof config->log_level_source, "default");
+    bool chosen = false;
+    /* Each one set is checked, so a typo is found even where another one wins. */
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        const char *text = getenv(sources[i].variable);
+        int level = VGPU_LOG_WARN;
+        if (text == NULL || *text == '\0') {
+            continue;
         }
-        if (i == sizeof levels / sizeof levels[0]) {
-            struct report report = {error, error_size, "TF_LOG_LEVEL", level};
-            return vgpu_config_fail(&report, "unknown level (error, warn, info or debug)");
+        if (!find_level(sources[i].names, sources[i].count, text, &level)) {
+            struct report report = {error, error_size, sources[i].variable, text};
+            return vgpu_config_fail(&report, "unknown level (%s)", sources[i].expected);
         }
-        config->log_level = levels[i].level;
+        if (!chosen) {
+            config->log_level = level;
+            snprintf(config->log_level_source, sizeof config->log_level_source, "%s",
+                     sources[i].variable);
+            chosen = true;
+        }
+    }
+    return true;
+}
+
+static bool load_log(struct vgpu_config *config, char *error, size_t error_size) {
+    if (!load_level(config, error, error_size)) {
+        return false;
     }
     const char *path = getenv("TF_LOG_PATH");
     if (path != NULL) {

@@ -59,6 +59,10 @@ static CUresult create(CUcontext *pctx, CUdevice dev, CUresult (*call)(void *), 
         return result;
     }
     int entry = vgpu_entry_of(dev);
+    if (entry == VGPU_ENTRY_OUTSIDE) {
+        vgpu_log(VGPU_LOG_INFO, "no context on device %d: not one of the pod's GPUs", dev);
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
     if (!vgpu_charge(entry, vgpu_state.context_overhead)) {
         vgpu_log(VGPU_LOG_INFO, "a new context on device %d does not fit the pod's limit", dev);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -108,8 +108,9 @@ static void format_uuid(const CUuuid *uuid, char *text, size_t size) {
              b[14], b[15]);
 }
 
-/* Seed one device's entry; false (after a logged error) on an index/UUID conflict. */
-static bool seed(int ordinal, const char *uuid, int *entry_out) {
+/* Seed one device's entry; false (after a logged error) on an index/UUID conflict. In a
+ * confined pod a GPU without an entry gets none: *entry_out is VGPU_ENTRY_OUTSIDE. */
+static bool seed(int ordinal, const char *uuid, bool confined, int *entry_out) {
     struct vgpu_device_limits limits;
     char error[VGPU_CONFIG_ERROR_SIZE];
     if (!vgpu_config_device_limits(&vgpu_state.config, ordinal, uuid, &limits, error,
@@ -117,7 +118,14 @@ static bool seed(int ordinal, const char *uuid, int *entry_out) {
         vgpu_log(VGPU_LOG_ERROR, "%s", error);
         return false;
     }
-    int entry = vgpu_region_device(vgpu_state.region, uuid, true);
+    int entry = vgpu_region_device(vgpu_state.region, uuid, !confined);
+    if (entry < 0 && confined) {
+        vgpu_log(VGPU_LOG_WARN,
+                 "device %d (%s) is not one of the GPUs of pod %s/%s: no context on it",
+                 ordinal, uuid, vgpu_state.region->pod_namespace, vgpu_state.region->pod_name);
+        *entry_out = VGPU_ENTRY_OUTSIDE;
+        return true;
+    }
     if (entry < 0) {
         vgpu_log(VGPU_LOG_ERROR, "the pod region has no room for %s", uuid);
         return limits.memory_limit == 0 && limits.compute_limit == 0;
@@ -162,6 +170,7 @@ CUresult vgpu_map_devices(void) {
     if (!mapped) {
         int count = 0;
         char uuids[VGPU_MAX_ORDINALS][VGPU_CONFIG_UUID_SIZE];
+        bool confined = vgpu_pod_confined();
         map_result = VGPU_REAL(cuDeviceGetCount, &count);
         for (int ordinal = 0; map_result == CUDA_SUCCESS && ordinal < count &&
                               ordinal < VGPU_MAX_ORDINALS;
@@ -173,7 +182,7 @@ CUresult vgpu_map_devices(void) {
                 break;
             }
             format_uuid(&uuid, text, VGPU_CONFIG_UUID_SIZE);
-            if (!seed(ordinal, text, &vgpu_state.entries[ordinal])) {
+            if (!seed(ordinal, text, confined, &vgpu_state.entries[ordinal])) {
                 map_result = CUDA_ERROR_INVALID_VALUE; /* fail closed on a contradiction */
             }
         }
@@ -183,7 +192,7 @@ CUresult vgpu_map_devices(void) {
             int entry;
             if (setting->kind == VGPU_KEY_UUID &&
                 vgpu_region_device(vgpu_state.region, setting->uuid, false) < 0 &&
-                !seed(-1, setting->uuid, &entry)) {
+                !seed(-1, setting->uuid, confined, &entry)) {
                 map_result = CUDA_ERROR_INVALID_VALUE;
             }
         }

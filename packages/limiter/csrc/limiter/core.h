@@ -15,7 +15,9 @@
 struct vgpu_state {
     struct vgpu_config config;
     struct vgpu_region *region;
-    int entries[VGPU_MAX_ORDINALS]; /* region entry by CUDA ordinal, -1 when none */
+    /* Region entry by CUDA ordinal, -1 when none, VGPU_ENTRY_OUTSIDE for a GPU the pod does
+     * not have (no context may be made on it). */
+    int entries[VGPU_MAX_ORDINALS];
     int ordinal_count;
     uint64_t context_overhead; /* device memory each context is charged */
 };
@@ -37,7 +39,16 @@ CUresult vgpu_cuda_ready(void);
  * limits from the environment. Idempotent; returns the failure to report from cuInit. */
 CUresult vgpu_map_devices(void);
 
-/* Region entry of a CUDA ordinal, or of the current context's device; -1 when unknown. */
+/* A GPU outside a confined pod (view.c). */
+#define VGPU_ENTRY_OUTSIDE (-2)
+
+/* Whether the pod keeps to the GPUs its region lists (view.c): a named pod whose region already
+ * has device entries when this process maps its devices, as every pod the daemon makes. A
+ * private or unnamed region, or one without entries yet, is not confined. */
+bool vgpu_pod_confined(void);
+
+/* Region entry of a CUDA ordinal, or of the current context's device; -1 when unknown (and
+ * VGPU_ENTRY_OUTSIDE, also negative, for a GPU outside a confined pod). */
 int vgpu_entry_of(int ordinal);
 int vgpu_current_entry(void);
 

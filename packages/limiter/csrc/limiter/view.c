@@ -1,6 +1,7 @@
 /* The virtual GPU: on a device with a memory limit, the program sees a device of the limit's
  * size with the pod's usage, through CUDA and through NVML (so nvidia-smi run under the library
- * shows used / limit). Devices without a limit are passed through untouched. */
+ * shows used / limit). Devices without a limit are passed through untouched. A pod that the
+ * daemon made keeps to its GPUs: on any other no context can be made (context.c). */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdio.h>
@@ -11,6 +12,15 @@
 
 static uint64_t minimum(uint64_t a, uint64_t b) {
     return a < b ? a : b;
+}
+
+bool vgpu_pod_confined(void) {
+    const struct vgpu_region *region = vgpu_state.region;
+    /* The daemon names every pod it makes and lists its GPUs in the region at once; a pod named
+     * by POD_NAME alone gets the GPUs its first CUDA process saw. Private and unnamed (SHM_PATH)
+     * regions are never confined. */
+    return region != NULL && region->pod_name[0] != '\0' &&
+           atomic_load(&region->device_count) > 0;
 }
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {

@@ -21,7 +21,14 @@ from vgpu_limiter import library_path
 _CDEF = "int vgpu_limiter_describe_config(char *out, size_t size);"
 
 KeyKind = Literal["all", "index", "uuid"]
-PodSource = Literal["private", "SHM_PATH", "POD_NAME"]
+PodSource = Literal[
+    "private",
+    "SHM_PATH",
+    "POD_NAME",
+    "VGPU_POD_NAME",
+    "TF_SHM_FILE",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+]
 LogLevel = Literal["error", "warn", "info", "debug"]
 
 # compute_limit is in hundredths of a percent, as in the pod region.
@@ -47,6 +54,12 @@ class DeviceSetting:
     memory_source: str | None  # the variable that set it
     compute_limit: int | None  # hundredths of a percent, 1-10000
     compute_source: str | None
+    # How far past compute_limit the pod may burst when the GPU is idle (hundredths).
+    soft_limit: int | None = None
+    soft_source: str | None = None
+    # Allocations past memory_limit go to host-backed memory; None when not given.
+    oversubscribe: bool | None = None
+    oversubscribe_source: str | None = None
 
     @property
     def compute_percent(self) -> float | None:
@@ -67,6 +80,9 @@ class PodIdentity:
     container: str | None
     base: Path
     base_source: str
+    name_source: str | None = None  # POD_NAME or VGPU_POD_NAME
+    uid: str | None = None  # VGPU_POD_UID, recorded
+    container_source: str | None = None  # CONTAINER_NAME or VGPU_CONTAINER_NAME
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,7 @@ class ProcessSettings:
 class LogSettings:
     level: LogLevel
     path: Path | None  # None: stderr
+    level_source: str = "default"  # TF_LOG_LEVEL, LOGGER_LEVEL or VCUDA_LOG_LEVEL
 
 
 @dataclass(frozen=True)
@@ -148,11 +165,18 @@ def load_config() -> LimiterConfig:
             container=pod["container"],
             base=Path(pod["base"]),
             base_source=pod["base_source"],
+            name_source=pod["name_source"],
+            uid=pod["uid"],
+            container_source=pod["container_source"],
         ),
         process=ProcessSettings(
             **process | {"tmp_folder": Path(process["tmp_folder"])},
         ),
-        log=LogSettings(level=log["level"], path=_optional_path(log["path"])),
+        log=LogSettings(
+            level=log["level"],
+            path=_optional_path(log["path"]),
+            level_source=log["level_source"],
+        ),
         warnings=tuple(document["warnings"]),
     )
 
@@ -173,6 +197,8 @@ _FIXED = frozenset(
     (
         "TENSOR_FUSION_CUDA_MEM_LIMIT",
         "TENSOR_FUSION_CUDA_UP_LIMIT",
+        "TENSOR_FUSION_CUDA_SOFT_LIMIT",
+        "TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE",
         "CUDA_DEVICE_MEMORY_LIMIT",
         "CUDA_DEVICE_SM_LIMIT",
         "SHM_PATH",
@@ -187,7 +213,7 @@ _FIXED = frozenset(
         "CUDA_VISIBLE_DEVICES",
         "TF_LOG_LEVEL",
         "TF_LOG_PATH",
-        # Other systems' variables: recognised, warned about (config_foreign.c).
+        # Other systems' variables (config_seeds.c, config_pod.c, config_process.c).
         "CUDA_MEM_LIMIT",
         "CUDA_MEM_RATIO",
         "CUDA_CORE_LIMIT",
@@ -204,6 +230,14 @@ _FIXED = frozenset(
         "VCUDA_LOG_LEVEL",
         "CUDA_DEVICE_MEMORY_SHARED_CACHE",
         "GPU_CORE_UTILIZATION_POLICY",
+        "TF_SHM_FILE",
+        # Recognised and warned about (config_foreign.c).
+        "HYPERVISOR_IP",
+        "HYPERVISOR_PORT",
+        "ENABLE_NVML_HOOKS",
+        "ENABLE_CUDA_HOOKS",
+        "TF_SKIP_HOOKS_IF_NO_LIMIT",
+        "TF_VISIBLE_DEVICES",
     )
 )
 _PREFIXES = (

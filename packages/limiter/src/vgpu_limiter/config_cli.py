@@ -72,6 +72,20 @@ def _print_table(document: dict[str, Any]) -> None:
                 table.add_row(
                     name, "compute", format_percent(compute), "", device["compute_source"]
                 )
+                name = ""
+            soft = device.get("soft_limit")
+            if soft is not None:
+                table.add_row(name, "soft compute", format_percent(soft), "", device["soft_source"])
+                name = ""
+            oversubscribe = device.get("oversubscribe")
+            if oversubscribe is not None:
+                table.add_row(
+                    name,
+                    "oversubscribe",
+                    "on" if oversubscribe else "off",
+                    "",
+                    device["oversubscribe_source"],
+                )
         console.print(table)
         console.print(
             "Index keys are CUDA ordinals as the program sees them; UUID keys bind the physical "
@@ -100,9 +114,14 @@ def _print_settings(console: Console, document: dict[str, Any]) -> None:
         table.add_row("pod folder", pod["folder"], pod["source"])
         table.add_row("region file", pod["region_file"], pod["source"])
     if pod["name"] is not None:
-        table.add_row("pod", f"{pod['namespace']}/{pod['name']}", "POD_NAMESPACE, POD_NAME")
+        prefix = "VGPU_" if pod["name_source"] == "VGPU_POD_NAME" else ""
+        table.add_row(
+            "pod", f"{pod['namespace']}/{pod['name']}", f"{prefix}POD_NAMESPACE, {prefix}POD_NAME"
+        )
+    if pod["uid"] is not None:
+        table.add_row("pod UID", pod["uid"], "VGPU_POD_UID")
     if pod["container"] is not None:
-        table.add_row("container", pod["container"], "CONTAINER_NAME")
+        table.add_row("container", pod["container"], pod["container_source"])
     table.add_row("base folder", pod["base"], pod["base_source"])
     table.add_row(
         "context overhead",
@@ -112,9 +131,7 @@ def _print_settings(console: Console, document: dict[str, Any]) -> None:
     table.add_row("CUDA driver", process["cuda_library"], process["cuda_library_source"])
     table.add_row("NVML", process["nvml_library"], process["nvml_library_source"])
     table.add_row("temporary folder", process["tmp_folder"], process["tmp_source"])
-    table.add_row(
-        "log level", log["level"], "TF_LOG_LEVEL" if os.environ.get("TF_LOG_LEVEL") else "default"
-    )
+    table.add_row("log level", log["level"], log["level_source"])
     table.add_row(
         "log",
         log["path"] if log["path"] is not None else "stderr",

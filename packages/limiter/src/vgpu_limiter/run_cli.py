@@ -8,7 +8,8 @@ import typer
 from vgpu_common.cli import exec_command, fail
 
 from vgpu_limiter import library_path
-from vgpu_limiter.config import ConfigError, load_config
+from vgpu_limiter.config import ConfigError, default_base, load_config
+from vgpu_limiter.region import RegionError, open_region, region_path
 
 MemOption = Annotated[
     list[str] | None,
@@ -77,7 +78,24 @@ def planned_environment(
         environment.pop("SHM_PATH", None)
         environment["POD_NAME"] = name
         environment["POD_NAMESPACE"] = namespace or "default"
+        gpus = _pod_gpus(environment)
+        # The pod's GPUs only, by UUID; a CUDA_VISIBLE_DEVICES of the user's own is kept (the
+        # library still refuses contexts on GPUs the pod does not have).
+        if gpus and "CUDA_VISIBLE_DEVICES" not in environment:
+            environment["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     return environment
+
+
+def _pod_gpus(environment: dict[str, str]) -> list[str]:
+    """The GPU UUIDs a pod's region lists; none when the pod has no region yet (the library
+    then warns about the name) or its names are invalid (the library's check reports them)."""
+    base = environment.get("SHM_BASE_PATH") or str(default_base())
+    try:
+        path = region_path(base, environment["POD_NAMESPACE"], environment["POD_NAME"])
+        with open_region(path, writable=False) as region:
+            return [device.uuid for device in region.devices]
+    except (ValueError, OSError, RegionError):
+        return []
 
 
 def _validate(environment: dict[str, str]) -> None:

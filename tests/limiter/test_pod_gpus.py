@@ -1,0 +1,97 @@
+"""A pod keeps to its GPUs: tf-limiter run --pod shows the program only the pod's GPUs, and the
+library refuses contexts on any other GPU of a pod whose region lists its GPUs (every pod the
+daemon makes), on the simulated node's two GPUs."""
+
+import json
+import sys
+from pathlib import Path
+
+from vgpu_limiter.region import create_region, open_region
+
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
+
+GiB = 1 << 30
+GPU0 = "GPU-5157a1e0-0000-4000-8000-000000000001"
+GPU1 = "GPU-5157a1e0-0000-4000-8000-000000000002"
+TF_LIMITER = str(Path(sys.executable).with_name("tf-limiter"))
+
+
+def workload(environment: dict[str, str], *options: str) -> dict[str, object]:
+    result = run([WORKLOAD, "--kernels", "1", *options], environment)
+    report: dict[str, object] = json.loads(result.stdout)
+    report["stderr"] = result.stderr
+    return report
+
+
+def daemon_pod(base: Path, name: str = "train") -> Path:
+    """A pod as `tf-hypervisor pods create train --mem 0=4GiB` makes it: its region lists GPU 0."""
+    path = base / "default" / name / "shm"
+    create_region(path, "default", name, {GPU0: (4 * GiB, 0)}).close()
+    return path
+
+
+def pod_environment(limited_env: LimitedEnv, base: Path, **extra: str) -> dict[str, str]:
+    environment = limited_env(SHM_BASE_PATH=str(base), POD_NAME="train", **extra)
+    environment.pop("SHM_PATH")
+    return environment
+
+
+def pod_gpus(path: Path) -> list[str]:
+    with open_region(path, writable=False) as region:
+        return [device.uuid for device in region.devices]
+
+
+def test_the_library_refuses_a_gpu_outside_the_pod(limited_env: LimitedEnv, tmp_path: Path) -> None:
+    path = daemon_pod(tmp_path / "base")
+    environment = pod_environment(limited_env, tmp_path / "base")
+    outside = workload(environment, "--device", "1", "--alloc", str(20 * GiB))
+    assert str(outside["error"]).startswith("CUDA_ERROR_INVALID_DEVICE"), outside
+    assert f"device 1 ({GPU1}) is not one of the GPUs of pod default/train" in str(
+        outside["stderr"]
+    )
+    inside = workload(environment, "--device", "0", "--alloc", str(GiB))
+    assert inside.get("error") is None, inside
+    assert inside["total_bytes"] == 4 * GiB
+    # Listings keep showing the pod on its GPU only.
+    assert pod_gpus(path) == [GPU0]
+
+
+def test_tf_limiter_run_shows_only_the_pods_gpus(limited_env: LimitedEnv, tmp_path: Path) -> None:
+    daemon_pod(tmp_path / "base")
+    environment = pod_environment(limited_env, tmp_path / "base", LD_PRELOAD="")
+    environment.pop("POD_NAME")
+    command = [TF_LIMITER, "run", "--pod", "train", "--", WORKLOAD, "--kernels", "1"]
+    # Device 1 does not exist for the program: CUDA_VISIBLE_DEVICES is the pod's GPU.
+    result = run([*command, "--device", "1"], environment)
+    assert json.loads(result.stdout)["error"].startswith("CUDA_ERROR_INVALID_DEVICE"), result
+    seen = json.loads(run([*command, "--device", "0"], environment).stdout)
+    assert seen["total_bytes"] == 4 * GiB
+    # A CUDA_VISIBLE_DEVICES of the user's own is kept, and the library still refuses GPU 1.
+    both = environment | {"CUDA_VISIBLE_DEVICES": "0,1"}
+    refused = json.loads(run([*command, "--device", "1", "--alloc", "1GiB"], both).stdout)
+    assert refused["error"].startswith("CUDA_ERROR_INVALID_DEVICE"), refused
+
+
+def test_private_and_unnamed_regions_are_not_confined(
+    limited_env: LimitedEnv, pod_folder: Path
+) -> None:
+    # SHM_PATH alone (the fixture's pod): every GPU the process sees joins the region.
+    environment = limited_env('{"0": "1GiB"}')
+    assert workload(environment, "--device", "0").get("error") is None
+    assert workload(environment, "--device", "1").get("error") is None
+    assert len(pod_gpus(pod_folder / "shm")) == 2
+    private = limited_env()
+    private.pop("SHM_PATH")
+    assert workload(private, "--device", "1").get("error") is None
+
+
+def test_a_pod_named_by_the_environment_keeps_the_gpus_its_first_process_saw(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    base = tmp_path / "base"
+    (base / "default" / "solo").mkdir(parents=True)
+    first = limited_env(SHM_BASE_PATH=str(base), POD_NAME="solo", CUDA_VISIBLE_DEVICES="0")
+    first.pop("SHM_PATH")
+    assert workload(first).get("error") is None
+    later = first | {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert str(workload(later, "--device", "1")["error"]).startswith("CUDA_ERROR_INVALID_DEVICE")
