@@ -23,8 +23,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 
-import matplotlib.pyplot as plt  # noqa: E402 (after choosing the backend)
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 Record = dict[str, Any]
 
@@ -193,7 +193,9 @@ def plot_windows(records: list[Record], out: Path, run: str | None) -> Path | No
     cells = [axes for row in grid for axes in row]
     for axes, (workload, points) in zip(cells, workloads.items(), strict=False):
         seconds = _seconds(points)
-        for point, color in zip(points, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False):
+        for point, color in zip(
+            points, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False
+        ):
             limit = float(point["limit"])
             axes.axhline(limit, color=color, linewidth=0.6, linestyle=":")
             windows = point.get("windows_pct")
@@ -293,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="JSON lines of the benchmark")
     parser.add_argument("--out", type=Path, required=True, help="folder of the PNG files")
-    parser.add_argument("--run", help="the run drawn in the windows and pods plots (default: the first)")
+    parser.add_argument(
+        "--run", help="the run drawn in the windows and pods plots (default: the first)"
+    )
     args = parser.parse_args(argv)
     try:
         records = read(args.results)

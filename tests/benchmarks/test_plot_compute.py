@@ -80,9 +80,7 @@ def test_bad_input_is_one_line_naming_it(tmp_path: Path) -> None:
     broken.write_text('{"measure": "single_pod"}\nnot json\n')
     done = plot(str(broken), "--out", str(tmp_path))
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [
-        f"error: {broken}:2: not JSON: Expecting value"
-    ]
+    assert done.stderr.splitlines() == [f"error: {broken}:2: not JSON: Expecting value"]
     done = plot(str(FIXTURE), "--out", str(tmp_path), "--run", "nonesuch")
     assert done.returncode == 2
     assert done.stderr.startswith("error: --run nonesuch: no such run (runs: boost_correction,")

@@ -43,7 +43,9 @@ def test_json_with_a_charset_or_a_json_suffix_is_json(daemon: Daemon) -> None:
         ("application/json; charset=utf-8", "application/merge-patch+json")
     ):
         body = BODY.replace(b'"p"', f'"p{number}"'.encode())
-        reply = daemon.api("POST", "/api/v1/pods", content=body, headers={"Content-Type": content_type})
+        reply = daemon.api(
+            "POST", "/api/v1/pods", content=body, headers={"Content-Type": content_type}
+        )
         assert reply.status_code == 201, reply.text
 
 

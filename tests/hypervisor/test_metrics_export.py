@@ -160,7 +160,7 @@ def test_every_series_carries_dcgm_exporter_labels_with_its_values() -> None:
     }
     (workers,) = series["tf_pod_workers"]
     assert set(workers.labels) == set(POD_LABELS)
-    assert DCGM_GPU <= set(GPU_LABELS) and DCGM_GPU <= set(POD_GPU_LABELS)
+    assert set(GPU_LABELS) >= DCGM_GPU and set(POD_GPU_LABELS) >= DCGM_GPU
     assert {"namespace", "pod", "container", "gpu"} <= set(WORKER_LABELS)
 
 
@@ -175,9 +175,7 @@ def test_the_nvml_figures_are_exported_in_base_units() -> None:
 
 def test_what_the_driver_did_not_give_is_left_out() -> None:
     na = NOT_AVAILABLE
-    gone = device(
-        memory_free=na, memory_clock_mhz=na, energy_mj=na, xid_errors=na, minor_number=na
-    )
+    gone = device(memory_free=na, memory_clock_mhz=na, energy_mj=na, xid_errors=na, minor_number=na)
     series = scrape(view(gone))
     for name in ("tf_gpu_memory_free_bytes", "tf_gpu_memory_clock_mhz"):
         assert name not in series

@@ -105,7 +105,7 @@ def _log_level(value: object) -> str:
 
 
 def _log_format(value: object) -> str:
-    kind = value.strip().lower() if isinstance(value, str) else None
+    kind = value.strip().lower() if isinstance(value, str) else ""
     if kind not in get_args(LogFormat):
         raise ValueError("expected text or json")
     return kind

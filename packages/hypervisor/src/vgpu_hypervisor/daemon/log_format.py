@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 
 def utc_time(created: float) -> str:
-    """"2026-11-23T18:08:59.123Z" for a record's ``created``."""
+    """ "2026-11-23T18:08:59.123Z" for a record's ``created``."""
     stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
     return stamp.removesuffix("+00:00") + "Z"
 
@@ -22,7 +22,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return utc_time(record.created)
 
 

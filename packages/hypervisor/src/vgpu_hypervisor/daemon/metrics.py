@@ -244,7 +244,9 @@ def _pod_gpu_labels(
     return [pod.namespace, pod.name, "", *known[: len(GPU_LABELS) - 1]]
 
 
-def prometheus_registry(view: Callable[[], NodeView], driver_version: str = "") -> CollectorRegistry:
+def prometheus_registry(
+    view: Callable[[], NodeView], driver_version: str = ""
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view, driver_version))
     return registry
