@@ -1,12 +1,12 @@
 """The daemon's HTTP API (FastAPI): health, readiness, status, GPUs, pods, workers, /metrics.
 
 Reads are served from the newest NodeView (no file or driver access on a request); changes
-need the bearer token (routes/pods.py) and a JSON body (content_type.py). Errors: errors.py.
+need the bearer token (routes/pods.py) and take their body as JSON (content_type.py).
+Errors: errors.py.
 """
 
 from fastapi import FastAPI
 
-from vgpu_hypervisor.daemon.api.content_type import RequireJson
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.errors import install_error_handlers
 from vgpu_hypervisor.daemon.api.routes import gpus, health, metrics, node, pods, workers
@@ -22,7 +22,6 @@ def create_app(context: ApiContext) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.add_middleware(RequireJson)
     install_error_handlers(app)
     for resource in (health, node, gpus, pods, workers, metrics):
         app.include_router(resource.router(context))

@@ -1,15 +1,18 @@
-"""Requests with a body must say it is JSON: anything else is a 415 naming what was sent.
+"""Routes that take a body take it as JSON: anything else is a 415 naming what was sent.
 
 FastAPI parses a body without Content-Type as JSON and one of another type as raw bytes, which
 then fails validation with a message about dictionaries; `curl -d` sends form encoding by
-default. A one-line 415 saying what to send is the clearer answer to both.
+default. A one-line 415 saying what to send is the clearer answer to both. The check sits in
+the route (after routing), so an unknown path or method stays a 404 or 405.
 """
 
-import json
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 
-_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+from vgpu_hypervisor.daemon.api.errors import ApiError
 
 
 def is_json(content_type: str) -> bool:
@@ -27,31 +30,18 @@ def problem(content_type: str | None) -> str:
     )
 
 
-class RequireJson:
-    """ASGI middleware: 415 for a POST, PUT or PATCH whose Content-Type is not JSON."""
+class JsonBodyRoute(APIRoute):
+    """An APIRoute that answers 415 before reading a body that is not declared JSON."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        raw = headers.get(b"content-type")
-        content_type = raw.decode("latin-1") if raw is not None else None
-        if content_type is not None and is_json(content_type):
-            await self.app(scope, receive, send)
-            return
-        body = json.dumps({"error": problem(content_type)}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 415,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        async def json_only(request: Request) -> Response:
+            content_type = request.headers.get("content-type")
+            if content_type is None or not is_json(content_type):
+                raise ApiError(415, problem(content_type))
+            return await handler(request)
+
+        return json_only

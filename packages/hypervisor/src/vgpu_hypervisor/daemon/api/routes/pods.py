@@ -14,6 +14,7 @@ from vgpu_limiter.region import normalize_uuid
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.auth import token_check
+from vgpu_hypervisor.daemon.api.content_type import JsonBodyRoute
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
 from vgpu_hypervisor.daemon.api.errors import ApiError, errors
 from vgpu_hypervisor.daemon.node import NodeView
@@ -59,7 +60,7 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
 
 
 def router(context: ApiContext) -> APIRouter:
-    routes = APIRouter(prefix=API, tags=["pods"])
+    routes = APIRouter(prefix=API, tags=["pods"], route_class=JsonBodyRoute)
     changes_need_token = [Depends(token_check(context.token))]
     changes = asyncio.Lock()
     store = context.node.store
