@@ -482,6 +482,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 "metrics_rotate_bytes = 1048576",
                 "sample_interval_s = 0.05",
                 'log_level = "WARN"',
+                'log_format = "JSON"',
                 'log_path = "/var/log/tf/hypervisor.log"',
                 'simulate = "auto"',
                 'sim_state = "/tmp/sim.state"',
@@ -498,6 +499,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.metrics_rotate_bytes == MiB
     assert settings.sample_interval_s == 0.05
     assert settings.log_level == "warning"
+    assert settings.log_format == "json"
     assert settings.log_path == Path("/var/log/tf/hypervisor.log")
     assert settings.simulate is None
     assert settings.sim_state == Path("/tmp/sim.state")

@@ -20,7 +20,7 @@ from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client.api_client import API, Client, ClientError
 from vgpu_hypervisor.client.owner import pod_owner
 from vgpu_hypervisor.client.tables import gpu_table, pod_table, worker_table
-from vgpu_hypervisor.settings import Settings, SettingsError, load_settings
+from vgpu_hypervisor.settings import Settings, SettingsError, load_settings, resolve_settings
 from vgpu_hypervisor.settings_cli import (
     CLIENT_SETTINGS,
     JsonFlag,
@@ -90,9 +90,12 @@ def daemon(*, flags: Mapping[str, object]) -> None:
     """Run the node daemon (until SIGTERM or Ctrl-C)."""
     from vgpu_hypervisor.daemon.service import DaemonError, run
 
-    settings = _settings(flags)
     try:
-        run(settings)
+        resolved = resolve_settings(flags)
+    except SettingsError as error:
+        fail(str(error))
+    try:
+        run(resolved.settings, resolved.warnings)
     except DaemonError as error:
         fail(str(error), REFUSED)
     except KeyboardInterrupt:

@@ -50,6 +50,7 @@ from vgpu_hypervisor.listen_address import (
 DEFAULT_CONFIG_FILE: Final = Path("/etc/tensor-fusion/hypervisor.toml")
 ENV_PREFIX: Final = "TF_HYPERVISOR_"
 LogLevel = Literal["error", "warning", "info", "debug"]
+LogFormat = Literal["text", "json"]
 
 
 class SettingsError(ValueError):
@@ -101,6 +102,13 @@ def _log_level(value: object) -> str:
     if level not in ("error", "warning", "info", "debug"):
         raise ValueError("expected error, warning (or warn), info or debug")
     return level
+
+
+def _log_format(value: object) -> str:
+    kind = value.strip().lower() if isinstance(value, str) else ""
+    if kind not in get_args(LogFormat):
+        raise ValueError("expected text or json")
+    return kind
 
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
@@ -226,6 +234,11 @@ class Settings(BaseSettings):
         BeforeValidator(_log_level),
         Setting("--log-level", "LEVEL", "error, warning, info or debug.", ("TF_LOG_LEVEL",)),
     ] = "info"
+    log_format: Annotated[
+        LogFormat,
+        BeforeValidator(_log_format),
+        Setting("--log-format", "FORMAT", "text (ISO 8601 UTC times) or json (one object a line)."),
+    ] = "text"
     log_path: Annotated[
         OptionalPath,
         Setting(

@@ -1,8 +1,14 @@
 """Metrics of the newest NodeView: Prometheus exposition for /metrics, and influx line protocol
 (vgpu.rs's `tf_gpu_usage` and `tf_worker_usage`) for the metrics file.
 
-Prometheus names follow dcgm-exporter's habits: one gauge per quantity, the GPU identified by
-`gpu` (index), `UUID` and `modelName` labels, plus `Hostname`; a pod by `namespace` and `pod`.
+Prometheus names are ours (`tf_*`); the labels are dcgm-exporter's, with the same values, so a
+dashboard joins our series with DCGM_FI_* ones (`on(UUID)`, `on(Hostname, gpu)`): a GPU by `gpu`
+(index), `UUID`, `device` ("nvidia0"), `modelName`, `pci_bus_id`, `Hostname` and
+`DCGM_FI_DRIVER_VERSION`; a pod by `namespace`, `pod` and `container` (empty until a Kubernetes
+identity fills it: the label set stays the same either way). We do not export DCGM_FI_* names
+ourselves: a node that runs dcgm-exporter would then have two sources of one series, and a
+`sum()` over them counts the GPU twice.
+
 A value the driver did not give is left out, never written as 0.
 """
 
@@ -10,42 +16,88 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.node import NodeView
+from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, Value
 
 HOSTNAME = socket.gethostname()
 
+GPU_LABELS = (
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+)
+# A pod's share of one GPU: the pod, then the GPU as GPU_LABELS names it (less the driver).
+POD_GPU_LABELS = ("namespace", "pod", "container", *GPU_LABELS[:-1])
+POD_LABELS = ("namespace", "pod", "container", "Hostname")
+WORKER_LABELS = ("namespace", "pod", "container", "pid", "gpu", "UUID", "Hostname")
+
+
+@dataclass(frozen=True)
+class _GpuRow:
+    """A GPU of the view and the NVML pass it came from (the fields the API does not carry)."""
+
+    gpu: models.Gpu
+    device: DeviceSnapshot | None
+
+    def known(self, value_of: Callable[[DeviceSnapshot], Value[int]]) -> int | None:
+        if self.device is None:
+            return None
+        value = value_of(self.device)
+        return None if value is NOT_AVAILABLE else value
+
+
 # name, help, value of a GPU
-_GPU_GAUGES: tuple[tuple[str, str, Callable[[models.Gpu], float | None]], ...] = (
-    ("tf_gpu_memory_total_bytes", "Memory of the GPU.", lambda g: g.memory_total),
+_GPU_GAUGES: tuple[tuple[str, str, Callable[[_GpuRow], float | None]], ...] = (
+    ("tf_gpu_memory_total_bytes", "Memory of the GPU.", lambda r: r.gpu.memory_total),
     (
         "tf_gpu_memory_used_bytes",
         "Memory in use on the GPU (all processes).",
-        lambda g: g.memory_used,
+        lambda r: r.gpu.memory_used,
     ),
-    ("tf_gpu_utilization_percent", "Share of time the GPU was busy.", lambda g: g.utilization),
+    (
+        "tf_gpu_memory_free_bytes",
+        "Memory free on the GPU (less than total - used by the driver's reserve).",
+        lambda r: r.known(lambda d: d.memory_free),
+    ),
+    ("tf_gpu_utilization_percent", "Share of time the GPU was busy.", lambda r: r.gpu.utilization),
     (
         "tf_gpu_memory_utilization_percent",
         "Share of time the GPU's memory was read or written.",
-        lambda g: g.memory_utilization,
+        lambda r: r.gpu.memory_utilization,
     ),
-    ("tf_gpu_temperature_celsius", "GPU temperature.", lambda g: g.temperature_c),
-    ("tf_gpu_power_watts", "GPU power draw.", lambda g: g.power_draw_w),
-    ("tf_gpu_sm_clock_mhz", "SM clock.", lambda g: g.sm_clock_mhz),
+    ("tf_gpu_temperature_celsius", "GPU temperature.", lambda r: r.gpu.temperature_c),
+    ("tf_gpu_power_watts", "GPU power draw.", lambda r: r.gpu.power_draw_w),
+    ("tf_gpu_sm_clock_mhz", "SM clock.", lambda r: r.gpu.sm_clock_mhz),
+    (
+        "tf_gpu_memory_clock_mhz",
+        "Memory clock.",
+        lambda r: r.known(lambda d: d.memory_clock_mhz),
+    ),
     (
         "tf_gpu_boost_ratio",
         "Limited pods' GPU time is charged times this (boost correction; absent: none).",
-        lambda g: g.boost,
+        lambda r: r.gpu.boost,
     ),
-    ("tf_gpu_pods", "Pods with limits on the GPU.", lambda g: g.pods),
-    ("tf_gpu_workers", "Workers holding memory on the GPU.", lambda g: g.workers),
+    (
+        "tf_gpu_pods",
+        "Pods that have an entry for the GPU, with or without limits.",
+        lambda r: r.gpu.pods,
+    ),
+    ("tf_gpu_workers", "Workers holding memory on the GPU.", lambda r: r.gpu.workers),
 )
+# name, help, value of a pod's share of a GPU
 _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...] = (
     ("tf_pod_memory_used_bytes", "Memory the pod holds on the GPU.", lambda g: g.memory_used),
     (
@@ -64,22 +116,26 @@ _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...
         lambda g: g.utilization,
     ),
 )
-_POD_LABELS = ["namespace", "pod", "gpu", "UUID", "Hostname"]
-_WORKER_LABELS = ["namespace", "pod", "pid", "UUID", "Hostname"]
+# The pod's counters from its region (throttled, burst and frozen seconds, host-backed memory)
+# belong beside these, with POD_GPU_LABELS, so every per-pod-and-GPU series joins the same way.
 
 
 class ViewCollector(Collector):
-    """Turns the newest view into gauges at each scrape (nothing is kept between scrapes, so a
-    pod that is gone leaves no stale series)."""
+    """Turns the newest view into metrics at each scrape (nothing is kept between scrapes, so a
+    pod that is gone leaves no stale series). ``driver_version`` fills DCGM_FI_DRIVER_VERSION."""
 
-    def __init__(self, view: Callable[[], NodeView]) -> None:
+    def __init__(self, view: Callable[[], NodeView], driver_version: str = "") -> None:
         self._view = view
+        self._driver = driver_version
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         view = self._view()
-        yield from self._gpus(view.gpus)
-        yield from self._pods(view.pods)
-        yield from self._workers(view.workers)
+        devices = {d.index: d for d in view.snapshot.devices} if view.snapshot else {}
+        rows = [_GpuRow(gpu, devices.get(gpu.index)) for gpu in view.gpus]
+        identity = {row.gpu.uuid.lower(): self._gpu_labels(row) for row in rows if row.gpu.uuid}
+        yield from self._gpus(rows)
+        yield from self._pods(view.pods, identity)
+        yield from self._workers(view.workers, identity)
         info = GaugeMetricFamily(
             "tf_hypervisor_last_sample_timestamp_seconds",
             "When the daemon last read the regions.",
@@ -87,57 +143,89 @@ class ViewCollector(Collector):
         info.add_metric([], view.taken_at)
         yield info
 
-    def _gpus(self, gpus: Iterable[models.Gpu]) -> Iterator[GaugeMetricFamily]:
-        labels = ["gpu", "UUID", "modelName", "Hostname"]
-        for name, text, value_of in _GPU_GAUGES:
-            family = GaugeMetricFamily(name, text, labels=labels)
-            for gpu in gpus:
-                value = value_of(gpu)
-                if value is not None:
-                    family.add_metric(
-                        [str(gpu.index), gpu.uuid or "", gpu.name or "", HOSTNAME], value
-                    )
-            yield family
+    def _gpu_labels(self, row: _GpuRow) -> list[str]:
+        device = row.device
+        minor = device.minor_number if device is not None else NOT_AVAILABLE
+        bus = device.pci_bus_id if device is not None else NOT_AVAILABLE
+        return [
+            str(row.gpu.index),
+            row.gpu.uuid or "",
+            "" if minor is NOT_AVAILABLE else f"nvidia{minor}",
+            row.gpu.name or "",
+            HOSTNAME,
+            "" if bus is NOT_AVAILABLE else bus,
+            self._driver,
+        ]
 
-    def _pods(self, pods: Iterable[models.Pod]) -> Iterator[GaugeMetricFamily]:
+    def _gpus(self, rows: list[_GpuRow]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        for name, text, value_of in _GPU_GAUGES:
+            family = GaugeMetricFamily(name, text, labels=GPU_LABELS)
+            for row in rows:
+                value = value_of(row)
+                if value is not None:
+                    family.add_metric(self._gpu_labels(row), value)
+            yield family
+        energy = CounterMetricFamily(
+            "tf_gpu_energy_joules",
+            "Energy the GPU used since the driver loaded.",
+            labels=GPU_LABELS,
+        )
+        xids = CounterMetricFamily(
+            "tf_gpu_xid_errors",
+            "XID errors (critical driver events) of the GPU since the daemon started, by code.",
+            labels=(*GPU_LABELS, "xid"),
+        )
+        for row in rows:
+            millijoules = row.known(lambda d: d.energy_mj)
+            if millijoules is not None:
+                energy.add_metric(self._gpu_labels(row), millijoules / 1000)
+            if row.device is not None and row.device.xid_errors is not NOT_AVAILABLE:
+                for code, count in row.device.xid_errors:
+                    xids.add_metric([*self._gpu_labels(row), str(code)], count)
+        yield energy
+        yield xids
+
+    def _pods(
+        self, pods: Iterable[models.Pod], identity: dict[str, list[str]]
+    ) -> Iterator[GaugeMetricFamily]:
         pods = list(pods)
         for name, text, value_of in _POD_GAUGES:
-            family = GaugeMetricFamily(name, text, labels=_POD_LABELS)
+            family = GaugeMetricFamily(name, text, labels=POD_GPU_LABELS)
             for pod in pods:
                 for gpu in pod.gpus:
                     value = value_of(gpu)
                     if value is not None:
-                        index = "" if gpu.index is None else str(gpu.index)
-                        labels = [pod.namespace, pod.name, index, gpu.uuid, HOSTNAME]
-                        family.add_metric(labels, value)
+                        family.add_metric(_pod_gpu_labels(pod, gpu, identity), value)
             yield family
-        workers = GaugeMetricFamily(
-            "tf_pod_workers", "Workers of the pod.", labels=["namespace", "pod", "Hostname"]
-        )
+        workers = GaugeMetricFamily("tf_pod_workers", "Workers of the pod.", labels=POD_LABELS)
         errors = GaugeMetricFamily(
             "tf_pod_region_error",
             "1 when the pod's region file cannot be read.",
-            labels=["namespace", "pod", "Hostname"],
+            labels=POD_LABELS,
         )
         for pod in pods:
-            workers.add_metric([pod.namespace, pod.name, HOSTNAME], pod.workers)
-            errors.add_metric([pod.namespace, pod.name, HOSTNAME], 0 if pod.error is None else 1)
+            labels = [pod.namespace, pod.name, "", HOSTNAME]
+            workers.add_metric(labels, pod.workers)
+            errors.add_metric(labels, 0 if pod.error is None else 1)
         yield workers
         yield errors
 
-    def _workers(self, workers: Iterable[models.Worker]) -> Iterator[GaugeMetricFamily]:
+    def _workers(
+        self, workers: Iterable[models.Worker], identity: dict[str, list[str]]
+    ) -> Iterator[GaugeMetricFamily]:
         memory = GaugeMetricFamily(
-            "tf_worker_memory_used_bytes", "Memory a worker holds.", labels=_WORKER_LABELS
+            "tf_worker_memory_used_bytes", "Memory a worker holds.", labels=WORKER_LABELS
         )
         utilization = GaugeMetricFamily(
             "tf_worker_utilization_percent",
             "SM utilization of a worker.",
-            labels=_WORKER_LABELS,
+            labels=WORKER_LABELS,
         )
         for worker in workers:
             pid = str(worker.host_pid or worker.pid)
             for gpu in worker.gpus:
-                labels = [worker.namespace, worker.pod, pid, gpu.uuid, HOSTNAME]
+                index = identity.get(gpu.uuid.lower(), [""])[0]
+                labels = [worker.namespace, worker.pod, "", pid, index, gpu.uuid, HOSTNAME]
                 memory.add_metric(labels, gpu.memory_used)
                 if gpu.utilization is not None:
                     utilization.add_metric(labels, gpu.utilization)
@@ -145,9 +233,22 @@ class ViewCollector(Collector):
         yield utilization
 
 
-def prometheus_registry(view: Callable[[], NodeView]) -> CollectorRegistry:
+def _pod_gpu_labels(
+    pod: models.Pod, gpu: models.PodGpu, identity: dict[str, list[str]]
+) -> list[str]:
+    """The pod's labels, then its GPU's (the UUID alone when the GPU is not on this node)."""
+    known = identity.get(gpu.uuid.lower())
+    if known is None:
+        index = "" if gpu.index is None else str(gpu.index)
+        known = [index, gpu.uuid, "", "", HOSTNAME, ""]
+    return [pod.namespace, pod.name, "", *known[: len(GPU_LABELS) - 1]]
+
+
+def prometheus_registry(
+    view: Callable[[], NodeView], driver_version: str = ""
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ViewCollector(view))
+    registry.register(ViewCollector(view, driver_version))
     return registry
 
 

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 import uvicorn
 
@@ -26,6 +26,7 @@ from vgpu_hypervisor.daemon.api.auth import read_or_create_token
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
@@ -54,9 +55,7 @@ def setup_logging(settings: Settings) -> None:
             ) from None
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
-    )
+    handler.setFormatter(formatter(settings.log_format))
     root = logging.getLogger("vgpu_hypervisor")
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level.upper())
@@ -268,7 +267,10 @@ async def _every(period: float, work: Callable[[], object]) -> None:
         await asyncio.sleep(deadline - loop.time())
 
 
-def run(settings: Settings) -> None:
-    """Run the daemon until SIGTERM/SIGINT; DaemonError when it cannot start."""
+def run(settings: Settings, warnings: Iterable[str] = ()) -> None:
+    """Run the daemon until SIGTERM/SIGINT; DaemonError when it cannot start. ``warnings``:
+    what reading the settings found (a misspelled variable), logged first."""
     setup_logging(settings)
+    for warning in warnings:
+        log.warning("%s", warning)
     asyncio.run(Daemon(settings).run())

@@ -1,6 +1,7 @@
 """Reading one GPU into a DeviceSnapshot, query by query, each one allowed to fail."""
 
 import time
+from collections import Counter
 
 from . import nvml
 from .snapshot import DeviceSnapshot
@@ -19,6 +20,10 @@ class DeviceReader:
         self._handle: Value[nvml.Handle] = NOT_AVAILABLE
         self._uuid: Value[str] = NOT_AVAILABLE
         self._name: Value[str] = NOT_AVAILABLE
+        self._pci_bus_id: Value[str] = NOT_AVAILABLE
+        self._minor: Value[int] = NOT_AVAILABLE
+        self._xid_events: Value[nvml.EventSet] = NOT_AVAILABLE
+        self._xids: Counter[int] = Counter()
         self._last_seen_us = time.time_ns() // 1000 - _WINDOW_US
 
     def _connect(self) -> Value[nvml.Handle]:
@@ -29,7 +34,26 @@ class DeviceReader:
                 self._handle = handle
                 self._uuid = nvml.device_uuid(handle)
                 self._name = nvml.device_name(handle)
+                self._pci_bus_id = nvml.device_pci_bus_id(handle)
+                self._minor = nvml.device_minor_number(handle)
+                self._xid_events = nvml.xid_events(handle)
         return self._handle
+
+    def _read_xids(self) -> Value[tuple[tuple[int, int], ...]]:
+        """The XID counts so far (each pass adds the events that arrived since the last)."""
+        if self._xid_events is NOT_AVAILABLE:
+            return NOT_AVAILABLE
+        codes = nvml.pending_xids(self._xid_events)
+        if codes is NOT_AVAILABLE:
+            return NOT_AVAILABLE
+        self._xids.update(codes)
+        return tuple(sorted(self._xids.items()))
+
+    def close(self) -> None:
+        """Free the device's event set (before NVML shuts down)."""
+        if self._xid_events is not NOT_AVAILABLE:
+            nvml.free_events(self._xid_events)
+            self._xid_events = NOT_AVAILABLE
 
     def read(self) -> DeviceSnapshot:
         """One pass over the device; never raises."""
@@ -37,7 +61,7 @@ class DeviceReader:
         if handle is NOT_AVAILABLE:
             return self._unreachable()
         memory = nvml.device_memory(handle)
-        total, used = (NOT_AVAILABLE,) * 2 if memory is NOT_AVAILABLE else memory
+        total, used, free = (NOT_AVAILABLE,) * 3 if memory is NOT_AVAILABLE else memory
         rates = nvml.device_utilization(handle)
         gpu, memory_rate = (NOT_AVAILABLE,) * 2 if rates is NOT_AVAILABLE else rates
         samples = nvml.device_process_utilization(handle, self._last_seen_us)
@@ -56,6 +80,12 @@ class DeviceReader:
             sm_clock_mhz=nvml.device_sm_clock(handle),
             processes=nvml.device_processes(handle),
             process_utilization=samples,
+            pci_bus_id=self._pci_bus_id,
+            minor_number=self._minor,
+            memory_free=free,
+            memory_clock_mhz=nvml.device_memory_clock(handle),
+            energy_mj=nvml.device_energy(handle),
+            xid_errors=self._read_xids(),
         )
 
     def _unreachable(self) -> DeviceSnapshot:

@@ -24,6 +24,9 @@ T = TypeVar("T")
 Handle = NewType("Handle", object)
 """An NVML device handle (opaque)."""
 
+EventSet = NewType("EventSet", object)
+"""An NVML event set (opaque); freed with ``free_events``."""
+
 LOCK = threading.RLock()
 """Serializes this package's NVML calls and the choice of library."""
 
@@ -35,6 +38,10 @@ DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
 _FUNCTION_NOT_FOUND: int = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
 _NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
 _SUCCESS: int = pynvml.NVML_SUCCESS
+_TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
+_XID_EVENT: int = pynvml.nvmlEventTypeXidCriticalError
+# A pass drains at most this many events per device: a GPU flooding XIDs must not stall it.
+_MAX_EVENTS = 64
 # NVML's "no value" markers in unsigned fields (NVML_VALUE_NOT_AVAILABLE).
 _NO_VALUE = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 
@@ -204,16 +211,27 @@ def device_uuid(handle: Handle) -> Value[str]:
     return query("nvmlDeviceGetUUID", lambda: _text(pynvml.nvmlDeviceGetUUID(handle)))
 
 
-def device_memory(handle: Handle) -> Value[tuple[Value[int], Value[int]]]:
-    """(total, used) in bytes; used without the driver's reserve where the v2 query exists."""
+def device_pci_bus_id(handle: Handle) -> Value[str]:
+    """The PCI address as nvidia-smi and dcgm-exporter show it ("00000000:1B:00.0")."""
+    return query("nvmlDeviceGetPciInfo", lambda: _text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
 
-    def v2() -> tuple[Value[int], Value[int]]:
+
+def device_minor_number(handle: Handle) -> Value[int]:
+    """N of the device's /dev/nvidiaN."""
+    return _figure("nvmlDeviceGetMinorNumber", lambda: pynvml.nvmlDeviceGetMinorNumber(handle))
+
+
+def device_memory(handle: Handle) -> Value[tuple[Value[int], Value[int], Value[int]]]:
+    """(total, used, free) in bytes; used without the driver's reserve where the v2 query
+    exists (so used + free may be less than total: the reserve is neither)."""
+
+    def v2() -> tuple[Value[int], Value[int], Value[int]]:
         info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-        return _number(info.total), _number(info.used)
+        return _number(info.total), _number(info.used), _number(info.free)
 
-    def v1() -> tuple[Value[int], Value[int]]:
+    def v1() -> tuple[Value[int], Value[int], Value[int]]:
         info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return _number(info.total), _number(info.used)
+        return _number(info.total), _number(info.used), _number(info.free)
 
     return query("nvmlDeviceGetMemoryInfo", v2, v1)
 
@@ -261,6 +279,53 @@ def device_sm_clock(handle: Handle) -> Value[int]:
         "nvmlDeviceGetClockInfo",
         lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
     )
+
+
+def device_memory_clock(handle: Handle) -> Value[int]:
+    return _figure(
+        "nvmlDeviceGetClockInfo(MEM)",
+        lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+    )
+
+
+def xid_events(handle: Handle) -> Value[EventSet]:
+    """An event set that receives the device's XID errors (critical driver events), or
+    NOT_AVAILABLE where the driver has no events (the simulated GPU, some virtual GPUs)."""
+
+    def fetch() -> EventSet:
+        event_set = pynvml.nvmlEventSetCreate()
+        try:
+            pynvml.nvmlDeviceRegisterEvents(handle, _XID_EVENT, event_set)
+        except BaseException:
+            pynvml.nvmlEventSetFree(event_set)
+            raise
+        return EventSet(event_set)
+
+    return query("nvmlDeviceRegisterEvents(XID)", fetch)
+
+
+def pending_xids(event_set: EventSet) -> Value[tuple[int, ...]]:
+    """The XID codes that arrived since the last call, oldest first; never waits."""
+
+    def fetch() -> tuple[int, ...]:
+        codes: list[int] = []
+        for _ in range(_MAX_EVENTS):
+            try:
+                data = pynvml.nvmlEventSetWait_v2(event_set, 0)
+            except NVMLError as error:
+                if error_code(error) == _TIMEOUT:  # nothing (more) pending
+                    break
+                raise
+            if int(data.eventType) & _XID_EVENT:
+                codes.append(int(data.eventData))
+        return tuple(codes)
+
+    return query("nvmlEventSetWait", fetch)
+
+
+def free_events(event_set: EventSet) -> None:
+    """nvmlEventSetFree; an error is logged, not raised."""
+    query("nvmlEventSetFree", lambda: pynvml.nvmlEventSetFree(event_set))
 
 
 def device_processes(handle: Handle) -> Value[tuple[ProcessMemory, ...]]:

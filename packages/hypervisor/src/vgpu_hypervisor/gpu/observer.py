@@ -75,6 +75,8 @@ class GpuObserver:
         with nvml.LOCK:
             if not self._closed:
                 self._closed = True
+                for reader in self._readers:
+                    reader.close()
                 backend.stop()
 
     def __enter__(self) -> "GpuObserver":

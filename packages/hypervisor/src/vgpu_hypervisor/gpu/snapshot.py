@@ -63,6 +63,10 @@ class DeviceSnapshot(PlainData):
 
     ``processes``: compute processes with their memory; ``process_utilization``: processes that
     ran work since the previous pass (NVML lists only those), one newest sample each.
+    ``energy_mj``: energy since the driver loaded, in mJ; ``xid_errors``: (XID code, count)
+    of the XID errors seen since the observer opened, empty when none came, NOT_AVAILABLE
+    where the driver gives no events. The fields after ``process_utilization`` default to
+    NOT_AVAILABLE.
     """
 
     index: int
@@ -77,6 +81,12 @@ class DeviceSnapshot(PlainData):
     sm_clock_mhz: Value[int]
     processes: Value[tuple[ProcessMemory, ...]]
     process_utilization: Value[tuple[ProcessUtilization, ...]]
+    pci_bus_id: Value[str] = NOT_AVAILABLE
+    minor_number: Value[int] = NOT_AVAILABLE
+    memory_free: Value[int] = NOT_AVAILABLE
+    memory_clock_mhz: Value[int] = NOT_AVAILABLE
+    energy_mj: Value[int] = NOT_AVAILABLE
+    xid_errors: Value[tuple[tuple[int, int], ...]] = NOT_AVAILABLE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,23 +1,26 @@
 """The daemon's HTTP API (FastAPI): health, readiness, status, GPUs, pods, workers, /metrics.
 
 Reads are served from the newest NodeView (no file or driver access on a request); changes
-need the bearer token (routes/pods.py). Errors: errors.py.
+need the bearer token (routes/pods.py) and take their body as JSON (content_type.py).
+Errors: errors.py.
 """
 
 from fastapi import FastAPI
 
-from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.errors import install_error_handlers
 from vgpu_hypervisor.daemon.api.routes import gpus, health, metrics, node, pods, workers
 
 
 def create_app(context: ApiContext) -> FastAPI:
+    # No /docs or /redoc: their pages load Swagger UI and ReDoc from a CDN, blank on an
+    # air-gapped node. /openapi.json is served; any OpenAPI viewer reads it (docs/hypervisor.md).
     app = FastAPI(
         title="tf-hypervisor",
         version=context.version,
         description="The vgpu node daemon: GPUs, pods with memory and compute limits, workers.",
-        responses={422: {"model": models.ErrorDocument}},
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(app)
     for resource in (health, node, gpus, pods, workers, metrics):

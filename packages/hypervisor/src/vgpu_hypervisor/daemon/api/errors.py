@@ -15,10 +15,19 @@ from vgpu_hypervisor.daemon.pods import PodError
 
 log = logging.getLogger("vgpu_hypervisor.api")
 
-# The error documents a route may answer, for the OpenAPI description.
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": models.ErrorDocument} for code in (401, 404, 409, 422)
+_WHY = {
+    401: "The API token is missing or wrong.",
+    404: "No such pod.",
+    409: "The pod exists already, or its workers are alive.",
+    415: "The body is not sent as JSON.",
+    422: "A parameter or the body is not valid.",
 }
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The error documents a route may answer, for its OpenAPI description (only those it can:
+    a 422 listed here also replaces FastAPI's own schema of it, which is not what we send)."""
+    return {code: {"model": models.ErrorDocument, "description": _WHY[code]} for code in codes}
 
 
 class ApiError(Exception):

@@ -13,7 +13,10 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(tags=["metrics"])
-    registry = prometheus_registry(lambda: context.node.view)
+    driver = context.backend.driver_version
+    registry = prometheus_registry(
+        lambda: context.node.view, driver if isinstance(driver, str) else ""
+    )
 
     @routes.get(
         "/metrics",

@@ -14,8 +14,9 @@ from vgpu_limiter.region import normalize_uuid
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.auth import token_check
+from vgpu_hypervisor.daemon.api.content_type import JsonBodyRoute
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
-from vgpu_hypervisor.daemon.api.errors import ERRORS, ApiError
+from vgpu_hypervisor.daemon.api.errors import ApiError, errors
 from vgpu_hypervisor.daemon.node import NodeView
 from vgpu_hypervisor.daemon.pods import Limits, PodNotFound
 
@@ -59,7 +60,7 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
 
 
 def router(context: ApiContext) -> APIRouter:
-    routes = APIRouter(prefix=API, tags=["pods"])
+    routes = APIRouter(prefix=API, tags=["pods"], route_class=JsonBodyRoute)
     changes_need_token = [Depends(token_check(context.token))]
     changes = asyncio.Lock()
     store = context.node.store
@@ -76,7 +77,7 @@ def router(context: ApiContext) -> APIRouter:
             raise PodNotFound(f"no pod {namespace}/{name}")
         return pod
 
-    @routes.get("/pods", response_model=list[models.Pod])
+    @routes.get("/pods", response_model=list[models.Pod], responses=errors(422))
     async def pods(
         namespace: Annotated[str | None, Query(pattern=models.NAME_PATTERN)] = None,
     ) -> list[models.Pod]:
@@ -86,7 +87,7 @@ def router(context: ApiContext) -> APIRouter:
         "/pods",
         response_model=models.Pod,
         status_code=201,
-        responses=ERRORS,
+        responses=errors(401, 409, 415, 422),
         dependencies=changes_need_token,
     )
     async def create_pod(request: models.PodCreate) -> models.Pod:
@@ -100,12 +101,15 @@ def router(context: ApiContext) -> APIRouter:
         log.info("pod %s/%s created: %s", request.namespace, request.name, _limits_text(limits))
         return found(request.namespace, request.name)
 
-    @routes.get(ONE_POD, response_model=models.Pod, responses=ERRORS)
+    @routes.get(ONE_POD, response_model=models.Pod, responses=errors(404, 422))
     async def get_pod(namespace: NameParam, name: NameParam) -> models.Pod:
         return found(namespace, name)
 
     @routes.patch(
-        ONE_POD, response_model=models.Pod, responses=ERRORS, dependencies=changes_need_token
+        ONE_POD,
+        response_model=models.Pod,
+        responses=errors(401, 404, 409, 415, 422),
+        dependencies=changes_need_token,
     )
     async def update_pod(
         namespace: NameParam, name: NameParam, request: models.PodUpdate
@@ -117,7 +121,10 @@ def router(context: ApiContext) -> APIRouter:
         return found(namespace, name)
 
     @routes.delete(
-        ONE_POD, response_model=models.Pod, responses=ERRORS, dependencies=changes_need_token
+        ONE_POD,
+        response_model=models.Pod,
+        responses=errors(401, 404, 409, 422),
+        dependencies=changes_need_token,
     )
     async def delete_pod(
         namespace: NameParam,

@@ -1,0 +1,134 @@
+"""The API's edges as a client meets them: a body not sent as JSON, the OpenAPI description
+listing only answers a route can give, no page that needs the internet; and the daemon's log:
+UTC ISO 8601 times, a JSON form, misspelled variables named at start."""
+
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from vgpu_hypervisor.daemon.log_format import JsonFormatter, TextFormatter, formatter
+
+from .conftest import Daemon, wait_for
+
+BODY = b'{"name": "p", "gpus": {"0": {"memory": "1GiB"}}}'
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+
+
+@pytest.mark.parametrize(
+    ("headers", "named"),
+    [
+        ({}, "no Content-Type"),
+        ({"Content-Type": "text/plain"}, "'text/plain'"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, "x-www-form-urlencoded"),
+    ],
+)
+def test_a_body_not_sent_as_json_is_a_415_naming_what_came(
+    daemon: Daemon, headers: dict[str, str], named: str
+) -> None:
+    for method, path in (("POST", "/api/v1/pods"), ("PATCH", "/api/v1/pods/default/p")):
+        reply = daemon.api(method, path, content=BODY, headers=headers)
+        assert reply.status_code == 415, reply.text
+        message = reply.json()["error"]
+        assert "\n" not in message
+        assert "Content-Type: application/json" in message
+        assert named in message
+    assert daemon.api("GET", "/api/v1/pods").json() == []  # nothing was created
+
+
+def test_json_with_a_charset_or_a_json_suffix_is_json(daemon: Daemon) -> None:
+    for number, content_type in enumerate(
+        ("application/json; charset=utf-8", "application/merge-patch+json")
+    ):
+        body = BODY.replace(b'"p"', f'"p{number}"'.encode())
+        reply = daemon.api(
+            "POST", "/api/v1/pods", content=body, headers={"Content-Type": content_type}
+        )
+        assert reply.status_code == 201, reply.text
+
+
+def test_openapi_lists_only_the_answers_each_route_can_give(daemon: Daemon) -> None:
+    spec = daemon.http.get("/openapi.json").json()
+    answers = {
+        (method.upper(), path): set(operation["responses"])
+        for path, operations in spec["paths"].items()
+        for method, operation in operations.items()
+    }
+    assert answers[("GET", "/healthz")] == {"200"}
+    assert answers[("GET", "/readyz")] == {"200", "503"}
+    assert answers[("GET", "/metrics")] == {"200"}
+    assert answers[("GET", "/api/v1/status")] == {"200"}
+    assert answers[("GET", "/api/v1/pods/{namespace}/{name}")] == {"200", "404", "422"}
+    assert answers[("POST", "/api/v1/pods")] == {"201", "401", "409", "415", "422"}
+    for (method, path), codes in answers.items():
+        if method == "GET":
+            assert not codes & {"401", "409", "415"}, (method, path)
+    # Every error is our one-line document, never FastAPI's own validation schema.
+    error_document = {"$ref": "#/components/schemas/ErrorDocument"}
+    for path, operations in spec["paths"].items():
+        for operation in operations.values():
+            for code, answer in operation["responses"].items():
+                if code.startswith("4"):
+                    schema = answer["content"]["application/json"]["schema"]
+                    assert schema == error_document, (path, code)
+    assert "HTTPValidationError" not in spec.get("components", {}).get("schemas", {})
+
+
+def test_no_page_loads_from_the_internet(daemon: Daemon) -> None:
+    # /docs and /redoc would load Swagger UI and ReDoc from a CDN: they are not served.
+    for page in ("/docs", "/redoc"):
+        assert daemon.http.get(page).status_code == 404
+    served = daemon.http.get("/openapi.json")
+    assert served.status_code == 200
+    assert "cdn" not in served.text.lower()
+
+
+def test_log_lines_carry_utc_iso_8601_times(daemon: Daemon) -> None:
+    lines = wait_for(lambda: daemon.log_file.read_text().splitlines())
+    assert lines and all(ISO_UTC.match(line) for line in lines), lines
+
+
+def test_the_json_log_format_and_a_misspelled_variable(tmp_path: Path) -> None:
+    running = Daemon(tmp_path, extra=("--log-format", "json"))
+    running.environment["TF_HYPERVISOR_SAMPLE_INTERVALS"] = "5"
+    running.start()
+    try:
+        lines = wait_for(lambda: running.log_file.read_text().splitlines())
+    finally:
+        running.close()
+    records = [json.loads(line) for line in lines]
+    assert all(set(record) == {"time", "level", "logger", "message"} for record in records)
+    assert all(ISO_UTC.match(record["time"] + " ") for record in records)
+    first = records[0]
+    assert first["level"] == "WARNING"
+    assert first["message"] == (
+        "TF_HYPERVISOR_SAMPLE_INTERVALS is not a tf-hypervisor setting; ignored "
+        "(did you mean TF_HYPERVISOR_SAMPLE_INTERVAL_S?)"
+    )
+    assert any(record["message"].startswith("GPU backend:") for record in records)
+
+
+def test_a_bad_log_format_is_one_line_naming_it(daemon: Daemon) -> None:
+    done = daemon.cli("daemon", "--log-format", "xml", "--config", "")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: --log-format=xml: expected text or json"]
+
+
+def test_formatters_keep_one_record_on_one_line() -> None:
+    try:
+        raise ValueError("two\nlines")
+    except ValueError:
+        record = logging.LogRecord("x", logging.ERROR, "f", 1, "bad %s", ("a\nb",), sys.exc_info())
+    record.created = 0.0
+    document = JsonFormatter().format(record)
+    assert "\n" not in document
+    parsed = json.loads(document)
+    assert parsed["time"] == "1970-01-01T00:00:00.000Z"
+    assert parsed["message"] == "bad a\nb"
+    assert "ValueError: two" in parsed["exception"]
+    text = TextFormatter().format(record)
+    assert text.startswith("1970-01-01T00:00:00.000Z ERROR x: bad a")
+    assert isinstance(formatter("json"), JsonFormatter)
+    assert isinstance(formatter("text"), TextFormatter)
