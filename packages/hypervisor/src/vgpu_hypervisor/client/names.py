@@ -11,15 +11,14 @@ import re
 
 from vgpu_common.cli import fail
 
-from vgpu_hypervisor.models import NAME_PATTERN
-
-_NAME = re.compile(NAME_PATTERN, re.ASCII)
 RULE = "1-253 letters, digits, '.', '_' and '-', starting with a letter, digit or '_'"
 
 
 def check_pod_name(kind: str, value: str, given: str) -> str:
     """``value`` if it is a valid pod name or namespace; else exit 2 naming what was typed."""
-    if not _NAME.fullmatch(value) or value in (".", ".."):
+    from vgpu_hypervisor.models import NAME_PATTERN  # the API's models: only where needed
+
+    if not re.fullmatch(NAME_PATTERN, value, re.ASCII) or value in (".", ".."):
         where = "" if given == value else f" (in {given!r})"
         fail(f"bad {kind} {value!r}{where}: use {RULE}")
     return value
