@@ -71,7 +71,7 @@ def test_doc_block_runs(node: Daemon, tmp_path: Path, where: str, gpu: bool, scr
         "VGPU_SIM_DEVICES": "2",
     }
     result = subprocess.run(
-        ["bash", "-c", f"set -euo pipefail\n{script}"],
+        ["bash", "-c", f"set -euo pipefail\nsource scripts/shell.sh\n{script}"],
         cwd=ROOT,
         env=environment,
         capture_output=True,
