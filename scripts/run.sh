@@ -12,23 +12,47 @@ bin="$VGPU_ROOT/.venv/bin"
 run="$VGPU_ROOT/.run"
 mkdir -p "$run"
 export SHM_BASE_PATH="${SHM_BASE_PATH:-$run/shm}"
-export API_LISTEN_ADDR="${API_LISTEN_ADDR:-127.0.0.1:8080}"
 export TF_HYPERVISOR_TOKEN_FILE="${TF_HYPERVISOR_TOKEN_FILE:-$run/hypervisor.token}"
 export GPU_METRICS_FILE="${GPU_METRICS_FILE:-$run/metrics.influx}"
 export VGPU_SIM_STATE="${VGPU_SIM_STATE:-$run/sim-node.state}"
 export VGPU_SIM_DEVICES="${VGPU_SIM_DEVICES:-2}"
 tfh="$bin/tf-hypervisor"
 log="$run/daemon.log"
+ports="$bin/python $VGPU_ROOT/scripts/tcp_port.py"
 
-echo "== tf-hypervisor daemon (log: $log)"
+# The address: API_LISTEN_ADDR if given (and free), else the daemon's default 127.0.0.1:8080 (so
+# `tf-hypervisor` in another shell finds it with no variables) or, when something else holds
+# that, a free port the kernel picks. Either way the tour says who holds a busy port.
+if [ -n "${API_LISTEN_ADDR:-}" ]; then
+    $ports check "$API_LISTEN_ADDR" || exit 1
+elif ! holder=$($ports check 127.0.0.1:8080 2>&1); then
+    export API_LISTEN_ADDR="127.0.0.1:$($ports free)"
+    echo "== ${holder#error: }; this daemon listens on $API_LISTEN_ADDR instead"
+else
+    export API_LISTEN_ADDR=127.0.0.1:8080
+fi
+
+echo "== tf-hypervisor daemon on $API_LISTEN_ADDR (log: $log)"
 "$tfh" daemon --log-path "$log" "$@" &
 daemon=$!
 trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null' EXIT
-for _ in $(seq 100); do
-    "$tfh" status >/dev/null 2>&1 && break
+# Ready when it answers and the answer is ours: the listener is the process started here and
+# its regions are under our base path (not another checkout's daemon on the same address).
+ready=0
+for _ in $(seq 150); do
     kill -0 "$daemon" 2>/dev/null || { cat "$log"; exit 1; }
+    if answer=$("$tfh" status --json 2>/dev/null); then
+        if ! $ports owner "$API_LISTEN_ADDR" "$daemon" ||
+            [[ "$answer" != *"\"shm_base_path\": \"$SHM_BASE_PATH\""* ]]; then
+            echo "error: another daemon answers on $API_LISTEN_ADDR, not the one started here" >&2
+            exit 1
+        fi
+        ready=1
+        break
+    fi
     sleep 0.2
 done
+[ "$ready" = 1 ] || { echo "error: the daemon did not answer on $API_LISTEN_ADDR in 30 s (log: $log)" >&2; exit 1; }
 "$tfh" status
 
 echo "== a pod: 4 GiB and 30 % of GPU 0"

@@ -3,6 +3,7 @@
 import os
 import shlex
 from collections.abc import Mapping
+from importlib.metadata import version as distribution_version
 from typing import Annotated, NoReturn
 
 import typer
@@ -17,6 +18,24 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"tf-add-path {distribution_version('vgpu-add-path')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
 
 AppendOption = Annotated[
     list[str] | None,

@@ -5,21 +5,19 @@ API_LISTEN_ADDR, `--token-file`, the config file). Every failure is one line on 
 non-zero exit code: 2 for bad input, 1 for a request the daemon refused or could not answer.
 """
 
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from vgpu_common.cli import fail
 
 from vgpu_hypervisor import package_version
-from vgpu_hypervisor.client.api_client import API, Client, ClientError
-from vgpu_hypervisor.client.owner import pod_owner
-from vgpu_hypervisor.client.tables import gpu_table, pod_table, worker_table
+from vgpu_hypervisor.client import output
+from vgpu_hypervisor.client.names import check_pod_name
+from vgpu_hypervisor.client.output import OutputOption
 from vgpu_hypervisor.settings import Settings, SettingsError, load_settings, resolve_settings
 from vgpu_hypervisor.settings_cli import (
     CLIENT_SETTINGS,
@@ -30,12 +28,15 @@ from vgpu_hypervisor.settings_cli import (
     app as config_app,
 )
 
+if TYPE_CHECKING:  # the HTTP client and rich load only for the commands that use them
+    from vgpu_hypervisor.client.api_client import Client
+
+API = "/api/v1"
 REFUSED = 1  # the daemon said no, or could not be reached
 
 app = typer.Typer(
     help="The vgpu node daemon and its command-line client.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_show_locals=False,
 )
 pods_app = typer.Typer(
@@ -59,26 +60,37 @@ def _settings(flags: Mapping[str, object]) -> Settings:
         fail(str(error))
 
 
-def _console() -> Console:
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160)  # off a terminal rich would fold at 80 columns
-    return console
+def _call(
+    flags: Mapping[str, object],
+    action: Callable[["Client"], Any],
+    explain: Callable[[str], str] = lambda message: message,
+) -> Any:
+    """The action's result; a failure is one line (through ``explain``) and exit code 1."""
+    from vgpu_hypervisor.client.api_client import Client, ClientError
 
-
-def _call(flags: Mapping[str, object], action: Callable[[Client], Any]) -> Any:
     with Client(_settings(flags)) as client:
         try:
             return action(client)
         except ClientError as error:
-            fail(str(error), REFUSED)
+            fail(explain(str(error)), REFUSED)
 
 
-def _show(document: Any, as_json: bool, table: Callable[[Any], Any]) -> None:
-    if as_json:
-        print(json.dumps(document, indent=2))
-    else:
-        _console().print(table(document))
+def _version(value: bool) -> None:
+    if value:
+        print(f"tf-hypervisor {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """The vgpu node daemon and its command-line client."""
 
 
 # --- daemon and status -----------------------------------------------------------------------
@@ -104,11 +116,12 @@ def daemon(*, flags: Mapping[str, object]) -> None:
 
 @app.command()
 @settings_flags(*CLIENT_SETTINGS)
-def status(*, flags: Mapping[str, object], as_json: JsonFlag = False) -> None:
+def status(
+    *, flags: Mapping[str, object], as_json: JsonFlag = False, form: OutputOption = None
+) -> None:
     """The daemon's state: version, GPU backend, pods and workers, readiness."""
     document = _call(flags, lambda client: client.get(f"{API}/status"))
-    if as_json:
-        print(json.dumps(document, indent=2))
+    if output.print_document(document, output.choose(form, as_json)):
         return
     ready = "ready" if document["ready"] else "NOT READY"
     print(f"tf-hypervisor {document['version']}, up {document['uptime_s']:.0f} s, {ready}")
@@ -122,9 +135,12 @@ def status(*, flags: Mapping[str, object], as_json: JsonFlag = False) -> None:
 
 @app.command()
 @settings_flags(*CLIENT_SETTINGS)
-def gpus(*, flags: Mapping[str, object], as_json: JsonFlag = False) -> None:
+def gpus(
+    *, flags: Mapping[str, object], as_json: JsonFlag = False, form: OutputOption = None
+) -> None:
     """The node's GPUs with memory, utilization and the pods on each."""
-    _show(_call(flags, lambda client: client.get(f"{API}/gpus")), as_json, gpu_table)
+    document = _call(flags, lambda client: client.get(f"{API}/gpus"))
+    output.show(document, output.choose(form, as_json), "gpus")
 
 
 @app.command()
@@ -136,11 +152,12 @@ def workers(
         str | None, typer.Option("--pod", metavar="[NAMESPACE/]NAME", help="Only this pod.")
     ] = None,
     as_json: JsonFlag = False,
+    form: OutputOption = None,
 ) -> None:
     """Processes running in pods, with their GPU memory and utilization."""
     namespace, name = _pod_name(pod) if pod else (None, None)
     document = _call(flags, lambda c: c.get(f"{API}/workers", namespace=namespace, pod=name))
-    _show(document, as_json, worker_table)
+    output.show(document, output.choose(form, as_json), "workers")
 
 
 @app.command()
@@ -152,15 +169,21 @@ def top(
         float, typer.Option("--interval", min=0.1, max=60, help="Seconds between refreshes.")
     ] = 1.0,
 ) -> None:
-    """A live view of GPUs, pods and workers; q or Ctrl-C quits."""
+    """A live view of GPUs, pods and workers that fits the terminal; h shows the keys.
+
+    Keys: q quits, s sorts (name, memory, util), r reverses, / filters by pod name, c switches
+    compact/full. A daemon that is not (yet) there is retried every interval."""
+    from vgpu_hypervisor.client.api_client import Client
     from vgpu_hypervisor.client.top import run_top
 
-    _call(flags, lambda client: run_top(client, interval=interval))
+    # A short timeout: a hung daemon shows as unreachable rather than freezing the view.
+    with Client(_settings(flags), timeout=max(1.0, min(5.0, 2 * interval))) as client:
+        run_top(client, interval=interval)
 
 
 @app.command()
 def version() -> None:
-    """Print the installed version."""
+    """Print the installed version (as --version)."""
     print(package_version())
 
 
@@ -192,16 +215,27 @@ ComputeOption = Annotated[
 
 
 def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
+    """(namespace, name) of a [NAMESPACE/]NAME argument, each checked as the daemon would."""
     if "/" in text:
         given, _, name = text.partition("/")
         if namespace is not None and namespace != given:
             fail(f"pod {text!r} and --namespace {namespace!r} disagree")
-        return given, name
-    return namespace or "default", text
+        namespace = given
+    else:
+        name = text
+    if namespace is not None:
+        check_pod_name("namespace", namespace, text if "/" in text else f"--namespace {namespace}")
+    check_pod_name("pod name", name, text)
+    return namespace or "default", name
 
 
 def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, dict[str, str]]:
-    """The request's `gpus` from --mem and --compute (checked by the daemon)."""
+    """The request's `gpus` from --mem and --compute, each value checked as the daemon would
+    (the same model), so that a bad one is named by its flag rather than its API field."""
+    from pydantic import ValidationError
+
+    from vgpu_hypervisor.models import GpuLimitsRequest
+
     gpus: dict[str, dict[str, str]] = {}
     for flag, field, specs in (("--mem", "memory", mem), ("--compute", "compute", compute)):
         for spec in specs or []:
@@ -211,6 +245,11 @@ def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, d
                     f"{flag} {spec!r}: expected GPU=VALUE, e.g. {flag} 0="
                     + ("4GiB" if field == "memory" else "30")
                 )
+            try:
+                GpuLimitsRequest.model_validate({field: value.strip()})
+            except ValidationError as error:
+                problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+                fail(f"{flag} {spec}: {problem}")
             limits = gpus.setdefault(key.strip(), {})
             if field in limits:
                 fail(f"{flag}: GPU {key.strip()} given twice")
@@ -220,23 +259,91 @@ def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, d
     return gpus
 
 
-def _change(flags: Mapping[str, object], method: str, path: str, **request: Any) -> Any:
+_FIELD_FLAGS = {"memory": "--mem", "compute": "--compute"}
+
+
+def _flag_words(gpus: Mapping[str, Mapping[str, str]]) -> Callable[[str], str]:
+    """Turn the API's "gpus.KEY.FIELD: problem" back into the flag and value that were typed."""
+
+    def explain(message: str) -> str:
+        where, colon, problem = message.partition(": ")
+        parts = where.split(".")
+        if not colon or parts[0] != "gpus" or len(parts) < 2 or parts[1] not in gpus:
+            return message
+        key = parts[1]
+        fields = [parts[2]] if len(parts) > 2 else list(gpus[key])
+        typed = [f"{_FIELD_FLAGS.get(f, f)} {key}={gpus[key][f]}" for f in fields if f in gpus[key]]
+        return f"{', '.join(typed) or key}: {problem}"
+
+    return explain
+
+
+def _change(
+    flags: Mapping[str, object],
+    method: str,
+    path: str,
+    explain: Callable[[str], str] = lambda message: message,
+    **request: Any,
+) -> Any:
     """A request that changes something: it carries the token."""
-    return _call(flags, lambda c: c.request(method, path, authorized=True, **request))
-
-
-def _pods(document: Any) -> Any:
-    return pod_table(document if isinstance(document, list) else [document])
+    return _call(flags, lambda c: c.request(method, path, authorized=True, **request), explain)
 
 
 @pods_app.command("list")
 @settings_flags(*CLIENT_SETTINGS)
 def pods_list(
-    *, flags: Mapping[str, object], namespace: NamespaceOption = None, as_json: JsonFlag = False
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+    form: OutputOption = None,
 ) -> None:
     """Pods with their limits and usage per GPU."""
+    if namespace is not None:
+        check_pod_name("namespace", namespace, f"--namespace {namespace}")
     document = _call(flags, lambda client: client.get(f"{API}/pods", namespace=namespace))
-    _show(document, as_json, _pods)
+    output.show(document, output.choose(form, as_json), "pods")
+
+
+@pods_app.command("get")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_get(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+    form: OutputOption = None,
+) -> None:
+    """One pod: its limits and usage per GPU."""
+    namespace, name = _pod_name(pod, namespace)
+    document = _call(flags, lambda client: client.get(f"{API}/pods/{namespace}/{name}"))
+    output.show(document, output.choose(form, as_json), "pods")
+
+
+@pods_app.command("describe")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_describe(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+    form: OutputOption = None,
+) -> None:
+    """One pod in full: region, creation, limits and usage per GPU, and its workers."""
+    from vgpu_hypervisor.client.describe import describe_pod
+
+    namespace, name = _pod_name(pod, namespace)
+
+    def both(client: "Client") -> dict[str, Any]:
+        document: dict[str, Any] = client.get(f"{API}/pods/{namespace}/{name}")
+        workers = client.get(f"{API}/workers", namespace=namespace, pod=name)
+        return document | {"worker_list": workers}
+
+    document = _call(flags, both)
+    if not output.print_document(document, output.choose(form, as_json)):
+        print(describe_pod(document), end="")
 
 
 @pods_app.command("create")
@@ -259,17 +366,19 @@ def pods_create(
         ),
     ] = None,
     as_json: JsonFlag = False,
+    form: OutputOption = None,
 ) -> None:
     """Create a pod with memory and compute limits per GPU."""
+    from vgpu_hypervisor.client.owner import pod_owner
+
+    chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    body: dict[str, object] = {
-        "namespace": namespace,
-        "name": name,
-        "gpus": _gpu_limits(mem, compute),
-    }
+    gpus = _gpu_limits(mem, compute)
+    body: dict[str, object] = {"namespace": namespace, "name": name, "gpus": gpus}
     if owner is not None:
         body |= pod_owner(owner)
-    _show(_change(flags, "POST", f"{API}/pods", body=body), as_json, _pods)
+    document = _change(flags, "POST", f"{API}/pods", _flag_words(gpus), body=body)
+    output.show(document, chosen, "pods")
 
 
 @pods_app.command("update")
@@ -282,11 +391,15 @@ def pods_update(
     mem: MemOption = None,
     compute: ComputeOption = None,
     as_json: JsonFlag = False,
+    form: OutputOption = None,
 ) -> None:
     """Change a pod's limits live (running workers follow within a second)."""
+    chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    body = {"gpus": _gpu_limits(mem, compute)}
-    _show(_change(flags, "PATCH", f"{API}/pods/{namespace}/{name}", body=body), as_json, _pods)
+    gpus = _gpu_limits(mem, compute)
+    path = f"{API}/pods/{namespace}/{name}"
+    document = _change(flags, "PATCH", path, _flag_words(gpus), body={"gpus": gpus})
+    output.show(document, chosen, "pods")
 
 
 @pods_app.command("delete")
@@ -300,14 +413,19 @@ def pods_delete(
         bool, typer.Option("--force", help="Delete even while workers run in it.")
     ] = False,
     as_json: JsonFlag = False,
+    form: OutputOption = None,
 ) -> None:
     """Delete a pod (its region file); refused while its workers live, unless --force."""
+    chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
     params = {"force": "true"} if force else None
-    document = _change(flags, "DELETE", f"{API}/pods/{namespace}/{name}", params=params)
-    if as_json:
-        print(json.dumps(document, indent=2))
-    else:
+
+    def explain(message: str) -> str:  # the API's "force" is this command's --force
+        return message.replace("delete with force", "give --force")
+
+    path = f"{API}/pods/{namespace}/{name}"
+    document = _change(flags, "DELETE", path, explain, params=params)
+    if not output.print_document(document, chosen):
         print(f"deleted pod {namespace}/{name}")
 
 
@@ -328,6 +446,7 @@ def shm_show(
         typer.Option("--path", metavar="FILE", help="A region file to read instead."),
     ] = None,
     as_json: JsonFlag = False,
+    form: OutputOption = None,
 ) -> None:
     """A pod's region file: limits and usage per GPU and per process."""
     from vgpu_limiter import region as regions
@@ -340,9 +459,7 @@ def shm_show(
             report = region_report(region)
     except (ValueError, regions.RegionError) as error:
         fail(str(error), REFUSED)
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
+    if not output.print_document(report, output.choose(form, as_json)):
         print_tables(report)
 
 

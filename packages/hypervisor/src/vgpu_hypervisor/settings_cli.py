@@ -16,10 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 from vgpu_common.cli import fail
 
 from vgpu_hypervisor.settings import (
@@ -80,16 +76,14 @@ def settings_flags(*names: str) -> Callable[[Command], Command]:
     return decorate
 
 
-def _console() -> Console:
-    # Off a terminal rich would assume 80 columns and fold the paths.
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160)
-    return console
-
-
 def print_table(resolved: ResolvedSettings) -> None:
     """One row per setting: value, source, and the sources it overrides."""
+    # rich loads here only: the other commands start faster without it.
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("Setting", no_wrap=True)
     table.add_column("Value", overflow="fold")
@@ -101,7 +95,10 @@ def print_table(resolved: ResolvedSettings) -> None:
             source.append(f" (over {', '.join(overridden)})", style="dim")
         value = format_value(name, getattr(resolved.settings, name))
         table.add_row(name, Text(value), source)
-    _console().print(table)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)  # off a terminal rich would fold the paths at 80 columns
+    console.print(table)
 
 
 @settings_flags()

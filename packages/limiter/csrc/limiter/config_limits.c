@@ -202,7 +202,7 @@ static bool apply_percent(struct vgpu_config *config, const struct report *repor
         char value_buffer[ESCAPED_SIZE(SHOWN_TOKEN)];
         const char *quote = value->is_string ? "\"" : "";
         return vgpu_config_fail(report,
-                    "bad percent %s%s%s for key \"%s\" (1 to 100 with at most 2 decimals, "
+                    "bad percent %s%s%s for key \"%s\" (0.01 to 100 with at most 2 decimals, "
                     "e.g. 50 or \"12.5%%\")",
                     quote,
                     vgpu_config_shown(value_buffer, sizeof value_buffer, value->text, value->cut),
@@ -258,7 +258,7 @@ bool vgpu_config_apply_compat(struct vgpu_config *config, const struct report *r
     }
     uint32_t hundredths = 0;
     if (!vgpu_config_parse_percent(report->value, true, &hundredths) || hundredths > 10000) {
-        return vgpu_config_fail(report, "bad percent (1 to 100 with at most 2 decimals, or 0 "
+        return vgpu_config_fail(report, "bad percent (0.01 to 100 with at most 2 decimals, or 0 "
                                         "for no limit)");
     }
     /* HAMi-core reads 0 as "no limit": keep it as 100 % so it still overrides an all-devices

@@ -1,6 +1,7 @@
 """tf-limiter: the command-line entry point."""
 
 from importlib.metadata import version as distribution_version
+from typing import Annotated
 
 import typer
 
@@ -16,6 +17,25 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"tf-limiter {distribution_version('vgpu-limiter')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 app.command()(path)
 app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
     run

@@ -54,7 +54,22 @@ def _limits(flag: str, specs: list[str] | None) -> str | None:
         if not has_value or not device or not value:
             fail(f"{flag} {spec!r}: expected DEV=VALUE, e.g. {flag} 0=…")
         limits[device] = value
+        _check_value(flag, spec, json.dumps({device: value}))
     return json.dumps(limits)
+
+
+def _check_value(flag: str, spec: str, limits: str) -> None:
+    """One DEV=VALUE checked by the library's own rules, its error naming the flag given."""
+    variable = _FLAG_VARIABLES[flag]
+    try:
+        _validate_quietly({**os.environ, variable: limits})
+    except ConfigError as error:
+        # "VARIABLE={...}: bad size ... for key ... (...)": the problem, after the JSON.
+        problem = str(error).split("}: ", 1)[-1]
+        fail(f"{flag} {spec}: {problem}")
+
+
+_FLAG_VARIABLES = {"--mem": "TENSOR_FUSION_CUDA_MEM_LIMIT", "--compute": "TENSOR_FUSION_CUDA_UP_LIMIT"}
 
 
 def planned_environment(
@@ -68,8 +83,8 @@ def planned_environment(
         # First, so that its dlsym is the one programs reach.
         environment["LD_PRELOAD"] = f"{library}:{preload}" if preload else library
     for variable, value in (
-        ("TENSOR_FUSION_CUDA_MEM_LIMIT", _limits("--mem", mem)),
-        ("TENSOR_FUSION_CUDA_UP_LIMIT", _limits("--compute", compute)),
+        (_FLAG_VARIABLES["--mem"], _limits("--mem", mem)),
+        (_FLAG_VARIABLES["--compute"], _limits("--compute", compute)),
     ):
         if value is not None:
             environment[variable] = value
@@ -98,18 +113,24 @@ def _pod_gpus(environment: dict[str, str]) -> list[str]:
         return []
 
 
-def _validate(environment: dict[str, str]) -> None:
-    """Reject what the library would refuse, with its own one-line message, before running."""
+def _validate_quietly(environment: dict[str, str]) -> None:
+    """load_config() on ``environment``; ConfigError as it raises it."""
     saved = dict(os.environ)
     try:
         os.environ.clear()
         os.environ.update(environment)
         load_config()
-    except ConfigError as error:
-        fail(str(error))
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def _validate(environment: dict[str, str]) -> None:
+    """Reject what the library would refuse, with its own one-line message, before running."""
+    try:
+        _validate_quietly(environment)
+    except ConfigError as error:
+        fail(str(error))
 
 
 def path() -> None:

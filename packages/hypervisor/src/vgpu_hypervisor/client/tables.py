@@ -1,11 +1,10 @@
-"""Tables of the API's documents for the terminal (the CLI listings and `top`)."""
+"""Tables of the API's documents for the terminal (the CLI listings; `-o wide` adds columns)."""
 
 import time
 from typing import Any
 
 from rich import box
-from rich.bar import Bar
-from rich.console import Group, RenderableType
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 from vgpu_common.units import format_bytes
@@ -21,15 +20,6 @@ def percent(value: float | None) -> str:
     return NA if value is None else f"{value:g}%"
 
 
-def bar(used: float | None, total: float | None, width: int = 20) -> RenderableType:
-    """A usage bar; blank where a figure is missing."""
-    if used is None or not total:
-        return Text(" " * width)
-    share = min(1.0, used / total)
-    color = "green" if share < 0.7 else "yellow" if share < 0.9 else "red"
-    return Bar(size=1.0, begin=0.0, end=share, width=width, color=color, bgcolor="grey23")
-
-
 def _table(title: str | None, *columns: str) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False)
     for column in columns:
@@ -37,11 +27,11 @@ def _table(title: str | None, *columns: str) -> Table:
     return table
 
 
-def gpu_table(gpus: list[dict[str, Any]], *, bars: bool = False) -> Table:
+def gpu_table(gpus: list[dict[str, Any]], *, wide: bool = False) -> Table:
     columns = ["GPU", "Name", "Memory", "Util", "Temp", "Power", "Boost", "Pods", "Workers"]
-    if bars:
-        columns[3:3] = ["", ""]
-    table = _table("GPUs" if bars else None, *columns)
+    if wide:
+        columns += ["UUID", "Mem util", "SM clock"]
+    table = _table(None, *columns)
     for gpu in gpus:
         used, total = gpu.get("memory_used"), gpu.get("memory_total")
         row: list[RenderableType] = [
@@ -55,30 +45,35 @@ def gpu_table(gpus: list[dict[str, Any]], *, bars: bool = False) -> Table:
             str(gpu.get("pods", 0)),
             str(gpu.get("workers", 0)),
         ]
-        if bars:
-            row[3:3] = [bar(used, total), bar(gpu.get("utilization"), 100, 10)]
+        if wide:
+            clock = gpu.get("sm_clock_mhz")
+            row += [
+                gpu.get("uuid") or NA,
+                percent(gpu.get("memory_utilization")),
+                NA if clock is None else f"{clock} MHz",
+            ]
         table.add_row(*row)
     return table
 
 
-def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
+def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
     columns = ["Pod", "GPU", "Memory used / limit", "Compute limit", "Util", "Workers", "Error"]
-    if bars:
-        columns.insert(3, "")
-    table = _table("Pods" if bars else None, *columns)
+    if wide:
+        columns += ["GPU UUID", "Created", "Region"]
+    table = _table(None, *columns)
     for pod in pods:
         name = f"{pod['namespace']}/{pod['name']}"
         if pod.get("error"):
             row: list[RenderableType] = [name, "", "", "", "", str(pod["workers"]), pod["error"]]
-            if bars:
-                row.insert(3, "")
+            if wide:
+                row += ["", _created(pod), pod.get("path") or NA]
             table.add_row(*row, style="red")
             continue
         for number, gpu in enumerate(pod["gpus"] or [None]):
             if gpu is None:
                 row = [name, "-", "", "", "", str(pod["workers"]), ""]
-                if bars:
-                    row.insert(3, "")
+                if wide:
+                    row += ["", _created(pod), pod.get("path") or NA]
                 table.add_row(*row)
                 continue
             limit = gpu.get("memory_limit")
@@ -92,21 +87,30 @@ def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
                 str(pod["workers"]) if number == 0 else "",
                 "",
             ]
-            if bars:
-                row.insert(3, bar(gpu["memory_used"], limit))
+            if wide:
+                first = number == 0
+                row += [gpu["uuid"], _created(pod) if first else "", pod["path"] if first else ""]
             table.add_row(*row)
     return table
 
 
-def worker_table(workers: list[dict[str, Any]]) -> Table:
-    table = _table(None, "Pod", "PID", "Host PID", "GPU memory", "Util", "Up", "Command")
+def _created(pod: dict[str, Any]) -> str:
+    created = pod.get("created")
+    return NA if created is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+
+
+def worker_table(workers: list[dict[str, Any]], *, wide: bool = False) -> Table:
+    columns = ["Pod", "PID", "Host PID", "GPU memory", "Util", "Up", "Command"]
+    if wide:
+        columns[-1:-1] = ["Slot", "Last GPU call"]
+    table = _table(None, *columns)
     now = time.time()
     for worker in workers:
         gpus = worker.get("gpus", [])
         memory = ", ".join(size(g["memory_used"]) for g in gpus if g["memory_used"]) or "0 B"
         utils = [g["utilization"] for g in gpus if g.get("utilization") is not None]
         started = worker.get("started")
-        table.add_row(
+        row = [
             f"{worker['namespace']}/{worker['pod']}",
             str(worker["pid"]),
             NA if worker.get("host_pid") is None else str(worker["host_pid"]),
@@ -114,7 +118,14 @@ def worker_table(workers: list[dict[str, Any]]) -> Table:
             percent(sum(utils)) if utils else NA,
             NA if started is None else _duration(now - started),
             (worker.get("command") or NA) + ("" if worker.get("alive", True) else " (exited)"),
-        )
+        ]
+        if wide:
+            last = worker.get("last_gpu_call")
+            row[-1:-1] = [
+                str(worker.get("slot", NA)),
+                NA if last is None else f"{_duration(now - last)} ago",
+            ]
+        table.add_row(*row)
     return table
 
 
@@ -125,17 +136,3 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds // 60}m"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def top_view(status: dict[str, Any], gpus: Any, pods: Any, workers: Any) -> RenderableType:
-    header = Text.assemble(
-        ("tf-hypervisor ", "bold"),
-        f"{status.get('version', '')}  ",
-        (status.get("backend_description", ""), "dim"),
-        "\n",
-        f"{status.get('pods', 0)} pod(s), {status.get('workers', 0)} worker(s)  ",
-        ("q or Ctrl-C quits", "dim"),
-    )
-    return Group(
-        header, gpu_table(gpus, bars=True), pod_table(pods, bars=True), worker_table(workers)
-    )

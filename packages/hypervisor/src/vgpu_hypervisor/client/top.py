@@ -1,8 +1,8 @@
-"""`tf-hypervisor top`: a live view of GPUs, pods and workers, refreshed every second.
+"""`tf-hypervisor top`: a live view of GPUs, pods and workers, refreshed every interval.
 
-Quits on q (or Q) and on Ctrl-C, restoring the terminal. Keys are read in cbreak mode when
-stdin is a terminal, and line by line otherwise (so a script can send "q"). A daemon that stops
-answering is shown in the view, which keeps trying.
+Keys (read in cbreak mode on a terminal, as they come otherwise, so a script can send "q"):
+q quits, s/r sort, / filters, c switches compact/full, h shows the help; Ctrl-C quits too. A
+daemon that is not there (at the start or later) is shown in the view, which keeps retrying.
 """
 
 import contextlib
@@ -10,24 +10,31 @@ import os
 import select
 import sys
 import termios
+import time
 import tty
 from collections.abc import Iterator
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
 from vgpu_hypervisor.client.api_client import API, Client, ClientError
-from vgpu_hypervisor.client.tables import top_view
+from vgpu_hypervisor.client.top_view import Snapshot, ViewState, apply_key, render
 
 
-def _frame(client: Client) -> RenderableType:
-    return top_view(
-        client.get(f"{API}/status"),
-        client.get(f"{API}/gpus"),
-        client.get(f"{API}/pods"),
-        client.get(f"{API}/workers"),
-    )
+def take_snapshot(client: Client, last: Snapshot | None) -> Snapshot:
+    """The daemon's documents now; on failure the last ones, marked with the reason."""
+    try:
+        return Snapshot(
+            status=client.get(f"{API}/status"),
+            gpus=client.get(f"{API}/gpus"),
+            pods=client.get(f"{API}/pods"),
+            workers=client.get(f"{API}/workers"),
+            taken=time.time(),
+        )
+    except ClientError as error:
+        base = last or Snapshot()
+        return Snapshot(base.status, base.gpus, base.pods, base.workers, str(error), time.time())
 
 
 @contextlib.contextmanager
@@ -49,33 +56,55 @@ def _keys() -> Iterator[int | None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def _quit_pressed(fd: int | None, timeout: float) -> bool:
-    """Wait up to ``timeout`` for input; True if it asks to quit."""
+def _read_keys(fd: int | None, timeout: float) -> list[str] | None:
+    """Keys typed within ``timeout`` ([] if none); None once input has ended."""
     if fd is None:
-        select.select([], [], [], timeout)
-        return False
+        time.sleep(timeout)
+        return []
     ready, _, _ = select.select([fd], [], [], timeout)
     if not ready:
-        return False
+        return []
     data = os.read(fd, 64)
-    if not data:  # end of input: nothing more can ask us to quit, keep refreshing
-        select.select([], [], [], timeout)
-        return False
-    return b"q" in data.lower()
+    if not data:
+        return None
+    text = data.decode(errors="replace")
+    if text.startswith("\x1b[") or text.startswith("\x1bO"):  # arrows and the like: unused
+        return []
+    return list(text)
 
 
 def run_top(client: Client, *, interval: float = 1.0, console: Console | None = None) -> None:
-    """Show the view until q or Ctrl-C; ClientError if the daemon cannot be reached at first."""
+    """Show the view until q or Ctrl-C."""
     console = console or Console()
-    last = _frame(client)  # the first failure is an error, not a blank view
+    state = ViewState()
+    snapshot = take_snapshot(client, None)
+
+    def frame() -> Text:
+        width, height = console.size
+        return render(snapshot, state, width, height)
+
     try:
-        with _keys() as fd, Live(last, console=console, screen=False, auto_refresh=False) as live:
-            while not _quit_pressed(fd, interval):
-                shown: RenderableType
-                try:
-                    last = shown = _frame(client)
-                except ClientError as error:
-                    shown = Group(Text(f"daemon unreachable: {error}", style="red"), last)
-                live.update(shown, refresh=True)
+        with (
+            _keys() as fd,
+            Live(
+                frame(),
+                console=console,
+                screen=console.is_terminal,
+                auto_refresh=False,
+                vertical_overflow="crop",
+            ) as live,
+        ):
+            next_refresh = time.monotonic() + interval
+            while True:
+                keys = _read_keys(fd, max(0.0, next_refresh - time.monotonic()))
+                if keys is None:  # end of input: nothing can ask to quit any more
+                    fd = None
+                    keys = []
+                if not all(apply_key(state, key) for key in keys):
+                    return
+                if time.monotonic() >= next_refresh:
+                    snapshot = take_snapshot(client, snapshot)
+                    next_refresh = time.monotonic() + interval
+                live.update(frame(), refresh=True)
     except KeyboardInterrupt:
         pass

@@ -1,0 +1,74 @@
+"""`pods describe`: one pod in full, as `kubectl describe` lays things out (label: value)."""
+
+import time
+from typing import Any
+
+from vgpu_common.units import format_bytes, format_size
+
+NA = "-"
+
+
+def _when(stamp: float | None, now: float) -> str:
+    if stamp is None:
+        return NA
+    text = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(stamp))
+    return f"{text} ({_ago(now - stamp)} ago)"
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def _percent(value: float | None) -> str:
+    return NA if value is None else f"{value:g} %"
+
+
+def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
+    """The text of `pods describe` for a pod document with its ``worker_list``."""
+    now = time.time() if now is None else now
+    lines = [
+        f"Name:       {pod['name']}",
+        f"Namespace:  {pod['namespace']}",
+        f"Created:    {_when(pod.get('created'), now)}",
+        f"Region:     {pod.get('path') or NA}",
+        f"Status:     {'error: ' + pod['error'] if pod.get('error') else 'ok'}",
+        f"Workers:    {pod.get('workers', 0)}",
+        "GPUs:",
+    ]
+    for gpu in pod.get("gpus") or []:
+        index = gpu.get("index")
+        limit = gpu.get("memory_limit")
+        compute = gpu.get("compute_limit")
+        lines += [
+            f"  GPU {index if index is not None else '(not on this node)'}  {gpu['uuid']}",
+            f"    Memory limit:   {format_size(limit) if limit else 'none'}",
+            f"    Memory used:    {format_bytes(gpu.get('memory_used') or 0)}",
+            f"    Compute limit:  {_percent(compute) if compute else 'none'}",
+            f"    Utilization:    {_percent(gpu.get('utilization'))}",
+        ]
+    if not pod.get("gpus"):
+        lines.append("  (none)")
+    workers = pod.get("worker_list") or []
+    lines.append("Worker processes:" if workers else "Worker processes: (none)")
+    for worker in workers:
+        host = worker.get("host_pid")
+        state = "running" if worker.get("alive", True) else "exited"
+        lines += [
+            f"  PID {worker['pid']} (host {host if host is not None else NA}, slot "
+            f"{worker.get('slot', NA)}), {state}: {worker.get('command') or NA}",
+            f"    Started:        {_when(worker.get('started'), now)}",
+            f"    Last GPU call:  {_when(worker.get('last_gpu_call'), now)}",
+        ]
+        for gpu in worker.get("gpus") or []:
+            lines.append(
+                f"    {gpu['uuid']}: {format_bytes(gpu.get('memory_used') or 0)},"
+                f" util {_percent(gpu.get('utilization'))}"
+            )
+    return "\n".join(lines) + "\n"
