@@ -17,6 +17,7 @@ setup_package(
         "fastapi>=0.115",
         "uvicorn>=0.30",
         "prometheus-client>=0.20",
+        "lightkube>=1.0",
     ],
     siblings=["vgpu-common", "vgpu-limiter"],
 )
