@@ -11,6 +11,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from vgpu_common.units import hundredths_to_percent
 from vgpu_limiter.region import ProcessInfo, process_alive
@@ -20,6 +21,13 @@ from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
+from vgpu_hypervisor.kubernetes.model import KubePod
+
+
+class PodLookup(Protocol):
+    """The Kubernetes pods of this node by UID (the pod source's cache)."""
+
+    def by_uid(self, uid: str) -> KubePod | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Node:
         self._snapshot: NodeSnapshot | None = None
         self._lock = threading.Lock()
         self.view = NodeView(taken_at=0.0, snapshot=None)
+        self.kubernetes: PodLookup | None = None  # set when the daemon follows Kubernetes
 
     def sample(self) -> NodeSnapshot:
         """One NVML pass (blocking)."""

@@ -74,6 +74,9 @@ class ResourceNames:
     compute: str = "vgpu.io/gpu-compute"
 
 
+DEFAULT_NAMES = ResourceNames()
+
+
 @dataclass(frozen=True)
 class NodeGpu:
     index: int
@@ -183,120 +186,44 @@ def _resources(pod: KubePod, names: ResourceNames, problems: _Problems) -> dict[
 def resolve(
     pod: KubePod,
     gpus: Sequence[NodeGpu],
-    names: ResourceNames = ResourceNames(),
+    names: ResourceNames = DEFAULT_NAMES,
     assigned: Sequence[str] = (),
 ) -> Resolution:
     """The limits ``pod`` asks for on this node's ``gpus``. ``assigned``: the GPUs (indices or
     UUIDs) the device plugin gave it, used when it names none; else every GPU of the node
     (a container sees only those it was given, so the others are never charged)."""
     problems = _Problems(pod)
-    annotations = pod.annotations
-    ours = {key for key in annotations if key.startswith(PREFIX)}
+    ours = {key for key in pod.annotations if key.startswith(PREFIX)}
     resources = _resources(pod, names, problems)
     if not ours and not resources and not problems.lines:
         return Resolution(wants_gpu=False)
-
-    # Which GPUs.
-    chosen: list[NodeGpu] = []
-    ids_text = annotations.get(GPU_IDS)
-    wanted_ids: tuple[str, ...] = tuple(assigned)
-    if ids_text is not None:
-        try:
-            wanted_ids = parse_gpu_ids(ids_text)
-        except ValueError as error:
-            problems.add(GPU_IDS, ids_text, str(error))
-    for gpu_id in wanted_ids:
-        found = _match_gpu(gpu_id, gpus)
-        if found is None:
-            problems.add(GPU_IDS, ids_text or gpu_id, f"this node has no GPU {gpu_id}")
-        else:
-            chosen.append(found)
-    if not wanted_ids:
-        chosen = list(gpus)
-    count = resources.get(names.gpu)
-    if count is not None and ids_text is not None and count != len(wanted_ids):
-        problems.add(
-            GPU_IDS, ids_text, f"names {len(wanted_ids)} GPU(s) but resource {names.gpu} asks {count}"
-        )
-
-    # Pod-wide values, then each GPU's.
-    defaults = _gpu_values(annotations, "", problems)
-    memory_resource = resources.get(names.memory)
+    chosen = _choose_gpus(
+        pod, gpus, assigned=assigned, count=resources.get(names.gpu), names=names, problems=problems
+    )
     compute_resource = resources.get(names.compute)
     if compute_resource is not None and not 1 <= compute_resource <= 100:
-        problems.add(f"resource {names.compute}", str(compute_resource), "expected 1 to 100 percent")
+        problems.add(f"resource {names.compute}", str(compute_resource), "expected 1 to 100")
         compute_resource = None
-    limits: dict[str, GpuLimits] = {}
-    for gpu in chosen:
-        values = dict(defaults)
-        for key in (str(gpu.index), gpu.uuid):
-            values |= _gpu_values(annotations, "." + key, problems)
-        memory = values.get(VRAM_LIMIT)
-        if memory_resource is not None:
-            from_resource = memory_resource * MiB
-            if memory is not None and memory != from_resource:
-                problems.add(
-                    VRAM_LIMIT,
-                    format_size(int(memory)),
-                    f"contradicts resource {names.memory}={memory_resource} (MiB); "
-                    "the lower applies",
-                )
-            memory = from_resource if memory is None else min(memory, from_resource)
-        compute = values.get(COMPUTE_LIMIT)
-        tflops = values.get(TFLOPS_LIMIT)
-        if tflops is not None:
-            peak = peak_tflops(gpu.name)
-            if peak is None:
-                problems.add(
-                    TFLOPS_LIMIT,
-                    f"{tflops:g}",
-                    f"GPU {gpu.index} ({gpu.name}) is not in the peak TFLOPS table",
-                )
-            elif tflops > peak:
-                problems.add(
-                    TFLOPS_LIMIT, f"{tflops:g}", f"above GPU {gpu.index}'s peak of {peak:g} TFLOPS"
-                )
-            else:
-                converted = max(1.0, round(100 * tflops / peak, 2))
-                if compute is not None and compute != converted:
-                    problems.add(
-                        TFLOPS_LIMIT,
-                        f"{tflops:g}",
-                        f"is {converted:g} % of GPU {gpu.index}, contradicting "
-                        f"{COMPUTE_LIMIT}={compute:g}; the lower applies",
-                    )
-                compute = converted if compute is None else min(compute, converted)
-        if compute_resource is not None:
-            if compute is not None and compute != compute_resource:
-                problems.add(
-                    COMPUTE_LIMIT,
-                    f"{compute:g}",
-                    f"contradicts resource {names.compute}={compute_resource}; the lower applies",
-                )
-            compute = compute_resource if compute is None else min(compute, compute_resource)
-        burst = values.get(COMPUTE_BURST)
-        if burst is not None and compute is not None and burst < compute:
-            problems.add(COMPUTE_BURST, f"{burst:g}", f"below the compute limit {compute:g} %")
-        limits[gpu.uuid] = GpuLimits(
-            memory=None if memory is None else int(memory), compute=compute, burst=burst
+    defaults = _gpu_values(pod.annotations, "", problems)
+    limits = {
+        gpu.uuid: _gpu_limits(
+            pod,
+            gpu,
+            defaults=defaults,
+            memory_mib=resources.get(names.memory),
+            compute_resource=compute_resource,
+            names=names,
+            problems=problems,
         )
-
-    # Per-GPU keys that name no GPU of the pod.
-    chosen_keys = {k.lower() for gpu in chosen for k in (str(gpu.index), gpu.uuid)}
-    for key in sorted(ours):
-        base, dot, suffix = key.removeprefix(PREFIX).partition(".")
-        base = PREFIX + base
-        if base not in ANNOTATIONS:
-            problems.add(key, annotations[key], "unknown annotation")
-        elif dot and (base not in _PER_GPU or suffix.lower() not in chosen_keys):
-            problems.add(key, annotations[key], f"names no GPU of the pod ({suffix})")
-
-    qos = annotations.get(QOS)
+        for gpu in chosen
+    }
+    _check_keys(pod, ours, chosen, problems)
+    qos = pod.annotations.get(QOS)
     if qos is not None and qos.strip().lower() not in QOS_LEVELS:
         problems.add(QOS, qos, "expected low, medium, high or critical")
         qos = None
     oversubscribe = False
-    if (text := annotations.get(VRAM_OVERSUBSCRIBE)) is not None:
+    if (text := pod.annotations.get(VRAM_OVERSUBSCRIBE)) is not None:
         try:
             oversubscribe = parse_switch(text)
         except ValueError as error:
@@ -308,6 +235,123 @@ def resolve(
         oversubscribe=oversubscribe,
         problems=tuple(problems.lines),
     )
+
+
+def _choose_gpus(
+    pod: KubePod,
+    gpus: Sequence[NodeGpu],
+    *,
+    assigned: Sequence[str],
+    count: int | None,
+    names: ResourceNames,
+    problems: _Problems,
+) -> list[NodeGpu]:
+    """The GPUs of the pod: gpu-ids, else those assigned, else every GPU of the node."""
+    ids_text = pod.annotations.get(GPU_IDS)
+    wanted: tuple[str, ...] = tuple(assigned)
+    if ids_text is not None:
+        try:
+            wanted = parse_gpu_ids(ids_text)
+        except ValueError as error:
+            problems.add(GPU_IDS, ids_text, str(error))
+    if not wanted:
+        return list(gpus)
+    chosen = []
+    for gpu_id in wanted:
+        found = _match_gpu(gpu_id, gpus)
+        if found is None:
+            problems.add(GPU_IDS, ids_text or gpu_id, f"this node has no GPU {gpu_id}")
+        else:
+            chosen.append(found)
+    if count is not None and ids_text is not None and count != len(wanted):
+        problems.add(
+            GPU_IDS, ids_text, f"names {len(wanted)} GPU(s) but resource {names.gpu} asks {count}"
+        )
+    return chosen
+
+
+def _gpu_limits(
+    pod: KubePod,
+    gpu: NodeGpu,
+    *,
+    defaults: Mapping[str, float],
+    memory_mib: int | None,
+    compute_resource: int | None,
+    names: ResourceNames,
+    problems: _Problems,
+) -> GpuLimits:
+    """One GPU's limits: pod-wide annotations, its own, and the resources, reconciled."""
+    values = dict(defaults)
+    for key in (str(gpu.index), gpu.uuid):
+        values |= _gpu_values(pod.annotations, "." + key, problems)
+    memory = values.get(VRAM_LIMIT)
+    if memory_mib is not None:
+        from_resource = memory_mib * MiB
+        if memory is not None and memory != from_resource:
+            problems.add(
+                VRAM_LIMIT,
+                format_size(int(memory)),
+                f"contradicts resource {names.memory}={memory_mib} (MiB); the lower applies",
+            )
+        memory = from_resource if memory is None else min(memory, from_resource)
+    compute = _lower(values.get(COMPUTE_LIMIT), _from_tflops(gpu, values, problems))
+    if compute_resource is not None:
+        if compute is not None and compute != compute_resource:
+            problems.add(
+                COMPUTE_LIMIT,
+                f"{compute:g}",
+                f"contradicts resource {names.compute}={compute_resource}; the lower applies",
+            )
+        compute = _lower(compute, float(compute_resource))
+    burst = values.get(COMPUTE_BURST)
+    if burst is not None and compute is not None and burst < compute:
+        problems.add(COMPUTE_BURST, f"{burst:g}", f"below the compute limit {compute:g} %")
+    return GpuLimits(memory=None if memory is None else int(memory), compute=compute, burst=burst)
+
+
+def _from_tflops(gpu: NodeGpu, values: Mapping[str, float], problems: _Problems) -> float | None:
+    """tflops-limit as percent of this GPU's peak; a problem when it cannot be converted or
+    when it disagrees with compute-limit."""
+    tflops = values.get(TFLOPS_LIMIT)
+    if tflops is None:
+        return None
+    peak = peak_tflops(gpu.name)
+    if peak is None:
+        why = f"GPU {gpu.index} ({gpu.name}) is not in the peak TFLOPS table"
+        problems.add(TFLOPS_LIMIT, f"{tflops:g}", why)
+        return None
+    if tflops > peak:
+        why = f"above GPU {gpu.index}'s peak of {peak:g} TFLOPS"
+        problems.add(TFLOPS_LIMIT, f"{tflops:g}", why)
+        return None
+    converted = max(1.0, round(100 * tflops / peak, 2))
+    compute = values.get(COMPUTE_LIMIT)
+    if compute is not None and compute != converted:
+        problems.add(
+            TFLOPS_LIMIT,
+            f"{tflops:g}",
+            f"is {converted:g} % of GPU {gpu.index}, contradicting {COMPUTE_LIMIT}={compute:g}; "
+            "the lower applies",
+        )
+    return converted
+
+
+def _lower(first: float | None, second: float | None) -> float | None:
+    if first is None or second is None:
+        return second if first is None else first
+    return min(first, second)
+
+
+def _check_keys(pod: KubePod, ours: set[str], chosen: list[NodeGpu], problems: _Problems) -> None:
+    """Unknown tensor-fusion.ai annotations, and per-GPU ones naming no GPU of the pod."""
+    chosen_keys = {k.lower() for gpu in chosen for k in (str(gpu.index), gpu.uuid)}
+    for key in sorted(ours):
+        base, dot, suffix = key.removeprefix(PREFIX).partition(".")
+        base = PREFIX + base
+        if base not in ANNOTATIONS:
+            problems.add(key, pod.annotations[key], "unknown annotation")
+        elif dot and (base not in _PER_GPU or suffix.lower() not in chosen_keys):
+            problems.add(key, pod.annotations[key], f"names no GPU of the pod ({suffix})")
 
 
 def _gpu_values(
