@@ -169,6 +169,13 @@ class Worker(_Document):
     alive: bool
     last_gpu_call: float | None
     gpus: list[WorkerGpu]
+    container: str | None = Field(
+        default=None, description="Kubernetes container name; null: not known or not in one."
+    )
+    limited: bool = Field(
+        default=True,
+        description="False: a process of a Kubernetes pod on the GPU without the limiter.",
+    )
 
 
 class Status(_Document):

@@ -106,14 +106,17 @@ def worker_table(workers: list[dict[str, Any]]) -> Table:
         memory = ", ".join(size(g["memory_used"]) for g in gpus if g["memory_used"]) or "0 B"
         utils = [g["utilization"] for g in gpus if g.get("utilization") is not None]
         started = worker.get("started")
+        container = worker.get("container")
         table.add_row(
-            f"{worker['namespace']}/{worker['pod']}",
+            f"{worker['namespace']}/{worker['pod']}" + (f" ({container})" if container else ""),
             str(worker["pid"]),
             NA if worker.get("host_pid") is None else str(worker["host_pid"]),
             memory,
             percent(sum(utils)) if utils else NA,
             NA if started is None else _duration(now - started),
-            (worker.get("command") or NA) + ("" if worker.get("alive", True) else " (exited)"),
+            (worker.get("command") or NA)
+            + ("" if worker.get("alive", True) else " (exited)")
+            + ("" if worker.get("limited", True) else " (no limiter: unlimited)"),
         )
     return table
 

@@ -65,7 +65,7 @@ _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...
     ),
 )
 _POD_LABELS = ["namespace", "pod", "gpu", "UUID", "Hostname"]
-_WORKER_LABELS = ["namespace", "pod", "pid", "UUID", "Hostname"]
+_WORKER_LABELS = ["namespace", "pod", "container", "pid", "limited", "UUID", "Hostname"]
 
 
 class ViewCollector(Collector):
@@ -137,7 +137,15 @@ class ViewCollector(Collector):
         for worker in workers:
             pid = str(worker.host_pid or worker.pid)
             for gpu in worker.gpus:
-                labels = [worker.namespace, worker.pod, pid, gpu.uuid, HOSTNAME]
+                labels = [
+                    worker.namespace,
+                    worker.pod,
+                    worker.container or "",
+                    pid,
+                    "true" if worker.limited else "false",
+                    gpu.uuid,
+                    HOSTNAME,
+                ]
                 memory.add_metric(labels, gpu.memory_used)
                 if gpu.utilization is not None:
                     utilization.add_metric(labels, gpu.utilization)
