@@ -53,6 +53,9 @@ class Pods:
     def by_uid(self, uid: str) -> KubePod | None:
         return self.pods.get(uid)
 
+    def by_key(self, namespace: str, name: str) -> KubePod | None:
+        return next((p for p in self.pods.values() if p.key == f"{namespace}/{name}"), None)
+
 
 CONTAINERS = (
     KubeContainer("sidecar", container_id="f" * 64),

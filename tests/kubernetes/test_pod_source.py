@@ -84,6 +84,9 @@ def test_a_pod_gets_its_limits_live_and_its_region_goes_after_its_last_worker(
     assert wait_for(lambda: _limits(daemon, "train") == (2 * GiB, 50.0), timeout=15)
     region = daemon.base / "default" / "train" / "shm"
     assert region.exists()
+    assert (_pod(daemon, "train") or {})["phase"] == "Running"
+    listing = daemon.cli("pods", "list")
+    assert listing.returncode == 0 and "default/train (Running)" in listing.stdout, listing
 
     # The limit holds: 512 MiB of context and 2 GiB do not fit in 2 GiB.
     assert _refused(_run(daemon, "train", "--alloc", "2GiB"))

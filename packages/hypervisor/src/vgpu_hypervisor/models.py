@@ -150,6 +150,9 @@ class Pod(_Document):
     error: str | None = Field(description="Why the region file cannot be read; null if fine.")
     gpus: list[PodGpu]
     workers: int
+    phase: str | None = Field(
+        default=None, description="The Kubernetes pod's phase; null: not a Kubernetes pod."
+    )
 
 
 class WorkerGpu(_Document):

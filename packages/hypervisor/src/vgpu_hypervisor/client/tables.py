@@ -68,6 +68,8 @@ def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
     table = _table("Pods" if bars else None, *columns)
     for pod in pods:
         name = f"{pod['namespace']}/{pod['name']}"
+        if pod.get("phase"):  # a Kubernetes pod
+            name += f" ({pod['phase']})"
         if pod.get("error"):
             row: list[RenderableType] = [name, "", "", "", "", str(pod["workers"]), pod["error"]]
             if bars:

@@ -232,7 +232,12 @@ class Node:
             error=record.error,
             gpus=gpus,
             workers=len(workers),
+            phase=self._phase(record),
         )
+
+    def _phase(self, record: PodRecord) -> str | None:
+        kube = self.kubernetes.by_key(*record.key) if self.kubernetes is not None else None
+        return None if kube is None else kube.phase
 
     def _gpu(
         self,

@@ -63,7 +63,11 @@ def read_identity(pid: int, proc: Path = Path("/proc")) -> CgroupIdentity | None
 
 
 class PodLookup(Protocol):
+    """The Kubernetes pods of this node (the pod source's cache)."""
+
     def by_uid(self, uid: str) -> KubePod | None: ...
+
+    def by_key(self, namespace: str, name: str) -> KubePod | None: ...
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,11 @@ class PodSource:
     def by_uid(self, uid: str) -> KubePod | None:
         return self._pods.get(uid)
 
+    def by_key(self, namespace: str, name: str) -> KubePod | None:
+        return next(
+            (p for p in self._pods.values() if (p.namespace, p.name) == (namespace, name)), None
+        )
+
     def pending(self) -> list[KubePod]:
         """Pods of this node not yet running that ask for vgpu resources, oldest first."""
         wanted = (self._names.gpu, self._names.memory, self._names.compute)
