@@ -196,3 +196,26 @@ def test_a_pod_without_vgpu_asks_gets_no_region_and_api_pods_are_left_alone(
     api.put_pod("here2", annotations={VRAM: "2Gi"})
     assert wait_for(lambda: _limits(daemon, "here2") == (2 * GiB, None), timeout=15)
     assert _pod(daemon, "manual") is not None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--kubernetes",), "Kubernetes is on but NODE_NAME is not set"),
+        (("--kubernetes", "--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"),
+         "cannot read the Kubernetes config /nonexistent/kubeconfig"),
+        (("--node-name", "Bad_Name"), "--node-name=Bad_Name: expected a Kubernetes node name"),
+        (("--kube-memory-resource", "gpumem"), "expected an extended resource name"),
+    ],
+)  # fmt: skip
+def test_bad_kubernetes_settings_are_one_line_errors(
+    tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    daemon = Daemon(tmp_path, extra=flags)
+    try:
+        with pytest.raises(AssertionError, match="daemon exited") as failure:
+            daemon.start()
+        lines = [line for line in str(failure.value).splitlines() if line.strip()]
+        assert message in str(failure.value) and len(lines) == 1, lines
+    finally:
+        daemon.close()

@@ -232,7 +232,7 @@ class Daemon:
         if not setup.enabled(self.settings):
             return None
         try:
-            source = setup.pod_source(self.settings, node, setup.open_client(self.settings))
+            source = setup.pod_source(self.settings, node)
         except setup.KubernetesSetupError as error:
             raise DaemonError(str(error)) from None
         log.info("Kubernetes: following the pods of node %s", source.node_name)

@@ -123,6 +123,7 @@ class PodSource:
         self._backoff = backoff or Backoff()
         self._pods: dict[str, KubePod] = {}  # by UID
         self._reported: dict[str, tuple[str, ...]] = {}  # problems last logged, by UID
+        self._assigned: dict[str, tuple[str, ...]] = {}  # GPUs the device plugin gave, by UID
         self.synced = asyncio.Event()  # set after each successful list
 
     # What the device plugin and the identity lookup ask
@@ -151,6 +152,14 @@ class PodSource:
             ),
             key=lambda pod: (pod.created, pod.key),
         )
+
+    def assign(self, uid: str, gpus: Sequence[str]) -> None:
+        """Record the GPUs (indices or UUIDs) the device plugin gave a pod, and set its limits
+        on them (blocking; thread-safe: the store is). A pod's gpu-ids annotation wins."""
+        self._assigned[uid] = tuple(gpus)
+        pod = self._pods.get(uid)
+        if pod is not None:
+            self._handle("MODIFIED", pod)
 
     # The loop
 
@@ -184,6 +193,7 @@ class PodSource:
         self._pods = {pod.uid: pod for pod in pods if pod.node_name == self.node_name}
         for uid in gone:
             self._reported.pop(uid, None)
+            self._assigned.pop(uid, None)
         await asyncio.to_thread(self._reconcile, list(self._pods.values()))
         log.info("%d pod(s) on node %s (resourceVersion %s)", len(pods), self.node_name, version)
         self.synced.set()
@@ -204,6 +214,7 @@ class PodSource:
             if kind == "DELETED":
                 self._pods.pop(pod.uid, None)
                 self._reported.pop(pod.uid, None)
+                self._assigned.pop(pod.uid, None)
             else:
                 self._pods[pod.uid] = pod
             await asyncio.to_thread(self._handle, kind, pod)
@@ -233,7 +244,7 @@ class PodSource:
         if pod.deleting or pod.phase in _FINISHED:
             self._remove(pod)
             return
-        found = resolve(pod, self._gpus(), self._names)
+        found = resolve(pod, self._gpus(), self._names, self._assigned.get(pod.uid, ()))
         self._report(pod, found)
         if not found.wants_gpu:
             self._remove(pod)

@@ -36,7 +36,7 @@ def open_client(settings: Settings) -> AsyncClient:
             config = KubeConfig.from_env()
         return AsyncClient(config, field_manager="tf-hypervisor")
     except (ConfigError, OSError, ValueError, KeyError) as error:
-        where = settings.kubeconfig or "the service account or ~/.kube/config"
+        where = settings.kubeconfig or "(service account or ~/.kube/config)"
         message = " ".join(str(error).split()) or type(error).__name__
         raise KubernetesSetupError(
             f"cannot read the Kubernetes config {where}: {message}"
@@ -52,12 +52,14 @@ def node_gpus(node: Node) -> list[NodeGpu]:
     ]
 
 
-def pod_source(settings: Settings, node: Node, client: AsyncClient) -> PodSource:
+def pod_source(settings: Settings, node: Node) -> PodSource:
+    """The pod source of this node, its client from the settings; KubernetesSetupError."""
     if not settings.node_name:
         raise KubernetesSetupError(
             "Kubernetes is on but NODE_NAME is not set (--node-name or NODE_NAME: the "
             "DaemonSet sets it from spec.nodeName)"
         )
+    client = open_client(settings)
     names = ResourceNames(
         settings.kube_gpu_resource, settings.kube_memory_resource, settings.kube_compute_resource
     )
