@@ -18,6 +18,7 @@ setup_package(
         "uvicorn>=0.30",
         "prometheus-client>=0.20",
         "pyyaml>=6.0",
+        "lightkube>=1.0",
     ],
     siblings=["vgpu-common", "vgpu-limiter"],
 )

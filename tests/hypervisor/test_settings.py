@@ -487,6 +487,13 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'simulate = "auto"',
                 'sim_state = "/tmp/sim.state"',
                 'boost_correction = "off"',
+                "kubernetes = true",
+                'node_name = "gpu-node-1"',
+                'kubeconfig = "/etc/tf/kubeconfig"',
+                'kube_gpu_resource = "example.com/gpu"',
+                'kube_memory_resource = "example.com/gpumem"',
+                'kube_compute_resource = "example.com/gpucores"',
+                "kube_backoff_max_s = 5",
             ]
         ),
     )
@@ -504,6 +511,10 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.simulate is None
     assert settings.sim_state == Path("/tmp/sim.state")
     assert settings.boost_correction is False
+    assert settings.kubernetes is True and settings.node_name == "gpu-node-1"
+    assert settings.kubeconfig == Path("/etc/tf/kubeconfig")
+    assert settings.kube_memory_resource == "example.com/gpumem"
+    assert settings.kube_backoff_max_s == 5.0
     assert {resolved.sources[name] for name in FIELDS if name != "config_file"} == {
         f"file:{config}"
     }

@@ -150,6 +150,9 @@ class Pod(_Document):
     error: str | None = Field(description="Why the region file cannot be read; null if fine.")
     gpus: list[PodGpu]
     workers: int
+    phase: str | None = Field(
+        default=None, description="The Kubernetes pod's phase; null: not a Kubernetes pod."
+    )
 
 
 class WorkerGpu(_Document):
@@ -169,6 +172,13 @@ class Worker(_Document):
     alive: bool
     last_gpu_call: float | None
     gpus: list[WorkerGpu]
+    container: str | None = Field(
+        default=None, description="Kubernetes container name; null: not known or not in one."
+    )
+    limited: bool = Field(
+        default=True,
+        description="False: a process of a Kubernetes pod on the GPU without the limiter.",
+    )
 
 
 class Status(_Document):

@@ -27,6 +27,7 @@ import difflib
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -135,6 +136,48 @@ def _simulate(value: object) -> bool | None:
         return _switch(value)
     except ValueError:
         raise ValueError("expected true, false or auto") from None
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_RESOURCE_NAME = re.compile(
+    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+def _node_name(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("expected a Kubernetes node name (lower-case DNS subdomain)")
+    return value
+
+
+def _resource_name(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 316 or not _RESOURCE_NAME.fullmatch(value):
+        raise ValueError("expected an extended resource name such as vgpu.io/gpu")
+    return value
+
+
+def _kubernetes(value: object) -> bool | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        return _switch(value)
+    except ValueError:
+        raise ValueError("expected true, false or auto") from None
+
+
+def _backoff(value: object) -> float:
+    forms = "expected seconds between 0.1 and 600"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(forms)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(forms) from None
+    if not math.isfinite(seconds) or not 0.1 <= seconds <= 600:
+        raise ValueError(forms)
+    return seconds
 
 
 AbsolutePath = Annotated[Path, BeforeValidator(_absolute_path)]
@@ -281,6 +324,65 @@ class Settings(BaseSettings):
             show=_yes_no,
         ),
     ] = True
+    kubernetes: Annotated[
+        bool | None,
+        BeforeValidator(_kubernetes),
+        Setting(
+            "--kubernetes",
+            None,
+            "Keep the regions of this node's Kubernetes pods. Default: on in a cluster "
+            "(KUBERNETES_SERVICE_HOST set).",
+            none_text="auto (on when KUBERNETES_SERVICE_HOST is set)",
+            show=_yes_no,
+        ),
+    ] = None
+    node_name: Annotated[
+        str | None,
+        BeforeValidator(_node_name),
+        Setting(
+            "--node-name",
+            "NAME",
+            "This node's Kubernetes name (the DaemonSet sets NODE_NAME from spec.nodeName).",
+            ("NODE_NAME",),
+            none_text="unset",
+        ),
+    ] = None
+    kubeconfig: Annotated[
+        OptionalPath,
+        Setting(
+            "--kubeconfig",
+            "FILE",
+            "Kubeconfig of the API server. Default: the pod's service account in a cluster.",
+            ("KUBECONFIG",),
+            none_text="in-cluster service account, else ~/.kube/config",
+            off_when_empty=True,
+        ),
+    ] = None
+    kube_gpu_resource: Annotated[
+        str,
+        BeforeValidator(_resource_name),
+        Setting("--kube-gpu-resource", "NAME", "Extended resource: GPUs a pod asks for."),
+    ] = "vgpu.io/gpu"
+    kube_memory_resource: Annotated[
+        str,
+        BeforeValidator(_resource_name),
+        Setting("--kube-memory-resource", "NAME", "Extended resource: GPU memory in MiB."),
+    ] = "vgpu.io/gpu-memory"
+    kube_compute_resource: Annotated[
+        str,
+        BeforeValidator(_resource_name),
+        Setting("--kube-compute-resource", "NAME", "Extended resource: GPU compute percent."),
+    ] = "vgpu.io/gpu-compute"
+    kube_backoff_max_s: Annotated[
+        float,
+        BeforeValidator(_backoff),
+        Setting(
+            "--kube-backoff-max",
+            "SECONDS",
+            "Longest pause between attempts to reach the API server, 0.1 to 600.",
+            show=_seconds,
+        ),
+    ] = 30.0
 
     @classmethod
     def settings_customise_sources(

@@ -63,6 +63,8 @@ def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
     table = _table(None, *columns)
     for pod in pods:
         name = f"{pod['namespace']}/{pod['name']}"
+        if pod.get("phase"):  # a Kubernetes pod
+            name += f" ({pod['phase']})"
         if pod.get("error"):
             row: list[RenderableType] = [name, "", "", "", "", str(pod["workers"]), pod["error"]]
             if wide:
@@ -110,14 +112,17 @@ def worker_table(workers: list[dict[str, Any]], *, wide: bool = False) -> Table:
         memory = ", ".join(size(g["memory_used"]) for g in gpus if g["memory_used"]) or "0 B"
         utils = [g["utilization"] for g in gpus if g.get("utilization") is not None]
         started = worker.get("started")
+        container = worker.get("container")
         row = [
-            f"{worker['namespace']}/{worker['pod']}",
+            f"{worker['namespace']}/{worker['pod']}" + (f" ({container})" if container else ""),
             str(worker["pid"]),
             NA if worker.get("host_pid") is None else str(worker["host_pid"]),
             memory,
             percent(sum(utils)) if utils else NA,
             NA if started is None else _duration(now - started),
-            (worker.get("command") or NA) + ("" if worker.get("alive", True) else " (exited)"),
+            (worker.get("command") or NA)
+            + ("" if worker.get("alive", True) else " (exited)")
+            + ("" if worker.get("limited", True) else " (no limiter: unlimited)"),
         ]
         if wide:
             last = worker.get("last_gpu_call")

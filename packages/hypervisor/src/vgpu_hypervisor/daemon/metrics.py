@@ -41,7 +41,7 @@ GPU_LABELS = (
 # A pod's share of one GPU: the pod, then the GPU as GPU_LABELS names it (less the driver).
 POD_GPU_LABELS = ("namespace", "pod", "container", *GPU_LABELS[:-1])
 POD_LABELS = ("namespace", "pod", "container", "Hostname")
-WORKER_LABELS = ("namespace", "pod", "container", "pid", "gpu", "UUID", "Hostname")
+WORKER_LABELS = ("namespace", "pod", "container", "pid", "limited", "gpu", "UUID", "Hostname")
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,16 @@ class ViewCollector(Collector):
             pid = str(worker.host_pid or worker.pid)
             for gpu in worker.gpus:
                 index = identity.get(gpu.uuid.lower(), [""])[0]
-                labels = [worker.namespace, worker.pod, "", pid, index, gpu.uuid, HOSTNAME]
+                labels = [
+                    worker.namespace,
+                    worker.pod,
+                    worker.container or "",
+                    pid,
+                    "true" if worker.limited else "false",
+                    index,
+                    gpu.uuid,
+                    HOSTNAME,
+                ]
                 memory.add_metric(labels, gpu.memory_used)
                 if gpu.utilization is not None:
                     utilization.add_metric(labels, gpu.utilization)

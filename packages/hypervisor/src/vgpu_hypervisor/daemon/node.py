@@ -11,6 +11,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from vgpu_common.units import hundredths_to_percent
 from vgpu_limiter.region import ProcessInfo, process_alive
@@ -20,6 +21,7 @@ from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
+from vgpu_hypervisor.kubernetes.identity import PodLookup, pod_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +46,11 @@ class Node:
         observer: GpuObserver,
         store: PodStore,
         boosts: Callable[[], Mapping[str, float]] = dict,
+        proc: Path = Path("/proc"),
     ) -> None:
-        """``boosts``: the boost correction's estimates by GPU UUID (none when it is off)."""
+        """``boosts``: the boost correction's estimates by GPU UUID (none when it is off);
+        ``proc``: where processes' cgroups are read (their Kubernetes pods)."""
+        self._proc = proc
         self.observer = observer
         self.store = store
         self._boosts = boosts
@@ -55,6 +60,8 @@ class Node:
         self._snapshot: NodeSnapshot | None = None
         self._lock = threading.Lock()
         self.view = NodeView(taken_at=0.0, snapshot=None)
+        # The Kubernetes pods of this node (the pod source's cache) when the daemon follows them.
+        self.kubernetes: PodLookup | None = None
 
     def sample(self) -> NodeSnapshot:
         """One NVML pass (blocking)."""
@@ -109,6 +116,9 @@ class Node:
         self._host_pids.forget_except(
             {(p.pid, p.pid_namespace, p.start_time) for r in records for p in r.processes}
         )
+        if self.kubernetes is not None:
+            workers = [self._with_container(worker, self.kubernetes) for worker in workers]
+            workers += self._unlimited(devices, self.kubernetes, workers)
         boosts = {uuid.lower(): boost for uuid, boost in self._boosts().items()}
         gpus = tuple(self._gpu(device, pods, workers, boosts) for device in devices)
         return NodeView(time.time(), snapshot, gpus, tuple(pods), tuple(workers))
@@ -135,6 +145,57 @@ class Node:
                 for uuid, used in process.memory.items()
             ],
         )
+
+    def _with_container(self, worker: models.Worker, pods: PodLookup) -> models.Worker:
+        found = pod_of(worker.host_pid, pods, self._proc) if worker.host_pid else None
+        if found is None or found.container is None:
+            return worker
+        return worker.model_copy(update={"container": found.container})
+
+    def _unlimited(
+        self, devices: Iterable[DeviceSnapshot], pods: PodLookup, limited: list[models.Worker]
+    ) -> list[models.Worker]:
+        """Processes of Kubernetes pods on the GPUs that no region knows: started without the
+        limiter, so nothing limits them; shown so that they are seen."""
+        known = {worker.host_pid for worker in limited if worker.host_pid}
+        memory: dict[int, list[models.WorkerGpu]] = {}
+        for device in devices:
+            if not isinstance(device.processes, tuple) or not isinstance(device.uuid, str):
+                continue
+            for process in device.processes:
+                if process.pid in known:
+                    continue
+                used = process.used_memory if isinstance(process.used_memory, int) else 0
+                memory.setdefault(process.pid, []).append(
+                    models.WorkerGpu(
+                        uuid=device.uuid,
+                        memory_used=used,
+                        utilization=self._utilization.of(device.uuid, process.pid),
+                    )
+                )
+        found = []
+        for pid, gpus in sorted(memory.items()):
+            owner = pod_of(pid, pods, self._proc)
+            if owner is None:
+                continue
+            facts = self._processes.facts(pid, 0)
+            found.append(
+                models.Worker(
+                    namespace=owner.namespace,
+                    pod=owner.pod,
+                    slot=-1,
+                    pid=pid,
+                    host_pid=pid,
+                    started=facts.started,
+                    command=facts.command,
+                    alive=True,
+                    last_gpu_call=None,
+                    gpus=gpus,
+                    container=owner.container,
+                    limited=False,
+                )
+            )
+        return found
 
     def _pod(
         self, record: PodRecord, workers: list[models.Worker], index_of: dict[str, int]
@@ -171,7 +232,12 @@ class Node:
             error=record.error,
             gpus=gpus,
             workers=len(workers),
+            phase=self._phase(record),
         )
+
+    def _phase(self, record: PodRecord) -> str | None:
+        kube = self.kubernetes.by_key(*record.key) if self.kubernetes is not None else None
+        return None if kube is None else kube.phase
 
     def _gpu(
         self,

@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -33,6 +34,9 @@ from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
+
+if TYPE_CHECKING:
+    from vgpu_hypervisor.kubernetes.pod_source import PodSource
 
 log = logging.getLogger("vgpu_hypervisor")
 _POD_PASS_S = 1.0  # dead workers' memory comes back within two of these
@@ -158,6 +162,7 @@ class Daemon:
             len(view.workers),
             "".join(f"; pod {p.namespace}/{p.name}: {p.error}" for p in view.pods if p.error),
         )
+        source = await self._kubernetes(node)
         context = ApiContext(
             node=node,
             backend=observer.backend,
@@ -186,6 +191,8 @@ class Daemon:
                     )
                 )
             )
+        if source is not None:
+            tasks.append(asyncio.create_task(self._supervise("Kubernetes pods", source.run)))
         if settings.gpu_metrics_file is not None:
             metrics = MetricsFile(settings.gpu_metrics_file, settings.metrics_rotate_bytes)
             tasks.append(
@@ -216,6 +223,20 @@ class Daemon:
                 settings.api_listen_addr.path.unlink(missing_ok=True)
             store.close()
             log.info("stopped")
+
+    async def _kubernetes(self, node: Node) -> "PodSource | None":
+        """The pod source when the daemon follows Kubernetes (imported only then)."""
+        from vgpu_hypervisor.kubernetes import setup
+
+        if not setup.enabled(self.settings):
+            return None
+        try:
+            source = setup.pod_source(self.settings, node)
+        except setup.KubernetesSetupError as error:
+            raise DaemonError(str(error)) from None
+        log.info("Kubernetes: following the pods of node %s", source.node_name)
+        node.kubernetes = source
+        return source
 
     def _signalled(self, signum: int) -> None:
         log.info("%s received", signal.Signals(signum).name)

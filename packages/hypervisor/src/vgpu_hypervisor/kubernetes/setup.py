@@ -1,0 +1,78 @@
+"""Whether the daemon follows Kubernetes, and the client and pod source it does it with."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ConfigError
+
+from vgpu_hypervisor.daemon.node import Node
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
+from vgpu_hypervisor.kubernetes.events import EventPoster
+from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
+from vgpu_hypervisor.settings import Settings
+
+
+class KubernetesSetupError(Exception):
+    """The daemon cannot follow Kubernetes as asked; one line."""
+
+
+def enabled(settings: Settings, environ: Mapping[str, str] = os.environ) -> bool:
+    """--kubernetes, else on when the daemon runs in a cluster (as a pod)."""
+    if settings.kubernetes is not None:
+        return settings.kubernetes
+    return bool(environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def open_client(settings: Settings) -> AsyncClient:
+    """A client from --kubeconfig, else the pod's service account, else ~/.kube/config."""
+    try:
+        if settings.kubeconfig is not None:
+            config = KubeConfig.from_file(settings.kubeconfig)
+        else:
+            config = KubeConfig.from_env()
+        return AsyncClient(config, field_manager="tf-hypervisor")
+    except (ConfigError, OSError, ValueError, KeyError) as error:
+        where = settings.kubeconfig or "(service account or ~/.kube/config)"
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise KubernetesSetupError(
+            f"cannot read the Kubernetes config {where}: {message}"
+        ) from None
+
+
+def node_gpus(node: Node) -> list[NodeGpu]:
+    """The node's GPUs as the last NVML pass saw them."""
+    return [
+        NodeGpu(gpu.index, gpu.uuid, gpu.name or "")
+        for gpu in node.view.gpus
+        if gpu.uuid is not None
+    ]
+
+
+def pod_source(settings: Settings, node: Node) -> PodSource:
+    """The pod source of this node, its client from the settings; KubernetesSetupError."""
+    if not settings.node_name:
+        raise KubernetesSetupError(
+            "Kubernetes is on but NODE_NAME is not set (--node-name or NODE_NAME: the "
+            "DaemonSet sets it from spec.nodeName)"
+        )
+    client = open_client(settings)
+    names = ResourceNames(
+        settings.kube_gpu_resource, settings.kube_memory_resource, settings.kube_compute_resource
+    )
+    events = EventPoster(client, settings.node_name, asyncio.get_running_loop())
+    return PodSource(
+        client,
+        settings.node_name,
+        node.store,
+        lambda: node_gpus(node),
+        names=names,
+        events=events,
+        changed=node.refresh,
+        backoff=Backoff(
+            first=min(0.5, settings.kube_backoff_max_s), most=settings.kube_backoff_max_s
+        ),
+    )

@@ -1,0 +1,108 @@
+"""The pod source in-process against the API-server emulator: its cache of the node's pods
+(what the device plugin asks), GPUs the plugin assigns, and events that do not flood."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient, KubeConfig
+from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
+from vgpu_hypervisor.kubernetes.events import EventPoster
+from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
+
+from tests.kubernetes.apiserver import ApiServer
+
+UUIDS = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
+GPUS = [NodeGpu(i, uuid, "NVIDIA H100 80GB HBM3") for i, uuid in enumerate(UUIDS)]
+GiB = 1 << 30
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer()
+    server.up()
+    yield server
+    server.down()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def until(condition: object, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():  # type: ignore[operator]
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def has_region(store: PodStore, name: str) -> bool:
+    try:
+        store.get("default", name)
+    except PodNotFound:
+        return False
+    return True
+
+
+def test_pending_pods_assignment_and_rate_limited_events(api: ApiServer, tmp_path: Path) -> None:
+    store = PodStore(tmp_path / "shm")
+    clock = Clock()
+
+    async def scenario() -> None:
+        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+        events = EventPoster(client, "node-a", asyncio.get_running_loop(), clock=clock)
+        source = PodSource(
+            client, "node-a", store, lambda: GPUS, events=events, backoff=Backoff(0.1, 0.2)
+        )
+        task = asyncio.create_task(source.run())
+        try:
+            api.put_pod("second", phase="Pending", resources={"vgpu.io/gpu": "1"})
+            api.put_pod("first", phase="Pending", resources={"vgpu.io/gpu-memory": "1024"})
+            api.put_pod("plain", phase="Pending")
+            api.put_pod("running", resources={"vgpu.io/gpu": "1"})
+            api.put_pod("other", node="node-b", phase="Pending", resources={"vgpu.io/gpu": "1"})
+            await until(lambda: len(source.pods()) == 4)
+            # Oldest first by creation time: "second" was created before "first".
+            assert [pod.name for pod in source.pending()] == ["second", "first"]
+
+            # Before the plugin assigns GPUs every GPU of the node carries the limits; after,
+            # those given (an entry made before keeps its limits: a limit is never dropped).
+            await until(lambda: has_region(store, "first") and has_region(store, "second"))
+            record = store.get("default", "first")
+            assert {d.uuid for d in record.devices} == set(UUIDS)
+            second = source.by_key("default", "second")
+            assert second is not None and source.by_uid(second.uid) == second
+            await asyncio.to_thread(source.assign, second.uid, ["1"])
+            api.put_pod("second", phase="Pending", resources={"vgpu.io/gpu": "1"},
+                        annotations={"tensor-fusion.ai/vram-limit": "2Gi"})  # fmt: skip
+
+            def limits() -> dict[str, int]:
+                return {d.uuid: d.memory_limit for d in store.get("default", "second").devices}
+
+            await until(lambda: limits() == {UUIDS[0]: 0, UUIDS[1]: 2 * GiB})
+
+            # A bad pod: one event, not one per re-list, until the interval has passed.
+            api.put_pod("bad", annotations={"tensor-fusion.ai/compute-limit": "300"})
+            await until(lambda: len(api.events) == 1)
+            api.expire()  # a fresh list sees the pod again
+            api.put_pod("bump")
+            await until(lambda: source.by_key("default", "bump") is not None)
+            await events.drain()
+            assert len(api.events) == 1
+            clock.now += 61
+            api.put_pod("bad", annotations={"tensor-fusion.ai/compute-limit": "300"})
+            await until(lambda: len(api.events) == 2)
+            assert "compute-limit='300'" in api.events[1]["message"]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    store.close()

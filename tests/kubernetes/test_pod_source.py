@@ -1,0 +1,221 @@
+"""The daemon following a node's pods from an API server (tests/kubernetes/apiserver.py) on
+the simulated GPU: regions made, changed and removed from pod objects, workloads limited."""
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hypervisor.conftest import WORKLOAD, Daemon, wait_for, workloads
+from tests.kubernetes.apiserver import ApiServer
+
+GiB = 1 << 30
+MiB = 1 << 20
+VRAM = "tensor-fusion.ai/vram-limit"
+COMPUTE = "tensor-fusion.ai/compute-limit"
+BACKOFF_MAX_S = 0.5
+__all__ = ["workloads"]  # the fixture
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer()
+    server.up()
+    yield server
+    server.down()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, api: ApiServer) -> Iterator[Daemon]:
+    flags = (
+        "--kubernetes",
+        "--node-name", "node-a",
+        "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")),
+        "--kube-backoff-max", str(BACKOFF_MAX_S),
+    )  # fmt: skip
+    running = Daemon(tmp_path, extra=flags)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _pod(daemon: Daemon, name: str) -> dict[str, Any] | None:
+    reply = daemon.http.get(f"/api/v1/pods/default/{name}")
+    return reply.json() if reply.status_code == 200 else None
+
+
+def _limits(daemon: Daemon, name: str) -> tuple[int | None, float | None] | None:
+    pod = _pod(daemon, name)
+    if pod is None or not pod["gpus"]:
+        return None
+    gpu = next(g for g in pod["gpus"] if g["index"] == 0)
+    return gpu["memory_limit"], gpu["compute_limit"]
+
+
+def _run(daemon: Daemon, pod: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [WORKLOAD, *args],
+        env=daemon.workload_environment(pod),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _refused(result: subprocess.CompletedProcess[str]) -> bool:
+    return result.returncode == 1 and "OUT_OF_MEMORY" in result.stdout + result.stderr
+
+
+def _log(daemon: Daemon) -> str:
+    return daemon.log_file.read_text() if daemon.log_file.exists() else ""
+
+
+def test_a_pod_gets_its_limits_live_and_its_region_goes_after_its_last_worker(
+    daemon: Daemon, api: ApiServer, workloads: list[subprocess.Popen[str]]
+) -> None:
+    api.put_pod("train", annotations={VRAM: "2Gi", COMPUTE: "50", "tensor-fusion.ai/gpu-ids": "0"})
+    assert wait_for(lambda: _limits(daemon, "train") == (2 * GiB, 50.0), timeout=15)
+    region = daemon.base / "default" / "train" / "shm"
+    assert region.exists()
+    assert (_pod(daemon, "train") or {})["phase"] == "Running"
+    listing = daemon.cli("pods", "list")
+    assert listing.returncode == 0 and "default/train (Running)" in listing.stdout, listing
+
+    # The limit holds: 512 MiB of context and 2 GiB do not fit in 2 GiB.
+    assert _refused(_run(daemon, "train", "--alloc", "2GiB"))
+    fits = _run(daemon, "train", "--alloc", "1GiB")
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert json.loads(fits.stdout)["total_bytes"] == 2 * GiB
+
+    worker = daemon.workload("train", "--alloc", "256MiB", "--hold", "60")
+    workloads.append(worker)
+    wait_for(lambda: (_pod(daemon, "train") or {}).get("workers") == 1, timeout=15)
+
+    # Lowered live: the worker holds 768 MiB, so another context (512 MiB) no longer fits.
+    api.put_pod("train", annotations={VRAM: "1Gi", COMPUTE: "25", "tensor-fusion.ai/gpu-ids": "0"})
+    assert wait_for(lambda: _limits(daemon, "train") == (1 * GiB, 25.0), timeout=15)
+    assert _refused(_run(daemon, "train", "--alloc", "1MiB"))
+    assert worker.poll() is None
+
+    # Deleted: hidden at once, the file kept while the worker lives, then gone.
+    api.delete_pod("train")
+    wait_for(lambda: _pod(daemon, "train") is None, timeout=15)
+    assert region.exists()
+    worker.terminate()
+    worker.communicate(timeout=10)
+    wait_for(lambda: not region.parent.exists(), timeout=15)
+    log = _log(daemon)
+    assert "pod default/train: region created" in log and "limits changed" in log
+    assert "kept until its 1 worker(s) exit" in log
+
+
+@pytest.mark.parametrize("outage_s", [2.0])
+def test_the_api_server_away_and_back(daemon: Daemon, api: ApiServer, outage_s: float) -> None:
+    api.put_pod("a", annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "a") == (2 * GiB, None), timeout=15)
+    api.down()
+    # Meanwhile the pod changes and another arrives; the daemon cannot know yet.
+    api.put_pod("a", annotations={VRAM: "1Gi"})
+    api.put_pod("b", annotations={VRAM: "3Gi"})
+    assert _refused(_run(daemon, "a", "--alloc", "2GiB"))  # still enforced
+    wait_for(lambda: _log(daemon).count("listing the pods again in") >= 2, timeout=10)
+    attempts_before = _log(daemon).count("listing the pods again in")
+    time.sleep(outage_s)  # the outage itself, not a synchronisation
+    attempts = _log(daemon).count("listing the pods again in") - attempts_before
+    # Bounded back-off: about one attempt per BACKOFF_MAX_S, never a busy loop.
+    assert attempts <= outage_s / BACKOFF_MAX_S + 3, attempts
+    api.up()
+    assert wait_for(lambda: _limits(daemon, "a") == (1 * GiB, None), timeout=15)
+    assert wait_for(lambda: _limits(daemon, "b") == (3 * GiB, None), timeout=15)
+
+
+def test_410_gone_on_a_watch_lists_again(daemon: Daemon, api: ApiServer) -> None:
+    api.put_pod("a", annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "a") == (2 * GiB, None), timeout=15)
+    lists = sum(1 for r in api.requests if "watch=" not in r and r.startswith("GET /api/v1/pods"))
+    api.expire()
+    api.put_pod("a", annotations={VRAM: "1Gi"})
+    assert wait_for(lambda: _limits(daemon, "a") == (1 * GiB, None), timeout=15)
+    wait_for(lambda: "410 Gone" in _log(daemon), timeout=10)
+    relists = sum(1 for r in api.requests if "watch=" not in r and r.startswith("GET /api/v1/pods"))
+    assert relists == lists + 1
+
+
+def test_malformed_annotations_are_an_event_and_a_log_line_and_spare_other_pods(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    api.put_pod("bad", annotations={VRAM: "lots", COMPUTE: "30"})
+    api.put_pod("good", annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "good") == (2 * GiB, None), timeout=15)
+    event = wait_for(
+        lambda: next((e for e in api.events if e["involvedObject"]["name"] == "bad"), None),
+        timeout=15,
+    )
+    assert event["reason"] == "InvalidLimits" and event["type"] == "Warning"
+    assert "pod default/bad: tensor-fusion.ai/vram-limit='lots'" in event["message"]
+    assert event["source"]["component"] == "tf-hypervisor"
+    assert "pod default/bad: tensor-fusion.ai/vram-limit='lots'" in _log(daemon)
+    # What could be read still applies: the compute limit, with no memory limit.
+    assert _limits(daemon, "bad") == (None, 30.0)
+
+
+def test_resources_and_a_contradiction(daemon: Daemon, api: ApiServer) -> None:
+    api.put_pod("res", resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "1024"},
+                annotations={VRAM: "2Gi", "tensor-fusion.ai/gpu-ids": "0"})  # fmt: skip
+    assert wait_for(lambda: _limits(daemon, "res") == (1 * GiB, None), timeout=15)
+    event = wait_for(lambda: next(iter(api.events), None), timeout=15)
+    assert "contradicts resource vgpu.io/gpu-memory=1024" in event["message"]
+
+
+def test_a_pod_of_another_node_is_ignored(daemon: Daemon, api: ApiServer) -> None:
+    api.put_pod("elsewhere", node="node-b", annotations={VRAM: "2Gi"})
+    api.put_pod("here", annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "here") == (2 * GiB, None), timeout=15)
+    assert _pod(daemon, "elsewhere") is None
+    assert not (daemon.base / "default" / "elsewhere").exists()
+    assert any("fieldSelector=spec.nodeName%3Dnode-a" in r for r in api.requests)
+
+
+def test_a_pod_without_vgpu_asks_gets_no_region_and_api_pods_are_left_alone(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    made = daemon.api("POST", "/api/v1/pods", json={"name": "manual", "gpus": {"0": {}}})
+    assert made.status_code == 201, made.text
+    api.put_pod("plain")
+    api.put_pod("here", annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "here") == (2 * GiB, None), timeout=15)
+    assert _pod(daemon, "plain") is None
+    api.expire()  # a fresh list removes only the regions it made
+    api.put_pod("here2", annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "here2") == (2 * GiB, None), timeout=15)
+    assert _pod(daemon, "manual") is not None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--kubernetes",), "Kubernetes is on but NODE_NAME is not set"),
+        (("--kubernetes", "--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"),
+         "cannot read the Kubernetes config /nonexistent/kubeconfig"),
+        (("--node-name", "Bad_Name"), "--node-name=Bad_Name: expected a Kubernetes node name"),
+        (("--kube-memory-resource", "gpumem"), "expected an extended resource name"),
+    ],
+)  # fmt: skip
+def test_bad_kubernetes_settings_are_one_line_errors(
+    tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    daemon = Daemon(tmp_path, extra=flags)
+    try:
+        with pytest.raises(AssertionError, match="daemon exited") as failure:
+            daemon.start()
+        lines = [line for line in str(failure.value).splitlines() if line.strip()]
+        assert message in str(failure.value) and len(lines) == 1, lines
+    finally:
+        daemon.close()
