@@ -17,6 +17,8 @@ setup_package(
         "fastapi>=0.115",
         "uvicorn>=0.30",
         "prometheus-client>=0.20",
+        "grpcio>=1.85",
+        "protobuf>=7.35",
     ],
     siblings=["vgpu-common", "vgpu-limiter"],
 )
