@@ -486,6 +486,17 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'simulate = "auto"',
                 'sim_state = "/tmp/sim.state"',
                 'boost_correction = "off"',
+                "device_plugin = true",
+                'device_plugin_dir = "/var/lib/kubelet/plugins"',
+                'device_plugin_lib_dir = "/opt/vgpu/lib"',
+                'gpu_resource = "example.com/gpu"',
+                'gpu_memory_resource = "example.com/gpu-memory"',
+                'gpu_compute_resource = "example.com/gpu-compute"',
+                "gpu_shares = 4",
+                'gpu_memory_unit = "256MiB"',
+                "token_review = true",
+                'token_review_url = "https://10.0.0.1:6443/apis/authentication.k8s.io/v1/tokenreviews"',
+                'token_review_allow = ["ops", "system:masters"]',
             ]
         ),
     )
@@ -502,6 +513,17 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.simulate is None
     assert settings.sim_state == Path("/tmp/sim.state")
     assert settings.boost_correction is False
+    assert settings.device_plugin is True
+    assert settings.device_plugin_dir == Path("/var/lib/kubelet/plugins")
+    assert settings.device_plugin_lib_dir == Path("/opt/vgpu/lib")
+    assert settings.gpu_resource == "example.com/gpu"
+    assert settings.gpu_memory_resource == "example.com/gpu-memory"
+    assert settings.gpu_compute_resource == "example.com/gpu-compute"
+    assert settings.gpu_shares == 4
+    assert settings.gpu_memory_unit == 256 * MiB
+    assert settings.token_review is True
+    assert settings.token_review_url is not None
+    assert settings.token_review_allow == ("ops", "system:masters")
     assert {resolved.sources[name] for name in FIELDS if name != "config_file"} == {
         f"file:{config}"
     }

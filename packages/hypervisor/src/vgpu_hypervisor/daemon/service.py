@@ -25,11 +25,16 @@ from vgpu_hypervisor.daemon.api.app import create_app
 from vgpu_hypervisor.daemon.api.auth import read_or_create_token
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
+from vgpu_hypervisor.daemon.api.token_review import TokenReviewer, in_cluster_url
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
-from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
+from vgpu_hypervisor.device_plugin.allocation import PendingPods
+from vgpu_hypervisor.device_plugin.resources import ResourceError
+from vgpu_hypervisor.device_plugin.runner import build_plugin
+from vgpu_hypervisor.device_plugin.server import DevicePlugin
+from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
 
@@ -111,9 +116,20 @@ def _loopback_only(address: TcpAddress | UnixAddress) -> bool:
 
 
 class Daemon:
-    def __init__(self, settings: Settings, *, listener: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        listener: socket.socket | None = None,
+        pending_pods: PendingPods | None = None,
+    ) -> None:
+        """``pending_pods``: this node's pods from the API server, for the device plugin's
+        Allocate (the pod source gives it; without one Allocate says so)."""
         self.settings = settings
         self._listener = listener
+        self._pending_pods = pending_pods
+        self._plugin: DevicePlugin | None = None
+        self._reviewer: TokenReviewer | None = None
         self._stop = asyncio.Event()
         self._failing: set[str] = set()
 
@@ -159,6 +175,7 @@ class Daemon:
             len(view.workers),
             "".join(f"; pod {p.namespace}/{p.name}: {p.error}" for p in view.pods if p.error),
         )
+        await self._start_cluster_parts(view.snapshot, store)
         context = ApiContext(
             node=node,
             backend=observer.backend,
@@ -167,6 +184,7 @@ class Daemon:
             shm_base_path=settings.shm_base_path,
             started=time.time(),
             running=lambda: not self._failing,
+            reviewer=self._reviewer,
         )
         listener = self._listener or _listen_socket(settings)
         server = _Server(server_config(create_app(context)))
@@ -215,8 +233,28 @@ class Daemon:
             listener.close()
             if isinstance(settings.api_listen_addr, UnixAddress):
                 settings.api_listen_addr.path.unlink(missing_ok=True)
+            await self._stop_cluster_parts()
             store.close()
             log.info("stopped")
+
+    async def _stop_cluster_parts(self) -> None:
+        if self._plugin is not None:
+            await asyncio.to_thread(self._plugin.stop)
+        if self._reviewer is not None:
+            self._reviewer.close()
+
+    async def _start_cluster_parts(self, snapshot: NodeSnapshot | None, store: PodStore) -> None:
+        """TokenReview and the device plugin, where the settings ask for them."""
+        settings = self.settings
+        self._reviewer = _token_reviewer(settings)
+        if not settings.device_plugin or snapshot is None:
+            return
+        try:
+            self._plugin = build_plugin(settings, snapshot, store, self._pending_pods)
+            await asyncio.to_thread(self._plugin.start)
+        except (ResourceError, OSError) as error:
+            raise DaemonError(f"device plugin: {error}") from None
+        log.info("device plugin serving in %s", settings.device_plugin_dir)
 
     def _signalled(self, signum: int) -> None:
         log.info("%s received", signal.Signals(signum).name)
@@ -247,7 +285,13 @@ class Daemon:
                 self._failing.discard(name)
 
     async def _sampling(self, node: Node) -> None:
-        await _every(self.settings.sample_interval_s, node.sample)
+        plugin = self._plugin
+        if plugin is None:
+            await _every(self.settings.sample_interval_s, node.sample)
+        else:  # a GPU the sample lost becomes Unhealthy to the kubelet
+            await _every(
+                self.settings.sample_interval_s, lambda: plugin.update_health(node.sample())
+            )
 
     async def _pod_passes(self, node: Node) -> None:
         await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh)
@@ -256,6 +300,18 @@ class Daemon:
         await _every(
             self.settings.sample_interval_s, lambda: metrics.write(influx_lines(node.view))
         )
+
+
+def _token_reviewer(settings: Settings) -> TokenReviewer | None:
+    if not settings.token_review:
+        return None
+    url = settings.token_review_url or in_cluster_url()
+    if url is None:
+        raise DaemonError(
+            "--token-review: KUBERNETES_SERVICE_HOST is unset (not in a cluster); "
+            "give --token-review-url"
+        )
+    return TokenReviewer(url, settings.token_review_allow)
 
 
 async def _every(period: float, work: Callable[[], object]) -> None:

@@ -60,7 +60,7 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(prefix=API, tags=["pods"])
-    changes_need_token = [Depends(token_check(context.token))]
+    changes_need_token = [Depends(token_check(context.token, context.reviewer))]
     changes = asyncio.Lock()
     store = context.node.store
 
