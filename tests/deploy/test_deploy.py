@@ -56,7 +56,8 @@ def test_kustomization_lists_every_manifest_and_the_image() -> None:
         c["image"]
         for _, d in documents()
         if d["kind"] == "DaemonSet"
-        for c in d["spec"]["template"]["spec"]["initContainers"] + d["spec"]["template"]["spec"]["containers"]
+        for c in d["spec"]["template"]["spec"]["initContainers"]
+        + d["spec"]["template"]["spec"]["containers"]
     }
     assert used == images
 

@@ -2,6 +2,7 @@
 plugins that register, over real gRPC on unix sockets."""
 
 import queue
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -64,3 +65,17 @@ class FakeKubelet:
         channel = grpc.insecure_channel(f"unix://{self.folder / request.endpoint}")
         self._channels.append(channel)
         return api_pb2_grpc.DevicePluginStub(channel)
+
+
+class Watch:
+    """A ListAndWatch stream as the kubelet reads it: one message at a time, then cancelled."""
+
+    def __init__(self, stub: api_pb2_grpc.DevicePluginStub) -> None:
+        self._call = stub.ListAndWatch(api_pb2.Empty(), timeout=30)
+        self._messages: Iterator[api_pb2.ListAndWatchResponse] = iter(self._call)
+
+    def next(self) -> api_pb2.ListAndWatchResponse:
+        return next(self._messages)
+
+    def cancel(self) -> None:
+        self._call.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs

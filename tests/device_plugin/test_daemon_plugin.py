@@ -6,7 +6,7 @@ import grpc
 import pytest
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 
-from tests.device_plugin.kubelet import FakeKubelet
+from tests.device_plugin.kubelet import FakeKubelet, Watch
 from tests.hypervisor.conftest import Daemon
 
 
@@ -28,8 +28,8 @@ def test_the_daemon_registers_the_plugin_and_stops_it(tmp_path: Path) -> None:
     try:
         requests = {r.resource_name: r for r in kubelet.wait_registrations(3)}
         gpu = requests["vgpu.io/gpu"]
-        stream = kubelet.plugin(gpu).ListAndWatch(api_pb2.Empty(), timeout=30)
-        assert len(next(stream).devices) == 2 * 3  # two simulated GPUs
+        stream = Watch(kubelet.plugin(gpu))
+        assert len(stream.next().devices) == 2 * 3  # two simulated GPUs
         stream.cancel()
         # This branch's daemon has no pod source: Allocate says so instead of guessing.
         with pytest.raises(grpc.RpcError) as caught:

@@ -12,6 +12,7 @@ from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
 from vgpu_limiter import sim
 
 from tests.device_plugin.conftest import SHARES, GiB, Node, gpu_pod
+from tests.device_plugin.kubelet import Watch
 from tests.hypervisor.conftest import clean_environment
 
 RESOURCES = {"vgpu.io/gpu", "vgpu.io/gpu-memory", "vgpu.io/gpu-compute"}
@@ -38,27 +39,25 @@ def test_list_and_watch_streams_a_lost_gpu_as_unhealthy(
     requests = registered(node)
     gpus = [d.uuid for d in snapshot.devices]
     assert len(gpus) == 2 and all(isinstance(u, str) for u in gpus)
-    stream = node.kubelet.plugin(requests["vgpu.io/gpu"]).ListAndWatch(api_pb2.Empty(), timeout=30)
-    first = next(stream)
+    stream = Watch(node.kubelet.plugin(requests["vgpu.io/gpu"]))
+    first = stream.next()
     assert len(first.devices) == 2 * SHARES
     assert {d.health for d in first.devices} == {"Healthy"}
-    memory = next(
-        node.kubelet.plugin(requests["vgpu.io/gpu-memory"]).ListAndWatch(
-            api_pb2.Empty(), timeout=30
-        )
-    )
+    memory_stream = Watch(node.kubelet.plugin(requests["vgpu.io/gpu-memory"]))
+    memory = memory_stream.next()
+    memory_stream.cancel()
     total = sum(d.memory_total for d in snapshot.devices if isinstance(d.memory_total, int))
     assert len(memory.devices) == total // GiB
 
     # GPU 1 stops answering: its UUID cannot be read any more.
     lost = dataclasses.replace(snapshot.devices[1], uuid=NOT_AVAILABLE)
     plugin.update_health(dataclasses.replace(snapshot, devices=(snapshot.devices[0], lost)))
-    second = next(stream)
+    second = stream.next()
     health = {d.ID: d.health for d in second.devices}
     assert {h for i, h in health.items() if i.startswith(str(gpus[1]))} == {"Unhealthy"}
     assert {h for i, h in health.items() if i.startswith(str(gpus[0]))} == {"Healthy"}
     plugin.update_health(snapshot)  # back
-    assert {d.health for d in next(stream).devices} == {"Healthy"}
+    assert {d.health for d in stream.next().devices} == {"Healthy"}
     stream.cancel()
 
 

@@ -108,8 +108,8 @@ class TokenReviewer:
         except (json.JSONDecodeError, AttributeError):
             raise ReviewUnavailable(f"TokenReview at {self.url}: not a TokenReview") from None
         if not status.get("authenticated"):
-            error = status.get("error") or "the API server did not authenticate it"
-            return Review(False, False, str(error))
+            why = status.get("error") or "the API server did not authenticate it"
+            return Review(False, False, str(why))
         if name in self._allow or self._allow.intersection(groups):
             return Review(True, True, name)
         return Review(True, False, f"{name} may not change this node (--token-review-allow)")
