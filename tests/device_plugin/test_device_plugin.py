@@ -156,7 +156,7 @@ def test_a_workload_with_the_allocated_environment_is_limited(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
 ) -> None:
     uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2)]
+    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
     answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
 
     # The container's paths, as its mounts map them onto the host.
@@ -184,6 +184,6 @@ def test_a_workload_with_the_allocated_environment_is_limited(
         return report
 
     fits = workload("1GiB")
-    assert fits.get("error") is None, fits
+    assert fits.get("error") is None, fits  # the compute limit's value parses too
     assert fits["total_bytes"] == 2 * GiB  # the process sees its limit as the GPU's memory
     assert workload("3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
