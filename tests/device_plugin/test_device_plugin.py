@@ -112,6 +112,8 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     ]
     devices = {d.container_path: d.host_path for d in answer.devices}
     assert set(devices) == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
+    assert plugin.assigned("uid-older") == (uuid,)
+    assert plugin.assigned("uid-younger") == ()
     # The region exists with those limits before the container starts.
     record = node.store.get("team", "older")
     assert [(d.uuid.lower(), d.memory_limit) for d in record.devices] == [(uuid.lower(), 2 * GiB)]

@@ -42,6 +42,7 @@ log = logging.getLogger("vgpu_hypervisor.device_plugin")
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 DEFAULT_FOLDER: Final = Path("/var/lib/kubelet/device-plugins")
+_ASSIGNED_KEPT: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,9 @@ class DevicePlugin:
         self._registered = False
         self._watcher: threading.Thread | None = None
         self._wake = threading.Event()
+        # pod UID → the GPUs its containers were given, newest last (bounded).
+        self._assigned: dict[str, tuple[str, ...]] = {}
+        self._assigned_lock = threading.Lock()
 
     def resource(self, kind: Kind) -> str:
         return self.config.layout.names.of(kind)
@@ -205,6 +209,7 @@ class DevicePlugin:
                 raise AllocationError(
                     f"pod {pod.key}: cannot prepare its region: {error}"
                 ) from None
+            self._remember(pod.uid, uuids)
             responses.append(
                 container_response(
                     layout,
@@ -225,6 +230,19 @@ class DevicePlugin:
                 {u: limits[u].compute for u in uuids},
             )
         return api_pb2.AllocateResponse(container_responses=responses)
+
+    def assigned(self, pod_uid: str) -> tuple[str, ...]:
+        """The GPU UUIDs Allocate gave the pod's containers (the pod source's default GPUs
+        for a pod whose annotations name none); () when none yet."""
+        with self._assigned_lock:
+            return self._assigned.get(pod_uid, ())
+
+    def _remember(self, pod_uid: str, uuids: Sequence[str]) -> None:
+        with self._assigned_lock:
+            known = self._assigned.pop(pod_uid, ())
+            self._assigned[pod_uid] = tuple(sorted({*known, *uuids}))
+            while len(self._assigned) > _ASSIGNED_KEPT:
+                del self._assigned[next(iter(self._assigned))]
 
     # Serving and registering
 
