@@ -45,3 +45,7 @@ def test_the_daemon_registers_the_plugin_and_stops_it(tmp_path: Path) -> None:
         assert daemon.stop() == 0
         kubelet.stop()
     assert not list(kubelet.folder.glob("tf-hypervisor-*.sock"))
+    log = daemon.log_file.read_text()
+    assert "device plugin serving in" in log
+    assert "registered vgpu.io/gpu, vgpu.io/gpu-memory, vgpu.io/gpu-compute" in log
+    assert " failed" not in log  # sampling fed the plugin's health without an error
