@@ -95,6 +95,13 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *session.posargs)
 
 
+@nox.session
+def protos(session: nox.Session) -> None:
+    """Regenerate the device plugin's gRPC stubs from the vendored kubelet api.proto."""
+    sync(session, "tests", packages=False)
+    session.run("python", "scripts/generate_device_plugin_stubs.py", *session.posargs)
+
+
 LIMITER_C = ROOT / "packages/limiter/csrc"
 # C tests built together with the sources they test: (name, sources, include dirs, environment).
 C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [

@@ -19,6 +19,8 @@ setup_package(
         "prometheus-client>=0.20",
         "pyyaml>=6.0",
         "lightkube>=1.0",
+        "grpcio>=1.85",
+        "protobuf>=7.35",
     ],
     siblings=["vgpu-common", "vgpu-limiter"],
 )

@@ -490,10 +490,18 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 "kubernetes = true",
                 'node_name = "gpu-node-1"',
                 'kubeconfig = "/etc/tf/kubeconfig"',
-                'kube_gpu_resource = "example.com/gpu"',
-                'kube_memory_resource = "example.com/gpumem"',
-                'kube_compute_resource = "example.com/gpucores"',
                 "kube_backoff_max_s = 5",
+                "device_plugin = true",
+                'device_plugin_dir = "/var/lib/kubelet/plugins"',
+                'device_plugin_lib_dir = "/opt/vgpu/lib"',
+                'gpu_resource = "example.com/gpu"',
+                'gpu_memory_resource = "example.com/gpu-memory"',
+                'gpu_compute_resource = "example.com/gpu-compute"',
+                "gpu_shares = 4",
+                'gpu_memory_unit = "256MiB"',
+                "token_review = true",
+                'token_review_url = "https://10.0.0.1:6443/apis/authentication.k8s.io/v1/tokenreviews"',
+                'token_review_allow = ["ops", "system:masters"]',
             ]
         ),
     )
@@ -513,8 +521,18 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.boost_correction is False
     assert settings.kubernetes is True and settings.node_name == "gpu-node-1"
     assert settings.kubeconfig == Path("/etc/tf/kubeconfig")
-    assert settings.kube_memory_resource == "example.com/gpumem"
     assert settings.kube_backoff_max_s == 5.0
+    assert settings.device_plugin is True
+    assert settings.device_plugin_dir == Path("/var/lib/kubelet/plugins")
+    assert settings.device_plugin_lib_dir == Path("/opt/vgpu/lib")
+    assert settings.gpu_resource == "example.com/gpu"
+    assert settings.gpu_memory_resource == "example.com/gpu-memory"
+    assert settings.gpu_compute_resource == "example.com/gpu-compute"
+    assert settings.gpu_shares == 4
+    assert settings.gpu_memory_unit == 256 * MiB
+    assert settings.token_review is True
+    assert settings.token_review_url is not None
+    assert settings.token_review_allow == ("ops", "system:masters")
     assert {resolved.sources[name] for name in FIELDS if name != "config_file"} == {
         f"file:{config}"
     }

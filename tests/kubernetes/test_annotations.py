@@ -52,8 +52,8 @@ def test_per_gpu_forms_override_the_pod_wide_value() -> None:
 
 def test_resources_sum_over_containers() -> None:
     found = a.resolve(
-        pod({}, {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2048", "vgpu.io/gpu-compute": "20"},
-            {"vgpu.io/gpu-memory": "1024", "vgpu.io/gpu-compute": "10"}),
+        pod({}, {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "20"},
+            {"vgpu.io/gpu-memory": "1", "vgpu.io/gpu-compute": "10"}),
         GPUS, assigned=("1",),
     )  # fmt: skip
     assert found.problems == ()
@@ -61,7 +61,9 @@ def test_resources_sum_over_containers() -> None:
 
 
 def test_resource_names_are_settable() -> None:
-    names = a.ResourceNames("example.com/gpu", "example.com/mem", "example.com/cores")
+    names = a.ResourceNames(
+        "example.com/gpu", "example.com/mem", "example.com/cores", memory_unit=1 << 20
+    )
     found = a.resolve(pod({}, {"example.com/mem": "512"}), GPUS[:1], names)
     assert found.gpus == {UUID0: a.GpuLimits(memory=512 << 20)}
 
@@ -69,7 +71,7 @@ def test_resource_names_are_settable() -> None:
 def test_a_contradiction_is_a_problem_and_the_lower_limit_applies() -> None:
     found = a.resolve(
         pod({a.VRAM_LIMIT: "4Gi", a.COMPUTE_LIMIT: "10", a.GPU_IDS: "0"},
-            {"vgpu.io/gpu-memory": "2048", "vgpu.io/gpu-compute": "40"}),
+            {"vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "40"}),
         GPUS,
     )  # fmt: skip
     assert found.gpus == {UUID0: a.GpuLimits(memory=2 * GiB, compute=10.0)}

@@ -36,6 +36,7 @@ def daemon(tmp_path: Path, api: ApiServer) -> Iterator[Daemon]:
         "--node-name", "node-a",
         "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")),
         "--kube-backoff-max", str(BACKOFF_MAX_S),
+        "--gpu-memory-unit", "1MiB",
     )  # fmt: skip
     running = Daemon(tmp_path, extra=flags)
     running.start()
@@ -205,7 +206,7 @@ def test_a_pod_without_vgpu_asks_gets_no_region_and_api_pods_are_left_alone(
         (("--kubernetes", "--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"),
          "cannot read the Kubernetes config /nonexistent/kubeconfig"),
         (("--node-name", "Bad_Name"), "--node-name=Bad_Name: expected a Kubernetes node name"),
-        (("--kube-memory-resource", "gpumem"), "expected an extended resource name"),
+        (("--gpu-memory-resource", "gpumem"), "gpu-memory-resource"),
     ],
 )  # fmt: skip
 def test_bad_kubernetes_settings_are_one_line_errors(

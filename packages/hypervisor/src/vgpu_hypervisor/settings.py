@@ -40,6 +40,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from vgpu_common.paths import DEFAULT_BASE
 from vgpu_common.units import format_size, parse_size
 
+from vgpu_hypervisor.device_plugin.resources import check_resource_name
 from vgpu_hypervisor.listen_address import (
     LISTEN_FORMS,
     ListenAddress,
@@ -152,12 +153,6 @@ def _node_name(value: object) -> str | None:
     return value
 
 
-def _resource_name(value: object) -> str:
-    if not isinstance(value, str) or len(value) > 316 or not _RESOURCE_NAME.fullmatch(value):
-        raise ValueError("expected an extended resource name such as vgpu.io/gpu")
-    return value
-
-
 def _kubernetes(value: object) -> bool | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
@@ -178,6 +173,47 @@ def _backoff(value: object) -> float:
     if not math.isfinite(seconds) or not 0.1 <= seconds <= 600:
         raise ValueError(forms)
     return seconds
+def _resource_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected an extended resource name DOMAIN/NAME")
+    return check_resource_name(value)
+
+
+def _shares(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError("expected a whole number from 1 to 1000")
+    try:
+        shares = int(value)
+    except ValueError:
+        raise ValueError("expected a whole number from 1 to 1000") from None
+    if not 1 <= shares <= 1000:
+        raise ValueError("expected a whole number from 1 to 1000")
+    return shares
+
+
+def _memory_unit(value: object) -> int:
+    size = parse_size(value)
+    if size < 1 << 20:
+        raise ValueError("must be at least 1MiB")
+    return size
+
+
+def _url(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return value
+
+
+def _names(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError("expected comma-separated user or group names")
+    names = tuple(item.strip() for item in items if item.strip())
+    if not names:
+        raise ValueError("expected at least one user or group name")
+    return names
 
 
 AbsolutePath = Annotated[Path, BeforeValidator(_absolute_path)]
@@ -358,21 +394,6 @@ class Settings(BaseSettings):
             off_when_empty=True,
         ),
     ] = None
-    kube_gpu_resource: Annotated[
-        str,
-        BeforeValidator(_resource_name),
-        Setting("--kube-gpu-resource", "NAME", "Extended resource: GPUs a pod asks for."),
-    ] = "vgpu.io/gpu"
-    kube_memory_resource: Annotated[
-        str,
-        BeforeValidator(_resource_name),
-        Setting("--kube-memory-resource", "NAME", "Extended resource: GPU memory in MiB."),
-    ] = "vgpu.io/gpu-memory"
-    kube_compute_resource: Annotated[
-        str,
-        BeforeValidator(_resource_name),
-        Setting("--kube-compute-resource", "NAME", "Extended resource: GPU compute percent."),
-    ] = "vgpu.io/gpu-compute"
     kube_backoff_max_s: Annotated[
         float,
         BeforeValidator(_backoff),
@@ -383,6 +404,88 @@ class Settings(BaseSettings):
             show=_seconds,
         ),
     ] = 30.0
+    device_plugin: Annotated[
+        bool,
+        BeforeValidator(_switch),
+        Setting(
+            "--device-plugin",
+            None,
+            "Serve the kubelet device plugin (vgpu.io resources). Default: off.",
+            show=_yes_no,
+        ),
+    ] = False
+    device_plugin_dir: Annotated[
+        AbsolutePath,
+        Setting("--device-plugin-dir", "PATH", "The kubelet's device-plugin socket folder."),
+    ] = Path("/var/lib/kubelet/device-plugins")
+    device_plugin_lib_dir: Annotated[
+        AbsolutePath,
+        Setting(
+            "--device-plugin-lib-dir",
+            "PATH",
+            "Host folder with libadd_path.so and libcuda_limiter.so, mounted into containers.",
+        ),
+    ] = Path("/usr/local/vgpu/lib")
+    gpu_resource: Annotated[
+        str,
+        BeforeValidator(_resource_name),
+        Setting("--gpu-resource", "NAME", "Extended resource of GPU shares."),
+    ] = "vgpu.io/gpu"
+    gpu_memory_resource: Annotated[
+        str,
+        BeforeValidator(_resource_name),
+        Setting("--gpu-memory-resource", "NAME", "Extended resource of GPU memory units."),
+    ] = "vgpu.io/gpu-memory"
+    gpu_compute_resource: Annotated[
+        str,
+        BeforeValidator(_resource_name),
+        Setting("--gpu-compute-resource", "NAME", "Extended resource of GPU percent."),
+    ] = "vgpu.io/gpu-compute"
+    gpu_shares: Annotated[
+        int,
+        BeforeValidator(_shares),
+        Setting("--gpu-shares", "N", "Containers that may share one GPU, 1 to 1000."),
+    ] = 10
+    gpu_memory_unit: Annotated[
+        int,
+        BeforeValidator(_memory_unit),
+        Setting(
+            "--gpu-memory-unit",
+            "SIZE",
+            "GPU memory of one gpu-memory resource unit (1GiB; at least 1MiB).",
+            show=format_size,
+        ),
+    ] = 1 << 30
+    token_review: Annotated[
+        bool,
+        BeforeValidator(_switch),
+        Setting(
+            "--token-review",
+            None,
+            "Accept Kubernetes tokens for API changes through TokenReview. Default: off.",
+            show=_yes_no,
+        ),
+    ] = False
+    token_review_url: Annotated[
+        str | None,
+        BeforeValidator(_url),
+        Setting(
+            "--token-review-url",
+            "URL",
+            "TokenReview endpoint. Default: the in-cluster API server.",
+            none_text="in-cluster",
+        ),
+    ] = None
+    token_review_allow: Annotated[
+        tuple[str, ...],
+        BeforeValidator(_names),
+        Setting(
+            "--token-review-allow",
+            "NAMES",
+            "Comma-separated users or groups whose tokens may change the node.",
+            show=",".join,
+        ),
+    ] = ("system:masters",)
 
     @classmethod
     def settings_customise_sources(

@@ -26,12 +26,17 @@ from vgpu_hypervisor.daemon.api.app import create_app
 from vgpu_hypervisor.daemon.api.auth import read_or_create_token
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
+from vgpu_hypervisor.daemon.api.token_review import TokenReviewer, in_cluster_url
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
-from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
+from vgpu_hypervisor.device_plugin.allocation import PendingPods
+from vgpu_hypervisor.device_plugin.resources import ResourceError
+from vgpu_hypervisor.device_plugin.runner import build_plugin
+from vgpu_hypervisor.device_plugin.server import DevicePlugin
+from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
 
@@ -114,9 +119,20 @@ def _loopback_only(address: TcpAddress | UnixAddress) -> bool:
 
 
 class Daemon:
-    def __init__(self, settings: Settings, *, listener: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        listener: socket.socket | None = None,
+        pending_pods: PendingPods | None = None,
+    ) -> None:
+        """``pending_pods``: this node's pods from the API server, for the device plugin's
+        Allocate (the pod source gives it; without one Allocate says so)."""
         self.settings = settings
         self._listener = listener
+        self._pending_pods = pending_pods
+        self._plugin: DevicePlugin | None = None
+        self._reviewer: TokenReviewer | None = None
         self._stop = asyncio.Event()
         self._failing: set[str] = set()
 
@@ -163,6 +179,7 @@ class Daemon:
             "".join(f"; pod {p.namespace}/{p.name}: {p.error}" for p in view.pods if p.error),
         )
         source = await self._kubernetes(node)
+        await self._start_cluster_parts(view.snapshot, store, source)
         context = ApiContext(
             node=node,
             backend=observer.backend,
@@ -171,6 +188,7 @@ class Daemon:
             shm_base_path=settings.shm_base_path,
             started=time.time(),
             running=lambda: not self._failing,
+            reviewer=self._reviewer,
         )
         listener = self._listener or _listen_socket(settings)
         server = _Server(server_config(create_app(context)))
@@ -221,6 +239,7 @@ class Daemon:
             listener.close()
             if isinstance(settings.api_listen_addr, UnixAddress):
                 settings.api_listen_addr.path.unlink(missing_ok=True)
+            await self._stop_cluster_parts()
             store.close()
             log.info("stopped")
 
@@ -237,6 +256,31 @@ class Daemon:
         log.info("Kubernetes: following the pods of node %s", source.node_name)
         node.kubernetes = source
         return source
+
+    async def _stop_cluster_parts(self) -> None:
+        if self._plugin is not None:
+            await asyncio.to_thread(self._plugin.stop)
+        if self._reviewer is not None:
+            self._reviewer.close()
+
+    async def _start_cluster_parts(
+        self, snapshot: NodeSnapshot | None, store: PodStore, source: "PodSource | None"
+    ) -> None:
+        """TokenReview and the device plugin, where the settings ask for them. With the pod
+        source, Allocate finds its pod among the source's pending pods and the source sets the
+        pod's limits (annotations and resources) on the GPUs Allocate gave."""
+        settings = self.settings
+        self._reviewer = _token_reviewer(settings)
+        if not settings.device_plugin or snapshot is None:
+            return
+        pending = source.pending if source is not None else self._pending_pods
+        assign = source.assign if source is not None else None
+        try:
+            self._plugin = build_plugin(settings, snapshot, store, pending, assign)
+            await asyncio.to_thread(self._plugin.start)
+        except (ResourceError, OSError) as error:
+            raise DaemonError(f"device plugin: {error}") from None
+        log.info("device plugin serving in %s", settings.device_plugin_dir)
 
     def _signalled(self, signum: int) -> None:
         log.info("%s received", signal.Signals(signum).name)
@@ -267,7 +311,13 @@ class Daemon:
                 self._failing.discard(name)
 
     async def _sampling(self, node: Node) -> None:
-        await _every(self.settings.sample_interval_s, node.sample)
+        plugin = self._plugin
+        if plugin is None:
+            await _every(self.settings.sample_interval_s, node.sample)
+        else:  # a GPU the sample lost becomes Unhealthy to the kubelet
+            await _every(
+                self.settings.sample_interval_s, lambda: plugin.update_health(node.sample())
+            )
 
     async def _pod_passes(self, node: Node) -> None:
         await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh)
@@ -276,6 +326,18 @@ class Daemon:
         await _every(
             self.settings.sample_interval_s, lambda: metrics.write(influx_lines(node.view))
         )
+
+
+def _token_reviewer(settings: Settings) -> TokenReviewer | None:
+    if not settings.token_review:
+        return None
+    url = settings.token_review_url or in_cluster_url()
+    if url is None:
+        raise DaemonError(
+            "--token-review: KUBERNETES_SERVICE_HOST is unset (not in a cluster); "
+            "give --token-review-url"
+        )
+    return TokenReviewer(url, settings.token_review_allow)
 
 
 async def _every(period: float, work: Callable[[], object]) -> None:

@@ -203,6 +203,11 @@ def device_handle(index: int) -> Value[Handle]:
     )
 
 
+def device_minor(handle: Handle) -> Value[int]:
+    """The N of the GPU's /dev/nvidiaN."""
+    return query("nvmlDeviceGetMinorNumber", lambda: int(pynvml.nvmlDeviceGetMinorNumber(handle)))
+
+
 def device_name(handle: Handle) -> Value[str]:
     return query("nvmlDeviceGetName", lambda: _text(pynvml.nvmlDeviceGetName(handle)))
 

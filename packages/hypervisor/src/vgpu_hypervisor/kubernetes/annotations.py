@@ -4,7 +4,7 @@ Annotations (vgpu.rs names): ``tensor-fusion.ai/vram-limit`` (a size), ``compute
 (percent), ``tflops-limit`` (converted through PEAK_TFLOPS), ``compute-burst`` (percent),
 ``gpu-ids`` (indices or UUIDs), ``qos`` and ``vram-oversubscribe``. A limit annotation applies
 to every GPU of the pod; ``<annotation>.<gpu>`` (an index or UUID) sets it for one GPU.
-Resources (names settable): ``vgpu.io/gpu`` (count), ``vgpu.io/gpu-memory`` (MiB per GPU) and
+Resources (names settable): ``vgpu.io/gpu`` (count), ``vgpu.io/gpu-memory`` (units of the memory unit, 1 GiB by default, per GPU) and
 ``vgpu.io/gpu-compute`` (percent per GPU), summed over the pod's containers, which share the
 pod's one region.
 
@@ -72,6 +72,8 @@ class ResourceNames:
     gpu: str = "vgpu.io/gpu"
     memory: str = "vgpu.io/gpu-memory"
     compute: str = "vgpu.io/gpu-compute"
+    # Bytes of one unit of the memory resource: the device plugin's (settable) unit.
+    memory_unit: int = 1 << 30
 
 
 DEFAULT_NAMES = ResourceNames()
@@ -146,7 +148,7 @@ def peak_tflops(name: str) -> float | None:
 
 
 def parse_quantity(text: str) -> int:
-    """A resource quantity that must be a whole number (GPUs, MiB, percent)."""
+    """A resource quantity that must be a whole number (GPUs, memory units, percent)."""
     if not re.fullmatch(r"[0-9]{1,9}", text.strip()):
         raise ValueError(f"expected a whole number, got {text!r}")
     return int(text)
@@ -210,7 +212,7 @@ def resolve(
             pod,
             gpu,
             defaults=defaults,
-            memory_mib=resources.get(names.memory),
+            memory_units=resources.get(names.memory),
             compute_resource=compute_resource,
             names=names,
             problems=problems,
@@ -275,7 +277,7 @@ def _gpu_limits(
     gpu: NodeGpu,
     *,
     defaults: Mapping[str, float],
-    memory_mib: int | None,
+    memory_units: int | None,
     compute_resource: int | None,
     names: ResourceNames,
     problems: _Problems,
@@ -285,13 +287,14 @@ def _gpu_limits(
     for key in (str(gpu.index), gpu.uuid):
         values |= _gpu_values(pod.annotations, "." + key, problems)
     memory = values.get(VRAM_LIMIT)
-    if memory_mib is not None:
-        from_resource = memory_mib * MiB
+    if memory_units is not None:
+        from_resource = memory_units * names.memory_unit
         if memory is not None and memory != from_resource:
             problems.add(
                 VRAM_LIMIT,
                 format_size(int(memory)),
-                f"contradicts resource {names.memory}={memory_mib} (MiB); the lower applies",
+                f"contradicts resource {names.memory}={memory_units} "
+                f"(units of {format_size(names.memory_unit)}); the lower applies",
             )
         memory = from_resource if memory is None else min(memory, from_resource)
     compute = _lower(values.get(COMPUTE_LIMIT), _from_tflops(gpu, values, problems))

@@ -61,7 +61,10 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
         )
     client = open_client(settings)
     names = ResourceNames(
-        settings.kube_gpu_resource, settings.kube_memory_resource, settings.kube_compute_resource
+        settings.gpu_resource,
+        settings.gpu_memory_resource,
+        settings.gpu_compute_resource,
+        memory_unit=settings.gpu_memory_unit,
     )
     events = EventPoster(client, settings.node_name, asyncio.get_running_loop())
     return PodSource(

@@ -11,6 +11,8 @@ from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
+from vgpu_hypervisor.daemon.api.token_review import ReviewUnavailable, TokenReviewer
+
 
 def read_or_create_token(path: Path) -> str:
     """The API token in ``path``, created (mode 0600, folder included) when absent."""
@@ -35,9 +37,14 @@ def read_or_create_token(path: Path) -> str:
     return token
 
 
-def token_check(token: str) -> Callable[..., None]:
-    """A route dependency: 401 unless the request carries ``token`` as its bearer token."""
-    bearer = HTTPBearer(auto_error=False, description="The token in the daemon's token file.")
+def token_check(token: str, reviewer: TokenReviewer | None = None) -> Callable[..., None]:
+    """A route dependency: 401 unless the request carries ``token`` as its bearer token, or
+    (with a ``reviewer``) a cluster token the API server vouches for; 403 for a cluster user
+    who is not allowed, 503 when the API server cannot answer."""
+    bearer = HTTPBearer(
+        auto_error=False,
+        description="The token in the daemon's token file, or a Kubernetes token (TokenReview).",
+    )
 
     def authorized(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -45,7 +52,17 @@ def token_check(token: str) -> Callable[..., None]:
         challenge = {"WWW-Authenticate": "Bearer"}
         if credentials is None:
             raise HTTPException(401, "this request needs the API token (Bearer)", challenge)
-        if not secrets.compare_digest(credentials.credentials.encode(), token.encode()):
+        given = credentials.credentials
+        if secrets.compare_digest(given.encode(), token.encode()):
+            return
+        if reviewer is None:
             raise HTTPException(401, "wrong API token", challenge)
+        try:
+            review = reviewer.review(given)
+        except ReviewUnavailable as error:
+            raise HTTPException(503, str(error)) from None
+        if not review.allowed:
+            status = 403 if review.authenticated else 401
+            raise HTTPException(status, f"token refused: {review.reason}", challenge)
 
     return authorized

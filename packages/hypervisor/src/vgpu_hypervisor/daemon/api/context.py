@@ -7,6 +7,7 @@ from pathlib import Path
 
 from vgpu_limiter.region import REGION_SIZE
 
+from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.gpu import BackendInfo
 
@@ -25,6 +26,8 @@ class ApiContext:
     started: float
     # The daemon's tasks are running (readiness); set by the daemon.
     running: Callable[[], bool] = lambda: True
+    # Cluster tokens accepted through TokenReview (--token-review); None: the token file only.
+    reviewer: TokenReviewer | None = None
 
 
 def readiness(context: ApiContext) -> dict[str, str]:

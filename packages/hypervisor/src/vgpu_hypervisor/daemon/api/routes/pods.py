@@ -61,7 +61,7 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(prefix=API, tags=["pods"], route_class=JsonBodyRoute)
-    changes_need_token = [Depends(token_check(context.token))]
+    changes_need_token = [Depends(token_check(context.token, context.reviewer))]
     changes = asyncio.Lock()
     store = context.node.store
 

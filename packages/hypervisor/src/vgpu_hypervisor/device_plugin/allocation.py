@@ -1,0 +1,169 @@
+"""Allocate: which pod a container belongs to, and what makes that container limited.
+
+The kubelet's Allocate names devices, never the pod. The pod is found among this node's
+pending pods that ask for the GPU resource: the oldest (creation time, then namespace/name)
+with a container that asks for as many GPU devices as the request holds and has not been
+allocated yet. The kubelet admits one pod at a time, so this is right unless two pending pods
+ask for the same number of GPUs and the kubelet admits the younger first; then the two swap
+limits (each still gets as many GPUs as it asked for). docs/device-plugin.md says more.
+"""
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vgpu_hypervisor.daemon.pods import Limits
+from vgpu_hypervisor.device_plugin.proto import api_pb2
+from vgpu_hypervisor.device_plugin.resources import COMPUTE_UNITS, ResourceNames, gpu_of
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+
+PendingPods = Callable[[], Sequence[KubePod]]
+# Makes sure the pod's region exists (with these limits when it is new); its folder on the host.
+PreparePod = Callable[[KubePod, Mapping[str, Limits]], Path]
+LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
+# NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
+CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+
+
+class AllocationError(Exception):
+    """Allocate cannot be answered; one line, sent to the kubelet as the gRPC error."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things are on the host and in the container."""
+
+    host_lib_dir: Path  # holds LIBRARIES, installed on the host
+    host_base: Path  # the daemon's shm base path
+    container_lib_dir: Path = Path("/usr/local/vgpu/lib")
+    container_base: Path = Path("/run/tensor-fusion/shm")
+    dev_root: Path = Path("/dev")
+    memory_unit: int = 1 << 30
+    names: ResourceNames = field(default_factory=ResourceNames)
+
+
+def requested(pod: KubePod, container: KubeContainer, name: str) -> int:
+    """The whole number of ``name`` a container asks for (0 when none)."""
+    text = container.resources.get(name)
+    if text is None:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise AllocationError(
+            f"pod {pod.key} container {container.name}: {name} must be a whole number, not {text!r}"
+        ) from None
+    if value < 0:
+        raise AllocationError(f"pod {pod.key} container {container.name}: {name} is negative")
+    return value
+
+
+class PodMatcher:
+    """Finds the pod of each Allocate and remembers the containers already given GPUs."""
+
+    def __init__(self, pending: PendingPods, names: ResourceNames) -> None:
+        self._pending = pending
+        self._names = names
+        self._taken: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def match(self, count: int) -> tuple[KubePod, KubeContainer]:
+        """The oldest pending container asking for ``count`` GPU devices, now taken."""
+        with self._lock:
+            pods = [p for p in self._pending() if p.phase == "Pending" and not p.deleting]
+            live = {pod.uid for pod in pods}
+            self._taken = {taken for taken in self._taken if taken[0] in live}
+            asking = 0
+            for pod in sorted(pods, key=lambda p: (p.created, p.key)):
+                for container in pod.containers:
+                    wanted = requested(pod, container, self._names.gpu)
+                    if wanted == 0 or (pod.uid, container.name) in self._taken:
+                        continue
+                    asking += 1
+                    if wanted == count:
+                        self._taken.add((pod.uid, container.name))
+                        return pod, container
+            raise AllocationError(
+                f"no pending pod on this node has a container asking for {count} "
+                f"{self._names.gpu} ({asking} pending container(s) ask for another count "
+                "or none is known yet)"
+            )
+
+
+def pod_limits(pod: KubePod, layout: Layout, uuids: Sequence[str]) -> dict[str, Limits]:
+    """The pod's limits on each of its GPUs: the memory and compute its containers ask for
+    (summed; one quota per pod), unlimited where none asks."""
+    memory = sum(requested(pod, c, layout.names.memory) for c in pod.containers)
+    compute = sum(requested(pod, c, layout.names.compute) for c in pod.containers)
+    limit = Limits(
+        memory=memory * layout.memory_unit,
+        compute=float(min(compute, COMPUTE_UNITS)) if compute else 100.0,
+    )
+    return dict.fromkeys(uuids, limit)
+
+
+def container_response(
+    layout: Layout,
+    pod: KubePod,
+    container: KubeContainer,
+    *,
+    device_ids: Sequence[str],
+    host_folder: Path,
+    limits: Mapping[str, Limits],
+    minors: Mapping[str, int],
+) -> api_pb2.ContainerAllocateResponse:
+    """Env, mounts and device nodes for one container."""
+    uuids = sorted({gpu_of(one) for one in device_ids})
+    for library in LIBRARIES:
+        if not (layout.host_lib_dir / library).is_file():
+            raise AllocationError(
+                f"{layout.host_lib_dir / library} is missing: install the libraries on the "
+                "node (--device-plugin-lib-dir)"
+            )
+    libs = [str(layout.container_lib_dir / library) for library in LIBRARIES]
+    folder = layout.container_base / pod.namespace / pod.name
+    envs = {
+        # add-path first: it keeps the limiter in LD_PRELOAD (TF_LD_PRELOAD) for children
+        # whose environment another preload rewrote.
+        "LD_PRELOAD": ":".join(libs),
+        "TF_LD_PRELOAD": libs[1],
+        "SHM_BASE_PATH": str(layout.container_base),
+        "SHM_PATH": str(folder),
+        "POD_NAME": pod.name,
+        "POD_NAMESPACE": pod.namespace,
+        "CONTAINER_NAME": container.name,
+        "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
+    }
+    memory = {u: limits[u].memory for u in uuids if limits[u].memory}
+    compute = {u: limits[u].compute for u in uuids if (limits[u].compute or 100) < 100}
+    if memory:
+        envs["TENSOR_FUSION_CUDA_MEM_LIMIT"] = json.dumps(memory, separators=(",", ":"))
+    if compute:
+        envs["TENSOR_FUSION_CUDA_UP_LIMIT"] = json.dumps(compute, separators=(",", ":"))
+    # Read-only but for the pod's own folder and the leases every paced process writes;
+    # the rest of the base path (other pods) is not mounted at all.
+    mounts = [
+        (layout.host_lib_dir / LIBRARIES[0], Path(libs[0]), True),
+        (layout.host_lib_dir / LIBRARIES[1], Path(libs[1]), True),
+        (host_folder, folder, False),
+        (layout.host_base / ".devices", layout.container_base / ".devices", False),
+        (layout.host_base / ".node", layout.container_base / ".node", True),
+    ]
+    names = [*CONTROL_DEVICES, *(f"nvidia{minors[u]}" for u in uuids if u in minors)]
+    devices = [
+        api_pb2.DeviceSpec(
+            container_path=f"/dev/{name}", host_path=str(layout.dev_root / name), permissions="rw"
+        )
+        for name in names
+        if (layout.dev_root / name).exists()
+    ]
+    return api_pb2.ContainerAllocateResponse(
+        envs=envs,
+        mounts=[
+            api_pb2.Mount(container_path=str(inside), host_path=str(host), read_only=read_only)
+            for host, inside, read_only in mounts
+        ],
+        devices=devices,
+    )

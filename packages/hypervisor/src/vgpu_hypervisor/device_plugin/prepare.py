@@ -1,0 +1,40 @@
+"""Allocate's region step: the pod's region exists before its container starts.
+
+The pod source usually made it already (from the pod's annotations); when Allocate comes
+first, the region is made here through the PodStore (the one writer of regions) with the
+limits of the pod's resource requests. The GPUs' lease files are made too, so the container
+can mount the lease folder.
+"""
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from vgpu_limiter.lease import DeviceLease
+from vgpu_limiter.region import region_path
+
+from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
+from vgpu_hypervisor.device_plugin.allocation import PreparePod
+from vgpu_hypervisor.kubernetes.model import KubePod
+
+
+# The pod source's assign(uid, gpus): the pod's limits on the GPUs Allocate gave it, resolved
+# from its annotations and resources together and written through the store.
+Assign = Callable[[str, Sequence[str]], None]
+
+
+def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
+    """A PreparePod that creates missing regions in ``store``; the host folder of the pod.
+    With ``assign`` (the pod source), the pod source sets the pod's limits on its GPUs first."""
+
+    def prepare(pod: KubePod, limits: Mapping[str, Limits]) -> Path:
+        if assign is not None:
+            assign(pod.uid, list(limits))
+        for uuid in limits:
+            DeviceLease.open(store.base, uuid).close()
+        # Made by the pod source already: its limits (annotations included) stand.
+        with contextlib.suppress(PodConflict):
+            store.create(pod.namespace, pod.name, limits)
+        return region_path(store.base, pod.namespace, pod.name).parent
+
+    return prepare

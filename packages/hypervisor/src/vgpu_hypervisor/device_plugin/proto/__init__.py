@@ -1,0 +1,1 @@
+"""Generated kubelet device-plugin v1beta1 messages and services (see api.proto)."""

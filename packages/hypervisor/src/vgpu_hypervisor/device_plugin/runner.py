@@ -1,0 +1,62 @@
+"""The device plugin as the daemon runs it: built from the settings and the first GPU sample."""
+
+from collections.abc import Sequence
+
+from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, PendingPods
+from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
+from vgpu_hypervisor.device_plugin.resources import ResourceError, ResourceNames
+from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
+from vgpu_hypervisor.gpu import NodeSnapshot, NotAvailable, nvml
+from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.settings import Settings
+
+
+def _no_pod_source() -> Sequence[KubePod]:
+    raise AllocationError(
+        "the daemon does not watch this node's pods (--kubernetes), so no container can be "
+        "matched to its pod"
+    )
+
+
+def minor_numbers(snapshot: NodeSnapshot) -> dict[str, int]:
+    """GPU UUID → N of /dev/nvidiaN, for the GPUs whose driver says."""
+    minors: dict[str, int] = {}
+    with nvml.LOCK:
+        for device in snapshot.devices:
+            handle = nvml.device_handle(device.index)
+            if not isinstance(device.uuid, str) or isinstance(handle, NotAvailable):
+                continue
+            minor = nvml.device_minor(handle)
+            if isinstance(minor, int):
+                minors[device.uuid] = minor
+    return minors
+
+
+def build_plugin(
+    settings: Settings,
+    snapshot: NodeSnapshot,
+    store: PodStore,
+    pending: PendingPods | None,
+    assign: Assign | None = None,
+) -> DevicePlugin:
+    """The plugin (not started); ResourceError (one line) when it cannot advertise this node."""
+    gpus = inventory(snapshot)
+    if not gpus:
+        raise ResourceError("the device plugin found no GPU to advertise")
+    layout = Layout(
+        host_lib_dir=settings.device_plugin_lib_dir,
+        host_base=settings.shm_base_path,
+        memory_unit=settings.gpu_memory_unit,
+        names=ResourceNames(
+            settings.gpu_resource, settings.gpu_memory_resource, settings.gpu_compute_resource
+        ),
+    )
+    config = PluginConfig(layout, folder=settings.device_plugin_dir, shares=settings.gpu_shares)
+    return DevicePlugin(
+        config,
+        gpus,
+        pending or _no_pod_source,
+        store_preparer(store, assign),
+        minor_numbers(snapshot),
+    )

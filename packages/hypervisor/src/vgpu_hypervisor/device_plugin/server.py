@@ -1,0 +1,330 @@
+"""The kubelet device plugin: one gRPC server per resource on a unix socket in the kubelet's
+device-plugin folder, registered with the kubelet, re-registered when the kubelet restarts.
+
+A kubelet that starts removes the sockets of that folder and makes a new `kubelet.sock`; the
+plugin polls the socket's inode (every ``poll_s``) and, when it changed or its own socket is
+gone, serves again and registers again. Registration that fails (no kubelet yet) is retried at
+the same pace. gRPC runs on its own threads; the daemon calls ``update_health`` from sampling.
+"""
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import grpc
+
+from vgpu_hypervisor.device_plugin.allocation import (
+    AllocationError,
+    Layout,
+    PendingPods,
+    PodMatcher,
+    PreparePod,
+    container_response,
+    pod_limits,
+)
+from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
+from vgpu_hypervisor.device_plugin.resources import (
+    KINDS,
+    Gpu,
+    Kind,
+    check_inventory,
+    device_ids,
+    gpu_of,
+    health_of,
+)
+from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
+
+log = logging.getLogger("vgpu_hypervisor.device_plugin")
+API_VERSION: Final = "v1beta1"
+KUBELET_SOCKET: Final = "kubelet.sock"
+DEFAULT_FOLDER: Final = Path("/var/lib/kubelet/device-plugins")
+_ASSIGNED_KEPT: Final = 4096
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    layout: Layout
+    folder: Path = DEFAULT_FOLDER
+    shares: int = 10
+    poll_s: float = 1.0
+    register_timeout_s: float = 5.0
+
+
+def healthy_gpus(uuids: Sequence[str], snapshot: NodeSnapshot) -> dict[str, bool]:
+    """Per advertised GPU: it is in the snapshot with its UUID and memory readable. A GPU that
+    fell off the bus, or whose driver stopped answering, fails one of these."""
+    seen = {
+        device.uuid.lower()
+        for device in snapshot.devices
+        if isinstance(device.uuid, str) and isinstance(device.memory_total, int)
+    }
+    return {uuid: uuid.lower() in seen for uuid in uuids}
+
+
+def inventory(snapshot: NodeSnapshot) -> list[Gpu]:
+    """The GPUs to advertise: those whose UUID and memory a sample read."""
+    return [
+        Gpu(device.uuid, device.memory_total)
+        for device in snapshot.devices
+        if isinstance(device.uuid, str) and isinstance(device.memory_total, int)
+    ]
+
+
+class _Servicer(api_pb2_grpc.DevicePluginServicer):
+    def __init__(self, plugin: "DevicePlugin", kind: Kind) -> None:
+        self._plugin = plugin
+        self._kind = kind
+
+    def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(pre_start_required=False)
+
+    def ListAndWatch(
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.ListAndWatchResponse]:
+        plugin = self._plugin
+        sent = -1
+        while context.is_active() and not plugin.stopping:
+            with plugin.changed:
+                if plugin.generation == sent:
+                    # Woken by a change or stop; the timeout notices a kubelet gone away.
+                    plugin.changed.wait(timeout=plugin.poll_s)
+                generation, healthy = plugin.generation, dict(plugin.healthy)
+            if generation != sent and not plugin.stopping:
+                sent = generation
+                yield api_pb2.ListAndWatchResponse(
+                    devices=[
+                        api_pb2.Device(ID=one, health=health_of(one, healthy))
+                        for one in plugin.ids[self._kind]
+                    ]
+                )
+
+    def Allocate(
+        self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
+    ) -> api_pb2.AllocateResponse:
+        if self._kind != "gpu":
+            # Memory and compute devices only count capacity; the GPU resource's Allocate
+            # gives the limits, read from the pod's requests.
+            return api_pb2.AllocateResponse(
+                container_responses=[
+                    api_pb2.ContainerAllocateResponse() for _ in request.container_requests
+                ]
+            )
+        try:
+            return self._plugin.allocate(request)
+        except AllocationError as error:
+            log.warning("Allocate %s: %s", self._plugin.resource(self._kind), error)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            raise  # abort raises; this keeps type checkers sure
+
+    def PreStartContainer(
+        self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()
+
+    def GetPreferredAllocation(
+        self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreferredAllocationResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation (not advertised)")
+        raise AssertionError("unreachable")
+
+
+class DevicePlugin:
+    """Serves and registers the three resources; ``start`` then ``stop``."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        gpus: Sequence[Gpu],
+        pending: PendingPods,
+        prepare: PreparePod,
+        minors: Mapping[str, int] | None = None,
+    ) -> None:
+        layout = config.layout
+        check_inventory(gpus, config.shares, layout.memory_unit)
+        self.config = config
+        self.poll_s = config.poll_s
+        self.ids = {k: device_ids(k, gpus, config.shares, layout.memory_unit) for k in KINDS}
+        self.healthy: dict[str, bool] = {gpu.uuid: True for gpu in gpus}
+        self.generation = 0
+        self.changed = threading.Condition()
+        self.stopping = False
+        self._matcher = PodMatcher(pending, layout.names)
+        self._prepare = prepare
+        self._minors = dict(minors or {})
+        self._servers: dict[Kind, grpc.Server] = {}
+        self._kubelet_inode: int | None = None
+        self._registered = False
+        self._watcher: threading.Thread | None = None
+        self._wake = threading.Event()
+        # pod UID → the GPUs its containers were given, newest last (bounded).
+        self._assigned: dict[str, tuple[str, ...]] = {}
+        self._assigned_lock = threading.Lock()
+
+    def resource(self, kind: Kind) -> str:
+        return self.config.layout.names.of(kind)
+
+    def socket_path(self, kind: Kind) -> Path:
+        return self.config.folder / f"tf-hypervisor-{kind}.sock"
+
+    # Health
+
+    def update_health(self, snapshot: NodeSnapshot) -> None:
+        """Mark the GPUs the snapshot lost (or got back); ListAndWatch streams send the change."""
+        self.set_health(healthy_gpus(list(self.healthy), snapshot))
+
+    def set_health(self, healthy: Mapping[str, bool]) -> None:
+        with self.changed:
+            new = {uuid: healthy.get(uuid, state) for uuid, state in self.healthy.items()}
+            if new == self.healthy:
+                return
+            for uuid, state in new.items():
+                if state != self.healthy[uuid]:
+                    log.warning("GPU %s is %s", uuid, "healthy again" if state else "unhealthy")
+            self.healthy = new
+            self.generation += 1
+            self.changed.notify_all()
+
+    # Allocate
+
+    def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
+        layout = self.config.layout
+        responses = []
+        for one in request.container_requests:
+            ids = list(one.devices_ids)
+            unknown = sorted(set(ids) - set(self.ids["gpu"]))
+            if unknown:
+                raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
+            uuids = sorted({gpu_of(d) for d in ids})
+            pod, container = self._matcher.match(len(ids))
+            limits = pod_limits(pod, layout, uuids)
+            try:
+                folder = self._prepare(pod, limits)
+            except Exception as error:
+                raise AllocationError(
+                    f"pod {pod.key}: cannot prepare its region: {error}"
+                ) from None
+            self._remember(pod.uid, uuids)
+            responses.append(
+                container_response(
+                    layout,
+                    pod,
+                    container,
+                    device_ids=ids,
+                    host_folder=folder,
+                    limits=limits,
+                    minors=self._minors,
+                )
+            )
+            log.info(
+                "Allocate: pod %s container %s gets %s (memory %s, compute %s)",
+                pod.key,
+                container.name,
+                ",".join(uuids),
+                {u: limits[u].memory for u in uuids},
+                {u: limits[u].compute for u in uuids},
+            )
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    def assigned(self, pod_uid: str) -> tuple[str, ...]:
+        """The GPU UUIDs Allocate gave the pod's containers (the pod source's default GPUs
+        for a pod whose annotations name none); () when none yet."""
+        with self._assigned_lock:
+            return self._assigned.get(pod_uid, ())
+
+    def _remember(self, pod_uid: str, uuids: Sequence[str]) -> None:
+        with self._assigned_lock:
+            known = self._assigned.pop(pod_uid, ())
+            self._assigned[pod_uid] = tuple(sorted({*known, *uuids}))
+            while len(self._assigned) > _ASSIGNED_KEPT:
+                del self._assigned[next(iter(self._assigned))]
+
+    # Serving and registering
+
+    def start(self) -> None:
+        """Serve every resource and watch the kubelet's socket (registering when it is there)."""
+        self.config.folder.mkdir(parents=True, exist_ok=True)
+        self._serve()
+        self._watcher = threading.Thread(target=self._watch, name="device-plugin", daemon=True)
+        self._watcher.start()
+
+    def stop(self) -> None:
+        with self.changed:
+            self.stopping = True
+            self.changed.notify_all()
+        self._wake.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+        self._shutdown()
+
+    def registered(self) -> bool:
+        return self._registered
+
+    def _serve(self) -> None:
+        self._shutdown()
+        for kind in KINDS:
+            path = self.socket_path(kind)
+            path.unlink(missing_ok=True)
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            api_pb2_grpc.add_DevicePluginServicer_to_server(_Servicer(self, kind), server)
+            server.add_insecure_port(f"unix://{path}")
+            server.start()
+            self._servers[kind] = server
+
+    def _shutdown(self) -> None:
+        for kind, server in self._servers.items():
+            server.stop(grace=1).wait(5)
+            self.socket_path(kind).unlink(missing_ok=True)
+        self._servers.clear()
+
+    def _inode(self, path: Path) -> int | None:
+        try:
+            return path.stat().st_ino
+        except OSError:
+            return None
+
+    def _watch(self) -> None:
+        kubelet = self.config.folder / KUBELET_SOCKET
+        while not self.stopping:
+            inode = self._inode(kubelet)
+            ours = all(self._inode(self.socket_path(kind)) is not None for kind in KINDS)
+            if inode is None:
+                self._registered = False
+            elif inode != self._kubelet_inode or not ours or not self._registered:
+                if self._kubelet_inode is not None and inode != self._kubelet_inode:
+                    log.info("the kubelet's socket was made again: registering again")
+                if not ours or (self._kubelet_inode is not None and inode != self._kubelet_inode):
+                    self._serve()
+                self._kubelet_inode = inode
+                self._registered = self._register(kubelet)
+            self._wake.wait(self.poll_s)
+
+    def _register(self, kubelet: Path) -> bool:
+        try:
+            with grpc.insecure_channel(f"unix://{kubelet}") as channel:
+                stub = api_pb2_grpc.RegistrationStub(channel)
+                for kind in KINDS:
+                    stub.Register(
+                        api_pb2.RegisterRequest(
+                            version=API_VERSION,
+                            endpoint=self.socket_path(kind).name,
+                            resource_name=self.resource(kind),
+                            options=api_pb2.DevicePluginOptions(pre_start_required=False),
+                        ),
+                        timeout=self.config.register_timeout_s,
+                    )
+        except grpc.RpcError as error:
+            code = error.code() if isinstance(error, grpc.Call) else None
+            detail = error.details() if isinstance(error, grpc.Call) else str(error)
+            log.warning("registering with the kubelet at %s failed: %s %s", kubelet, code, detail)
+            return False
+        log.info(
+            "registered %s with the kubelet",
+            ", ".join(self.resource(kind) for kind in KINDS),
+        )
+        return True

@@ -1,0 +1,109 @@
+"""A device plugin on a simulated node, with a stand-in kubelet and a list of pending pods."""
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from vgpu_add_path import library_path as add_path_library
+from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.device_plugin import DevicePlugin, Layout, PluginConfig, inventory
+from vgpu_hypervisor.device_plugin.prepare import store_preparer
+from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_limiter import library_path as limiter_library
+
+from tests.device_plugin.kubelet import FakeKubelet
+
+SHARES = 4
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def sim_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("node") / "node.state"
+
+
+@pytest.fixture(scope="module")
+def snapshot(sim_state: Path) -> NodeSnapshot:
+    """One sample of the simulated node (two GPUs)."""
+    saved = os.environ.pop("VGPU_SIM_DEVICES", None)
+    try:
+        with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
+            return observer.sample()
+    finally:
+        if saved is not None:
+            os.environ["VGPU_SIM_DEVICES"] = saved
+
+
+def gpu_pod(
+    name: str,
+    gpus: int,
+    created: str,
+    *,
+    memory: int = 0,
+    compute: int = 0,
+    phase: str = "Pending",
+) -> KubePod:
+    resources = {"vgpu.io/gpu": str(gpus)}
+    if memory:
+        resources["vgpu.io/gpu-memory"] = str(memory)
+    if compute:
+        resources["vgpu.io/gpu-compute"] = str(compute)
+    return KubePod(
+        namespace="team",
+        name=name,
+        uid=f"uid-{name}",
+        node_name="node-1",
+        phase=phase,
+        resource_version="1",
+        created=created,
+        containers=(KubeContainer("main", resources),),
+    )
+
+
+@dataclass
+class Node:
+    root: Path
+    kubelet: FakeKubelet
+    layout: Layout
+    store: PodStore
+    pods: list[KubePod] = field(default_factory=list)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(add_path_library(), lib / "libadd_path.so")
+    shutil.copy(limiter_library(), lib / "libcuda_limiter.so")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"):
+        (dev / name).touch()
+    layout = Layout(host_lib_dir=lib, host_base=tmp_path / "shm", dev_root=dev, memory_unit=GiB)
+    layout.host_base.mkdir()
+    store = PodStore(layout.host_base)
+    kubelet = FakeKubelet(tmp_path / "device-plugins")
+    kubelet.start()
+    try:
+        yield Node(tmp_path, kubelet, layout, store)
+    finally:
+        kubelet.stop()
+        store.close()
+
+
+@pytest.fixture
+def plugin(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
+    config = PluginConfig(node.layout, folder=node.kubelet.folder, shares=SHARES, poll_s=0.1)
+    minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}
+    running = DevicePlugin(
+        config, inventory(snapshot), lambda: node.pods, store_preparer(node.store), minors
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()

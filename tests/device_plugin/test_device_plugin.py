@@ -1,0 +1,191 @@
+"""The device plugin against a stand-in kubelet over real gRPC, on the simulated GPU."""
+
+import dataclasses
+import json
+import subprocess
+
+import grpc
+import pytest
+from vgpu_hypervisor.device_plugin import DevicePlugin
+from vgpu_hypervisor.device_plugin.proto import api_pb2
+from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
+from vgpu_limiter import sim
+
+from tests.device_plugin.conftest import SHARES, GiB, Node, gpu_pod
+from tests.device_plugin.kubelet import Watch
+from tests.hypervisor.conftest import clean_environment
+
+RESOURCES = {"vgpu.io/gpu", "vgpu.io/gpu-memory", "vgpu.io/gpu-compute"}
+
+
+def registered(node: Node) -> dict[str, api_pb2.RegisterRequest]:
+    return {r.resource_name: r for r in node.kubelet.wait_registrations(3)}
+
+
+def test_registers_every_resource_with_its_own_socket(node: Node, plugin: DevicePlugin) -> None:
+    requests = registered(node)
+    assert set(requests) == RESOURCES
+    for request in requests.values():
+        assert request.version == "v1beta1"
+        assert (node.kubelet.folder / request.endpoint).is_socket()
+        options = node.kubelet.plugin(request).GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+        assert not options.pre_start_required
+    assert len({r.endpoint for r in requests.values()}) == 3
+
+
+def test_list_and_watch_streams_a_lost_gpu_as_unhealthy(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    requests = registered(node)
+    gpus = [d.uuid for d in snapshot.devices]
+    assert len(gpus) == 2 and all(isinstance(u, str) for u in gpus)
+    stream = Watch(node.kubelet.plugin(requests["vgpu.io/gpu"]))
+    first = stream.next()
+    assert len(first.devices) == 2 * SHARES
+    assert {d.health for d in first.devices} == {"Healthy"}
+    memory_stream = Watch(node.kubelet.plugin(requests["vgpu.io/gpu-memory"]))
+    memory = memory_stream.next()
+    memory_stream.cancel()
+    total = sum(d.memory_total for d in snapshot.devices if isinstance(d.memory_total, int))
+    assert len(memory.devices) == total // GiB
+
+    # GPU 1 stops answering: its UUID cannot be read any more.
+    lost = dataclasses.replace(snapshot.devices[1], uuid=NOT_AVAILABLE)
+    plugin.update_health(dataclasses.replace(snapshot, devices=(snapshot.devices[0], lost)))
+    second = stream.next()
+    health = {d.ID: d.health for d in second.devices}
+    assert {h for i, h in health.items() if i.startswith(str(gpus[1]))} == {"Unhealthy"}
+    assert {h for i, h in health.items() if i.startswith(str(gpus[0]))} == {"Healthy"}
+    plugin.update_health(snapshot)  # back
+    assert {d.health for d in stream.next().devices} == {"Healthy"}
+    stream.cancel()
+
+
+def allocate(
+    node: Node, request: api_pb2.RegisterRequest, ids: list[str]
+) -> api_pb2.ContainerAllocateResponse:
+    response = node.kubelet.plugin(request).Allocate(
+        api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
+        ),
+        timeout=10,
+    )
+    assert len(response.container_responses) == 1
+    answer: api_pb2.ContainerAllocateResponse = response.container_responses[0]
+    return answer
+
+
+def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    uuid = str(snapshot.devices[0].uuid)
+    node.pods[:] = [
+        gpu_pod("running", 1, "2026-01-01T00:00:00Z", memory=8, phase="Running"),
+        gpu_pod("two-gpus", 2, "2026-01-01T00:00:01Z"),
+        gpu_pod("younger", 1, "2026-01-01T00:00:09Z", memory=4, compute=50),
+        gpu_pod("older", 1, "2026-01-01T00:00:05Z", memory=2, compute=30),
+    ]
+    request = registered(node)["vgpu.io/gpu"]
+    answer = allocate(node, request, [f"{uuid}-0"])
+    envs = dict(answer.envs)
+    assert envs["POD_NAME"] == "older" and envs["POD_NAMESPACE"] == "team"
+    assert envs["CONTAINER_NAME"] == "main"
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert envs["SHM_PATH"] == "/run/tensor-fusion/shm/team/older"
+    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 2 * GiB}
+    assert json.loads(envs["TENSOR_FUSION_CUDA_UP_LIMIT"]) == {uuid: 30.0}
+    assert envs["LD_PRELOAD"].split(":") == [
+        "/usr/local/vgpu/lib/libadd_path.so",
+        "/usr/local/vgpu/lib/libcuda_limiter.so",
+    ]
+    assert envs["TF_LD_PRELOAD"] == "/usr/local/vgpu/lib/libcuda_limiter.so"
+    mounts = {m.container_path: (m.host_path, m.read_only) for m in answer.mounts}
+    base = node.layout.host_base
+    assert mounts["/run/tensor-fusion/shm/team/older"] == (str(base / "team" / "older"), False)
+    assert mounts["/run/tensor-fusion/shm/.devices"] == (str(base / ".devices"), False)
+    assert mounts["/usr/local/vgpu/lib/libcuda_limiter.so"][1] is True
+    # Nothing else of the base path: no other pod's folder, not the base itself.
+    writable = [path for path, (_, read_only) in mounts.items() if not read_only]
+    assert sorted(writable) == [
+        "/run/tensor-fusion/shm/.devices",
+        "/run/tensor-fusion/shm/team/older",
+    ]
+    devices = {d.container_path: d.host_path for d in answer.devices}
+    assert set(devices) == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
+    assert plugin.assigned("uid-older") == (uuid,)
+    assert plugin.assigned("uid-younger") == ()
+    # The region exists with those limits before the container starts.
+    record = node.store.get("team", "older")
+    assert [(d.uuid.lower(), d.memory_limit) for d in record.devices] == [(uuid.lower(), 2 * GiB)]
+
+    # The next single-GPU container is the younger pod's; then none is left.
+    assert dict(allocate(node, request, [f"{uuid}-1"]).envs)["POD_NAME"] == "younger"
+    with pytest.raises(grpc.RpcError) as caught:
+        allocate(node, request, [f"{uuid}-2"])
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no pending pod on this node" in str(caught.value.details())
+    assert "asking for 1 vgpu.io/gpu" in str(caught.value.details())
+
+
+def test_allocate_with_no_matching_pod_is_an_error_naming_why(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    request = registered(node)["vgpu.io/gpu"]
+    with pytest.raises(grpc.RpcError) as caught:
+        allocate(node, request, [f"{snapshot.devices[0].uuid}-0"])
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.details() == (
+        "no pending pod on this node has a container asking for 1 vgpu.io/gpu "
+        "(0 pending container(s) ask for another count or none is known yet)"
+    )
+    with pytest.raises(grpc.RpcError) as unknown:
+        allocate(node, request, ["GPU-nope-0"])
+    assert "unknown vgpu.io/gpu device(s) ['GPU-nope-0']" in str(unknown.value.details())
+
+
+def test_kubelet_restart_makes_the_plugin_register_again(node: Node, plugin: DevicePlugin) -> None:
+    registered(node)
+    node.kubelet.restart()  # the plugin's sockets are gone, kubelet.sock is a new file
+    again = registered(node)
+    assert set(again) == RESOURCES
+    for request in again.values():
+        stub = node.kubelet.plugin(request)
+        assert not stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10).pre_start_required
+    assert plugin.registered()
+
+
+def test_a_workload_with_the_allocated_environment_is_limited(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
+) -> None:
+    uuid = str(snapshot.devices[0].uuid)
+    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
+    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+
+    # The container's paths, as its mounts map them onto the host.
+    mounts = sorted(((m.container_path, m.host_path) for m in answer.mounts), key=len, reverse=True)
+
+    def on_host(value: str) -> str:
+        for inside, host in mounts:
+            value = value.replace(inside, host)
+        return value
+
+    environment = clean_environment() | sim.environment(state=str(sim_state))
+    environment |= {name: on_host(value) for name, value in answer.envs.items()}
+    assert environment["LD_PRELOAD"].startswith(str(node.layout.host_lib_dir))
+
+    def workload(size: str) -> dict[str, object]:
+        result = subprocess.run(
+            [str(sim.workload_path()), "--kernels", "1", "--alloc", size],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        report: dict[str, object] = json.loads(result.stdout)
+        return report
+
+    fits = workload("1GiB")
+    assert fits.get("error") is None, fits  # the compute limit's value parses too
+    assert fits["total_bytes"] == 2 * GiB  # the process sees its limit as the GPU's memory
+    assert workload("3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
