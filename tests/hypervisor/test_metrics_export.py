@@ -154,6 +154,7 @@ def test_every_series_carries_dcgm_exporter_labels_with_its_values() -> None:
         "pod": "train",
         "container": "",
         "pid": "4242",
+        "limited": "true",
         "gpu": "0",
         "UUID": UUID.lower(),
         "Hostname": HOSTNAME,
