@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vgpu_limiter import sim
+from vgpu_limiter import library_path, sim
 from vgpu_limiter.coverage import FAMILIES, base_name, family_of
 
 TF_LIMITER = str(Path(sys.executable).with_name("tf-limiter"))
@@ -82,3 +82,34 @@ def test_variants_fold_to_the_name_cuGetProcAddress_takes() -> None:
     assert family_of("cuMemAllocHost") is None  # host memory carries no limit
     assert family_of("cuLaunchHostFunc") is None
     assert family_of("cuGraphInstantiateWithParams") == "graph"
+
+
+def test_the_report_runs_with_the_standard_library_alone() -> None:
+    # As on a GPU node with nothing installed: python3 -S (no site-packages), sources on the path.
+    packages = Path(__file__).resolve().parents[2] / "packages"
+    folder = sim.library_dir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "vgpu_limiter.coverage_report",
+            "--cuda",
+            str(folder / "libcuda.so.1"),
+            "--nvml",
+            str(folder / "libnvidia-ml.so.1"),
+            "--limiter",
+            str(library_path()),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": f"{packages / 'limiter' / 'src'}:{packages / 'common' / 'src'}"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout
+        == coverage(
+            "--cuda", str(folder / "libcuda.so.1"), "--nvml", str(folder / "libnvidia-ml.so.1")
+        ).stdout
+    )

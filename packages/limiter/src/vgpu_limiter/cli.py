@@ -54,3 +54,7 @@ def version() -> None:
 
 def main() -> None:
     app(prog_name="tf-limiter")
+
+
+if __name__ == "__main__":
+    main()
