@@ -69,6 +69,12 @@ def setup_logging(settings: Settings) -> None:
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level.upper())
     root.propagate = False
+    # uvicorn's own problems (a broken request, a failed startup) in the same file and format;
+    # its start-up chatter stays out.
+    server = logging.getLogger("uvicorn")
+    server.handlers[:] = [handler]
+    server.setLevel(max(logging.WARNING, root.level))
+    server.propagate = False
 
 
 class _Server(uvicorn.Server):
