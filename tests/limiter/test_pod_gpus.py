@@ -133,3 +133,16 @@ def test_the_issue_scenario_with_the_daemon(daemon: Daemon) -> None:
     listed = daemon.api("GET", "/api/v1/pods/default/train")
     assert listed.status_code == 200, listed.text
     assert [gpu["uuid"].lower() for gpu in listed.json()["gpus"]] == [GPU0.lower()]
+
+
+def test_a_limit_for_a_gpu_outside_the_pod_is_named_in_the_log(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    path = daemon_pod(tmp_path / "base")
+    environment = pod_environment(
+        limited_env, tmp_path / "base", TENSOR_FUSION_CUDA_MEM_LIMIT=f'{{"{GPU1}": "1GiB"}}'
+    )
+    result = workload(environment, "--device", "0", "--alloc", str(GiB))
+    assert result.get("error") is None, result
+    assert f"({GPU1}) is not one of the GPUs of pod default/train" in str(result["stderr"])
+    assert pod_gpus(path) == [GPU0]
