@@ -111,7 +111,13 @@ VCUDA_HOOK: list[Expected] = [
 ]
 
 HAMI_CORE: list[Expected] = [
-    ({"CUDA_DEVICE_MEMORY_LIMIT": "4g"}, "all", "memory_limit", 4 * GIB, "CUDA_DEVICE_MEMORY_LIMIT"),
+    (
+        {"CUDA_DEVICE_MEMORY_LIMIT": "4g"},
+        "all",
+        "memory_limit",
+        4 * GIB,
+        "CUDA_DEVICE_MEMORY_LIMIT",
+    ),
     (
         {"CUDA_DEVICE_MEMORY_LIMIT_1": "1024m"},
         "1",
@@ -189,7 +195,7 @@ BAD: list[tuple[dict[str, str], str]] = [
         {"CUDA_MEM_RATIO_0": "2"},
         "CUDA_MEM_RATIO_0=2: no CUDA_MEM_LIMIT_0 or CUDA_MEM_LIMIT to divide",
     ),
-    ({"CUDA_MEM_RATIO": "2"}, "CUDA_MEM_RATIO=2: no CUDA_MEM_LIMIT_0 or CUDA_MEM_LIMIT"),
+    ({"CUDA_MEM_RATIO": "2"}, "CUDA_MEM_RATIO=2: no CUDA_MEM_LIMIT or CUDA_MEM_LIMIT_<i> to"),
     (
         {"CUDA_MEM_LIMIT_0": "4g", "CUDA_MEM_RATIO_0": "0.5"},
         "CUDA_MEM_RATIO_0=0.5: bad ratio (a number of 1 or more",

@@ -4,10 +4,13 @@ daemon makes), on the simulated node's two GPUs."""
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from vgpu_limiter.region import create_region, open_region
 
+from tests.hypervisor.conftest import Daemon
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 
 GiB = 1 << 30
@@ -95,3 +98,51 @@ def test_a_pod_named_by_the_environment_keeps_the_gpus_its_first_process_saw(
     assert workload(first).get("error") is None
     later = first | {"CUDA_VISIBLE_DEVICES": "0,1"}
     assert str(workload(later, "--device", "1")["error"]).startswith("CUDA_ERROR_INVALID_DEVICE")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """The node daemon on a simulated node of two GPUs (as tests/hypervisor start it)."""
+    running = Daemon(tmp_path / "node")
+    running.root.mkdir()
+    running.start()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def test_the_issue_scenario_with_the_daemon(daemon: Daemon) -> None:
+    # pods create train --mem 0=4GiB, then tf-limiter run --pod train: nothing on GPU 1.
+    created = daemon.cli("pods", "create", "train", "--mem", "0=4GiB")
+    assert created.returncode == 0, created.stderr
+    environment = daemon.workload_environment("train", LD_PRELOAD="")
+    for name in ("POD_NAME", "POD_NAMESPACE"):
+        environment.pop(name)
+    command = [TF_LIMITER, "run", "--pod", "train", "--", WORKLOAD, "--kernels", "1"]
+    on_gpu1 = json.loads(run([*command, "--device", "1", "--alloc", "20GiB"], environment).stdout)
+    assert on_gpu1["error"].startswith("CUDA_ERROR_INVALID_DEVICE"), on_gpu1
+    # Even with both GPUs made visible, the library refuses GPU 1.
+    both = environment | {"CUDA_VISIBLE_DEVICES": "0,1"}
+    refused = json.loads(run([*command, "--device", "1", "--alloc", "20GiB"], both).stdout)
+    assert refused["error"].startswith("CUDA_ERROR_INVALID_DEVICE"), refused
+    on_gpu0 = json.loads(run([*command, "--device", "0", "--alloc", "1GiB"], both).stdout)
+    assert on_gpu0.get("error") is None, on_gpu0
+    assert on_gpu0["total_bytes"] == 4 * GiB
+    # The pod is listed on its GPU only.
+    listed = daemon.api("GET", "/api/v1/pods/default/train")
+    assert listed.status_code == 200, listed.text
+    assert [gpu["uuid"].lower() for gpu in listed.json()["gpus"]] == [GPU0.lower()]
+
+
+def test_a_limit_for_a_gpu_outside_the_pod_is_named_in_the_log(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    path = daemon_pod(tmp_path / "base")
+    environment = pod_environment(
+        limited_env, tmp_path / "base", TENSOR_FUSION_CUDA_MEM_LIMIT=f'{{"{GPU1}": "1GiB"}}'
+    )
+    result = workload(environment, "--device", "0", "--alloc", str(GiB))
+    assert result.get("error") is None, result
+    assert f"({GPU1}) is not one of the GPUs of pod default/train" in str(result["stderr"])
+    assert pod_gpus(path) == [GPU0]

@@ -4,16 +4,23 @@
  * Limits (per device key):
  *   TENSOR_FUSION_CUDA_MEM_LIMIT   JSON object, key -> bytes (number) or size string ("4GiB")
  *   TENSOR_FUSION_CUDA_UP_LIMIT    JSON object, key -> percent 1-100 (number or "12.5%")
+ *   TENSOR_FUSION_CUDA_SOFT_LIMIT  JSON object, key -> burst percent, >= the compute limit
+ *   TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE  JSON object, key -> true/false
  *   CUDA_DEVICE_MEMORY_LIMIT[_i]   HAMi-core size ("4g", "1024m"); without _i: every device
  *   CUDA_DEVICE_SM_LIMIT[_i]       HAMi-core percent; 0 means no limit, as in HAMi-core
+ *   other systems' variables       vgpu-manager, vcuda-hook, HAMi-core's policy (config_seeds.c)
  * Keys are a device index 0-63 (the CUDA ordinal the program sees) or a GPU UUID
- * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", any case).
+ * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", any case). For each limit of a device the most
+ * specific key applies (UUID, index, all); one key and limit given two values is an error.
  *
- * Pod identity: SHM_PATH (the pod's folder), else SHM_BASE_PATH/POD_NAMESPACE/POD_NAME
- * (base /run/tensor-fusion/shm, namespace "default"); neither: no pod (a private region under
- * TMPDIR). CONTAINER_NAME: recorded. Names follow the daemon's rule (vgpu_valid_name).
+ * Pod identity: SHM_PATH (the pod's folder; also TF_SHM_FILE's folder or
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE, which must agree), else SHM_BASE_PATH/POD_NAMESPACE/POD_NAME
+ * (base /run/tensor-fusion/shm, namespace "default"; VGPU_POD_* the same); neither: no pod (a
+ * private region under TMPDIR). CONTAINER_NAME: recorded. Names follow the daemon's rule
+ * (vgpu_valid_name).
  * Process: TF_CUDA_CONTEXT_OVERHEAD, TF_CUDA_LIB_PATH, TF_NVML_LIB_PATH, TMPDIR.
- * Logging: TF_LOG_LEVEL (error, warn, info, debug; default warn), TF_LOG_PATH (default stderr).
+ * Logging: TF_LOG_LEVEL (error, warn, info, debug; default warn), else LOGGER_LEVEL, else
+ * VCUDA_LOG_LEVEL; TF_LOG_PATH (default stderr).
  * Variables of other systems that are recognised but not supported are warnings.
  *
  * Nothing here allocates, keeps state or aborts; it reads the environment with getenv and

@@ -253,8 +253,13 @@ static bool apply_memory(struct vgpu_config *config, const struct seeds *seeds, 
             }
         }
         struct report report = {error, error_size, ratio_name, ratio_value};
+        if (index < 0) {
+            return vgpu_config_fail(&report, "no %s or %s_<i> to divide: a ratio needs a memory "
+                                             "limit",
+                                    memory->name, memory->name);
+        }
         return vgpu_config_fail(&report, "no %s_%d or %s to divide: a ratio needs a memory limit",
-                                memory->name, index < 0 ? 0 : index, memory->name);
+                                memory->name, index, memory->name);
     }
     struct report report = {error, error_size, memory_name, memory_value};
     uint64_t bytes = 0;

@@ -120,9 +120,13 @@ static bool seed(int ordinal, const char *uuid, bool confined, int *entry_out) {
     }
     int entry = vgpu_region_device(vgpu_state.region, uuid, !confined);
     if (entry < 0 && confined) {
-        vgpu_log(VGPU_LOG_WARN,
-                 "device %d (%s) is not one of the GPUs of pod %s/%s: no context on it",
-                 ordinal, uuid, vgpu_state.region->pod_namespace, vgpu_state.region->pod_name);
+        char device[32] = "";
+        if (ordinal >= 0) {
+            snprintf(device, sizeof device, "device %d ", ordinal);
+        }
+        /* A limit the environment gives such a GPU is dropped with this line, not silently. */
+        vgpu_log(VGPU_LOG_WARN, "%s(%s) is not one of the GPUs of pod %s/%s: no context on it",
+                 device, uuid, vgpu_state.region->pod_namespace, vgpu_state.region->pod_name);
         *entry_out = VGPU_ENTRY_OUTSIDE;
         return true;
     }
