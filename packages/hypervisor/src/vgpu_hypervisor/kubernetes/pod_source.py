@@ -223,7 +223,7 @@ class PodSource:
 
     def _handle(self, kind: str, pod: KubePod) -> None:
         if kind == "DELETED":
-            self._remove(pod)
+            self._remove(pod, "pod deleted")
         else:
             self._apply(pod)
         self._changed()
@@ -242,12 +242,12 @@ class PodSource:
 
     def _apply(self, pod: KubePod) -> None:
         if pod.deleting or pod.phase in _FINISHED:
-            self._remove(pod)
+            self._remove(pod, "pod terminating" if pod.deleting else f"pod {pod.phase.lower()}")
             return
         found = resolve(pod, self._gpus(), self._names, self._assigned.get(pod.uid, ()))
         self._report(pod, found)
         if not found.wants_gpu:
-            self._remove(pod)
+            self._remove(pod, "the pod asks for no vgpu share now")
             return
         if not found.gpus:
             return  # nothing usable: problems reported, the region (if any) kept as it is
@@ -289,13 +289,13 @@ class PodSource:
             for problem in found.problems:
                 self._events.post(pod, "InvalidLimits", problem)
 
-    def _remove(self, pod: KubePod) -> None:
+    def _remove(self, pod: KubePod, why: str) -> None:
         try:
             record = self._store.get(pod.namespace, pod.name)
         except PodError:
             return
         if _marker(record.path) == pod.uid:
-            self._delete(pod.namespace, pod.name, why=f"pod {pod.phase.lower()}")
+            self._delete(pod.namespace, pod.name, why=why)
 
     def _delete(self, namespace: str, name: str, *, why: str) -> None:
         try:
