@@ -207,7 +207,20 @@ class PodSource:
             resource_version=version,
             server_timeout=_WATCH_SERVER_TIMEOUT_S,
         )
-        async for kind, obj in events:
+        stream = aiter(events)
+        while True:
+            # A watch has no read timeout and the server ends it after a while: one that says
+            # nothing for twice that long sits on a dead connection (a partition the server
+            # never saw close), so it is given up for a fresh list.
+            try:
+                kind, obj = await asyncio.wait_for(anext(stream), 2 * _WATCH_SERVER_TIMEOUT_S)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                log.info(
+                    "watch silent for %d s; listing the pods again", 2 * _WATCH_SERVER_TIMEOUT_S
+                )
+                return
             pod = kube_pod(obj)
             if pod.node_name != self.node_name:
                 continue  # moved, or a server that ignored the selector
