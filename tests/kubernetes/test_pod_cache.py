@@ -2,10 +2,8 @@
 (what the device plugin asks), GPUs the plugin assigns, and events that do not flood."""
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from lightkube import AsyncClient, KubeConfig
 from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
@@ -17,14 +15,6 @@ from tests.kubernetes.apiserver import ApiServer
 UUIDS = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
 GPUS = [NodeGpu(i, uuid, "NVIDIA H100 80GB HBM3") for i, uuid in enumerate(UUIDS)]
 GiB = 1 << 30
-
-
-@pytest.fixture
-def api() -> Iterator[ApiServer]:
-    server = ApiServer()
-    server.up()
-    yield server
-    server.down()
 
 
 class Clock:
