@@ -2,10 +2,8 @@
 (what the device plugin asks), GPUs the plugin assigns, and events that do not flood."""
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from lightkube import AsyncClient, KubeConfig
 from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
@@ -17,14 +15,6 @@ from tests.kubernetes.apiserver import ApiServer
 UUIDS = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
 GPUS = [NodeGpu(i, uuid, "NVIDIA H100 80GB HBM3") for i, uuid in enumerate(UUIDS)]
 GiB = 1 << 30
-
-
-@pytest.fixture
-def api() -> Iterator[ApiServer]:
-    server = ApiServer()
-    server.up()
-    yield server
-    server.down()
 
 
 class Clock:
@@ -105,4 +95,36 @@ def test_pending_pods_assignment_and_rate_limited_events(api: ApiServer, tmp_pat
             await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
+    store.close()
+
+
+def test_a_finished_pod_loses_its_region_and_a_restart_cleans_up(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    store = PodStore(tmp_path / "shm")
+    vram = {"tensor-fusion.ai/vram-limit": "1Gi"}
+
+    async def follow(until_true: object) -> None:
+        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+        source = PodSource(client, "node-a", store, lambda: GPUS, backoff=Backoff(0.1, 0.2))
+        task = asyncio.create_task(source.run())
+        try:
+            await until(until_true)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    api.put_pod("job", annotations=vram)
+    api.put_pod("gone-later", annotations=vram)
+    asyncio.run(follow(lambda: has_region(store, "job") and has_region(store, "gone-later")))
+    made = store.create("default", "manual", {})  # through the API: not the pod source's
+    assert made.error is None
+
+    # While no daemon follows: one pod finishes, one is deleted.
+    api.put_pod("job", annotations=vram, phase="Succeeded")
+    api.delete_pod("gone-later")
+    asyncio.run(
+        follow(lambda: not has_region(store, "job") and not has_region(store, "gone-later"))
+    )
+    assert has_region(store, "manual")
     store.close()

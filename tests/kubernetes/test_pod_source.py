@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.hypervisor.conftest import WORKLOAD, Daemon, wait_for, workloads
+from tests.hypervisor.conftest import WORKLOAD, Daemon, wait_for
 from tests.kubernetes.apiserver import ApiServer
 
 GiB = 1 << 30
@@ -18,15 +18,6 @@ MiB = 1 << 20
 VRAM = "tensor-fusion.ai/vram-limit"
 COMPUTE = "tensor-fusion.ai/compute-limit"
 BACKOFF_MAX_S = 0.5
-__all__ = ["workloads"]  # the fixture
-
-
-@pytest.fixture
-def api() -> Iterator[ApiServer]:
-    server = ApiServer()
-    server.up()
-    yield server
-    server.down()
 
 
 @pytest.fixture

@@ -207,7 +207,20 @@ class PodSource:
             resource_version=version,
             server_timeout=_WATCH_SERVER_TIMEOUT_S,
         )
-        async for kind, obj in events:
+        stream = aiter(events)
+        while True:
+            # A watch has no read timeout and the server ends it after a while: one that says
+            # nothing for twice that long sits on a dead connection (a partition the server
+            # never saw close), so it is given up for a fresh list.
+            try:
+                kind, obj = await asyncio.wait_for(anext(stream), 2 * _WATCH_SERVER_TIMEOUT_S)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                log.info(
+                    "watch silent for %d s; listing the pods again", 2 * _WATCH_SERVER_TIMEOUT_S
+                )
+                return
             pod = kube_pod(obj)
             if pod.node_name != self.node_name:
                 continue  # moved, or a server that ignored the selector
@@ -223,7 +236,7 @@ class PodSource:
 
     def _handle(self, kind: str, pod: KubePod) -> None:
         if kind == "DELETED":
-            self._remove(pod)
+            self._remove(pod, "pod deleted")
         else:
             self._apply(pod)
         self._changed()
@@ -242,12 +255,12 @@ class PodSource:
 
     def _apply(self, pod: KubePod) -> None:
         if pod.deleting or pod.phase in _FINISHED:
-            self._remove(pod)
+            self._remove(pod, "pod terminating" if pod.deleting else f"pod {pod.phase.lower()}")
             return
         found = resolve(pod, self._gpus(), self._names, self._assigned.get(pod.uid, ()))
         self._report(pod, found)
         if not found.wants_gpu:
-            self._remove(pod)
+            self._remove(pod, "the pod asks for no vgpu share now")
             return
         if not found.gpus:
             return  # nothing usable: problems reported, the region (if any) kept as it is
@@ -289,13 +302,13 @@ class PodSource:
             for problem in found.problems:
                 self._events.post(pod, "InvalidLimits", problem)
 
-    def _remove(self, pod: KubePod) -> None:
+    def _remove(self, pod: KubePod, why: str) -> None:
         try:
             record = self._store.get(pod.namespace, pod.name)
         except PodError:
             return
         if _marker(record.path) == pod.uid:
-            self._delete(pod.namespace, pod.name, why=f"pod {pod.phase.lower()}")
+            self._delete(pod.namespace, pod.name, why=why)
 
     def _delete(self, namespace: str, name: str, *, why: str) -> None:
         try:
