@@ -82,9 +82,9 @@ def check_inventory(gpus: Sequence[Gpu], shares: int, memory_unit: int) -> None:
         size = sum(len(one) + len(UNHEALTHY) + 8 for one in ids)
         if size > MAX_LIST_BYTES:
             hint = (
-                "raise --device-plugin-memory-unit"
+                "raise --gpu-memory-unit"
                 if kind == "memory"
-                else "lower --device-plugin-gpu-shares"
+                else "lower --gpu-shares"
             )
             raise ResourceError(
                 f"{len(ids)} {kind} devices do not fit the kubelet's 4 MiB message: {hint}"
