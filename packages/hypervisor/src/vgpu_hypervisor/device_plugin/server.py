@@ -121,6 +121,11 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
             log.warning("Allocate %s: %s", self._plugin.resource(self._kind), error)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             raise  # abort raises; this keeps type checkers sure
+        except Exception as error:  # the pod source or a file failed: one line, not a trace
+            message = f"Allocate failed: {type(error).__name__}: {error}"
+            log.error("%s", message, exc_info=log.isEnabledFor(logging.DEBUG))
+            context.abort(grpc.StatusCode.INTERNAL, message)
+            raise
 
     def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
