@@ -189,3 +189,16 @@ def test_a_workload_with_the_allocated_environment_is_limited(
     assert fits.get("error") is None, fits  # the compute limit's value parses too
     assert fits["total_bytes"] == 2 * GiB  # the process sees its limit as the GPU's memory
     assert workload("3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+
+
+def test_a_failing_pod_source_is_a_one_line_grpc_error(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    node.pods[:] = [gpu_pod("odd", 1, "2026-01-01T00:00:00Z")]
+    node.pods[0] = dataclasses.replace(node.pods[0], containers=None)  # type: ignore[arg-type]
+    with pytest.raises(grpc.RpcError) as caught:
+        allocate(node, registered(node)["vgpu.io/gpu"], [f"{snapshot.devices[0].uuid}-0"])
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert caught.value.details() == (
+        "Allocate failed: TypeError: 'NoneType' object is not iterable"
+    )

@@ -284,7 +284,7 @@ class Daemon:
         try:
             self._plugin = build_plugin(settings, snapshot, store, pending, assign)
             await asyncio.to_thread(self._plugin.start)
-        except (ResourceError, OSError) as error:
+        except (ResourceError, OSError, RuntimeError) as error:  # RuntimeError: gRPC's bind
             raise DaemonError(f"device plugin: {error}") from None
         log.info("device plugin serving in %s", settings.device_plugin_dir)
 

@@ -81,11 +81,7 @@ def check_inventory(gpus: Sequence[Gpu], shares: int, memory_unit: int) -> None:
         ids = device_ids(kind, gpus, shares, memory_unit)
         size = sum(len(one) + len(UNHEALTHY) + 8 for one in ids)
         if size > MAX_LIST_BYTES:
-            hint = (
-                "raise --device-plugin-memory-unit"
-                if kind == "memory"
-                else "lower --device-plugin-gpu-shares"
-            )
+            hint = "raise --gpu-memory-unit" if kind == "memory" else "lower --gpu-shares"
             raise ResourceError(
                 f"{len(ids)} {kind} devices do not fit the kubelet's 4 MiB message: {hint}"
             )

@@ -121,6 +121,11 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
             log.warning("Allocate %s: %s", self._plugin.resource(self._kind), error)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             raise  # abort raises; this keeps type checkers sure
+        except Exception as error:  # the pod source or a file failed: one line, not a trace
+            message = f"Allocate failed: {type(error).__name__}: {error}"
+            log.error("%s", message, exc_info=log.isEnabledFor(logging.DEBUG))
+            context.abort(grpc.StatusCode.INTERNAL, message)
+            raise
 
     def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
@@ -289,20 +294,31 @@ class DevicePlugin:
             return None
 
     def _watch(self) -> None:
-        kubelet = self.config.folder / KUBELET_SOCKET
         while not self.stopping:
-            inode = self._inode(kubelet)
-            ours = all(self._inode(self.socket_path(kind)) is not None for kind in KINDS)
-            if inode is None:
+            try:
+                self._check_kubelet()
+            except Exception as error:  # e.g. a socket that cannot be bound: tried again
+                log.error("device plugin: %s: %s", type(error).__name__, error)
                 self._registered = False
-            elif inode != self._kubelet_inode or not ours or not self._registered:
-                if self._kubelet_inode is not None and inode != self._kubelet_inode:
-                    log.info("the kubelet's socket was made again: registering again")
-                if not ours or (self._kubelet_inode is not None and inode != self._kubelet_inode):
-                    self._serve()
-                self._kubelet_inode = inode
-                self._registered = self._register(kubelet)
             self._wake.wait(self.poll_s)
+
+    def _check_kubelet(self) -> None:
+        """Serve again and register again after a kubelet restart; register when not yet."""
+        kubelet = self.config.folder / KUBELET_SOCKET
+        inode = self._inode(kubelet)
+        if inode is None:  # no kubelet (yet): nothing to register with
+            self._registered = False
+            return
+        ours = all(self._inode(self.socket_path(kind)) is not None for kind in KINDS)
+        restarted = self._kubelet_inode is not None and inode != self._kubelet_inode
+        if not restarted and ours and self._registered:
+            return
+        if restarted:
+            log.info("the kubelet's socket was made again: registering again")
+        if restarted or not ours:
+            self._serve()
+        self._kubelet_inode = inode
+        self._registered = self._register(kubelet)
 
     def _register(self, kubelet: Path) -> bool:
         try:
