@@ -1,5 +1,5 @@
 """The CLI's conventions: errors name the flag and value typed (exit 2 for bad input), --version on
-every tool, -o forms, pods get/describe, and the compute range shared with the limiter."""
+-o forms, pods get/describe, and the compute range shared with the limiter."""
 
 import json
 import subprocess
@@ -114,34 +114,6 @@ def test_output_forms_and_describe(daemon: Daemon) -> None:
     assert conflict.returncode == 2 and "--json" in _error(conflict)
     bad = daemon.cli("pods", "list", "-o", "xml")
     assert bad.returncode == 2 and "xml" in bad.stderr
-
-
-@pytest.mark.parametrize(
-    ("module", "name"),
-    [
-        ("vgpu_hypervisor", "tf-hypervisor"),
-        ("vgpu_limiter", "tf-limiter"),
-        ("vgpu_add_path", "tf-add-path"),
-    ],
-)
-def test_version_flag(module: str, name: str) -> None:
-    from importlib.metadata import version
-
-    distribution = {
-        "vgpu_hypervisor": "vgpu-hypervisor",
-        "vgpu_limiter": "vgpu-limiter",
-        "vgpu_add_path": "vgpu-add-path",
-    }[module]
-    result = subprocess.run(
-        [sys.executable, "-m", module, "--version"],
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == f"{name} {version(distribution)}\n"
 
 
 @pytest.mark.parametrize(
