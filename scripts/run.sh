@@ -71,7 +71,7 @@ if [[ "$("$tfh" status --json)" == *'"backend": "simulated"'* ]]; then
     "$tfh" workers
     "$tfh" pods list
     echo "== /metrics (the pod's series)"
-    "$bin/python" -c 'import httpx, sys; print(httpx.get(sys.argv[1]).text, end="")' \
+    "$bin/python" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode(), end="")' \
         "http://$API_LISTEN_ADDR/metrics" | grep '^tf_pod_' || true
     kill "$worker" 2>/dev/null || true
     wait "$worker" 2>/dev/null || true

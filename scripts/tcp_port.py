@@ -7,8 +7,8 @@ whether a given process is the one listening. Unix-socket addresses always pass 
 """
 
 import socket
-from typing import Any
 import sys
+from typing import Any
 
 import psutil
 
@@ -25,7 +25,11 @@ def _listeners(port: int) -> list[Any]:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
         return []
-    return [c for c in connections if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    return [
+        c
+        for c in connections
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr[1] == port  # (host, port)
+    ]
 
 
 def _describe(pid: int | None) -> str:

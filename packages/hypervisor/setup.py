@@ -13,10 +13,10 @@ setup_package(
         "pydantic-settings>=2.4",
         "nvidia-ml-py>=12.560",
         "psutil>=5.9",
-        "httpx>=0.27",
         "fastapi>=0.115",
         "uvicorn>=0.30",
         "prometheus-client>=0.20",
+        "httpx>=0.27",  # TokenReview calls to the API server
         "pyyaml>=6.0",
         "lightkube>=1.0",
         "grpcio>=1.85",

@@ -79,4 +79,6 @@ def test_doc_block_runs(node: Daemon, tmp_path: Path, where: str, gpu: bool, scr
         timeout=240,
         check=False,
     )
-    assert result.returncode == 0, f"{where}:\n{script}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"{where}:\n{script}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    )

@@ -140,7 +140,7 @@ def test_top_in_a_terminal_quits_on_q_and_ctrl_c(daemon: Daemon, key: bytes) -> 
         )
     shown = b""
     deadline = time.monotonic() + 20
-    while b"Pods" not in shown or shown.count(b"tf-hypervisor") < 2:
+    while b"q quit" not in shown or shown.count(b"tf-hypervisor") < 2:
         assert time.monotonic() < deadline, shown
         ready, _, _ = select.select([terminal], [], [], 0.1)
         if ready:

@@ -32,7 +32,12 @@ class Terminal:
         environment.pop("COLUMNS", None)
         environment.pop("LINES", None)
         self.process = subprocess.Popen(
-            command, stdin=slave, stdout=slave, stderr=slave, env=environment, start_new_session=True
+            command,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=environment,
+            start_new_session=True,
         )
         os.close(slave)
         self.master = master
@@ -77,7 +82,10 @@ class Terminal:
 
 @pytest.fixture
 def node(daemon: Daemon) -> Iterator[Daemon]:
-    assert daemon.cli("pods", "create", LONG_POD, "--mem", "0=4GiB", "--compute", "0=30").returncode == 0
+    assert (
+        daemon.cli("pods", "create", LONG_POD, "--mem", "0=4GiB", "--compute", "0=30").returncode
+        == 0
+    )
     assert daemon.cli("pods", "create", "small", "--mem", "1=2GiB").returncode == 0
     worker = daemon.workload("small", "--alloc", "1GiB", "--hold", "60")
     try:
@@ -94,8 +102,11 @@ def _top(daemon: Daemon, columns: int, lines: int) -> Terminal:
 
 
 def _gpu_rows(lines: list[str]) -> list[str]:
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["GPU", "Memory"]
-                  or line.split()[:2] == ["GPU", "Name"])
+    header = next(
+        i
+        for i, line in enumerate(lines)
+        if line.split()[:2] == ["GPU", "Memory"] or line.split()[:2] == ["GPU", "Name"]
+    )
     return [lines[header + 1], lines[header + 2]]
 
 
@@ -108,8 +119,9 @@ def _without(terminal: Terminal, prefix: str) -> list[str] | None:
 def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
     terminal = _top(node, columns, lines)
     try:
-        screen = wait_for(lambda: terminal.shows("default/small", "Util", "Temp", "Power", "q quit"),
-                          timeout=30)
+        screen = wait_for(
+            lambda: terminal.shows("default/small", "Util", "Temp", "Power", "q quit"), timeout=30
+        )
         header_line = next(line for line in screen if line.lstrip().startswith("GPU "))
         for title in ("GPU", "Util", "Temp", "Power", "Memory"):
             assert title in header_line
@@ -134,7 +146,7 @@ def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
             assert f"default/{LONG_POD}".startswith(head) and LONG_POD.endswith(tail)
             assert len(head) >= 8 and len(tail) >= 8
         # The compact mode below 120 columns, the full one (with GPU names) above.
-        assert ("NVIDIA" in header_line or "Name" in header_line)
+        assert "NVIDIA" in header_line or "Name" in header_line
         if columns >= 200:
             assert any("NVIDIA" in row for row in rows)
         terminal.send("q")
@@ -154,8 +166,9 @@ def test_top_keys_sort_filter_help(node: Daemon) -> None:
         lines = wait_for(lambda: _without(terminal, "default/train"), timeout=10)
         assert any(line.startswith("default/small") for line in lines), screen
         terminal.send("\x1b")
-        wait_for(lambda: any(line.startswith("default/train") for line in terminal.text()),
-                 timeout=10)
+        wait_for(
+            lambda: any(line.startswith("default/train") for line in terminal.text()), timeout=10
+        )
         terminal.send("h")
         wait_for(lambda: terminal.shows("s: sort pods and workers by name"), timeout=10)
         terminal.send("Q")
@@ -171,8 +184,10 @@ def test_top_waits_for_the_daemon_and_outlives_it(tmp_path: Path) -> None:
         wait_for(lambda: terminal.shows("daemon unreachable, retrying"), timeout=30)
         assert terminal.process.poll() is None
         daemon.start()
-        wait_for(lambda: terminal.shows("Temp", "Power") and not terminal.shows("unreachable"),
-                 timeout=30)
+        wait_for(
+            lambda: terminal.shows("Temp", "Power") and not terminal.shows("unreachable"),
+            timeout=30,
+        )
         daemon.stop()
         wait_for(lambda: terminal.shows("daemon unreachable, retrying"), timeout=30)
         assert terminal.process.poll() is None

@@ -19,6 +19,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+
 def _version(value: bool) -> None:
     if value:
         print(f"tf-add-path {distribution_version('vgpu-add-path')}")

@@ -18,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+
 def _version(value: bool) -> None:
     if value:
         print(f"tf-limiter {distribution_version('vgpu-limiter')}")

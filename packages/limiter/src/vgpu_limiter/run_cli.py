@@ -69,7 +69,10 @@ def _check_value(flag: str, spec: str, limits: str) -> None:
         fail(f"{flag} {spec}: {problem}")
 
 
-_FLAG_VARIABLES = {"--mem": "TENSOR_FUSION_CUDA_MEM_LIMIT", "--compute": "TENSOR_FUSION_CUDA_UP_LIMIT"}
+_FLAG_VARIABLES = {
+    "--mem": "TENSOR_FUSION_CUDA_MEM_LIMIT",
+    "--compute": "TENSOR_FUSION_CUDA_UP_LIMIT",
+}
 
 
 def planned_environment(

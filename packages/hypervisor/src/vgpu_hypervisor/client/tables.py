@@ -6,7 +6,6 @@ from typing import Any
 from rich import box
 from rich.console import RenderableType
 from rich.table import Table
-from rich.text import Text
 from vgpu_common.units import format_bytes
 
 NA = "N/A"

@@ -85,7 +85,7 @@ def run_top(client: Client, *, interval: float = 1.0, console: Console | None = 
 
     try:
         with (
-            _keys() as fd,
+            _keys() as terminal_fd,
             Live(
                 frame(),
                 console=console,
@@ -94,6 +94,7 @@ def run_top(client: Client, *, interval: float = 1.0, console: Console | None = 
                 vertical_overflow="crop",
             ) as live,
         ):
+            fd = terminal_fd
             next_refresh = time.monotonic() + interval
             while True:
                 keys = _read_keys(fd, max(0.0, next_refresh - time.monotonic()))

@@ -61,7 +61,7 @@ def shorten(text: str, width: int) -> str:
         return text
     if width <= 1:
         return text[:width]
-    head = (width - 1 + 1) // 2
+    head = width // 2
     tail = width - 1 - head
     return text[:head] + "~" + (text[-tail:] if tail else "")
 

@@ -1,0 +1,147 @@
+"""The CLI's conventions: errors name the flag and value typed (exit 2 for bad input), --version on
+-o forms, pods get/describe, and the compute range shared with the limiter."""
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from tests.hypervisor.conftest import Daemon, clean_environment, wait_for
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module: these tests read errors, and clean up what they create."""
+    running = Daemon(tmp_path_factory.mktemp("node"))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr  # one line, no traceback or usage box
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--mem", "0=4XB"], ["--mem 0=4XB", "expected a number of bytes"]),
+        (["--mem", "0=0.1KiB"], ["--mem 0=0.1KiB"]),
+        (["--compute", "1=0.001"], ["--compute 1=0.001", "0.01 to 100"]),
+        (["--compute", "0=101"], ["--compute 0=101", "0.01 to 100"]),
+        (["--compute", "0=abc"], ["--compute 0=abc"]),
+        (["--mem", "4GiB"], ["--mem '4GiB'", "GPU=VALUE"]),
+    ],
+)
+def test_bad_limits_name_the_flag(node: Daemon, args: list[str], words: list[str]) -> None:
+    result = node.cli("pods", "create", "train", *args)
+    assert result.returncode == 2
+    line = _error(result)
+    for word in words:
+        assert word in line
+    assert "gpus." not in line  # the API's field names are not what was typed
+    assert node.cli("pods", "list", "--json").stdout.strip() == "[]"
+
+
+def test_the_daemons_own_refusals_name_the_flag(node: Daemon) -> None:
+    result = node.cli("pods", "create", "train", "--mem", "7=1GiB")
+    assert result.returncode == 1
+    assert _error(result).startswith("error: --mem 7=1GiB: no such GPU")
+
+
+@pytest.mark.parametrize(
+    ("pod", "shown"),
+    [
+        ("Bad_Name!", "bad pod name 'Bad_Name!'"),
+        (".hidden", "bad pod name '.hidden'"),
+        ("team/..", "bad pod name '..'"),
+        ("a" * 254, "bad pod name"),
+        ("bad ns/train", "bad namespace 'bad ns' (in 'bad ns/train')"),
+    ],
+)
+def test_pod_names_are_explained_in_words(node: Daemon, pod: str, shown: str) -> None:
+    result = node.cli("pods", "create", pod, "--mem", "0=1GiB")
+    assert result.returncode == 2
+    line = _error(result)
+    assert shown in line and "letters, digits" in line and "^[" not in line
+
+
+def test_delete_refusal_names_force(daemon: Daemon) -> None:
+    assert daemon.cli("pods", "create", "busy", "--mem", "0=2GiB").returncode == 0
+    worker = daemon.workload("busy", "--alloc", "1GiB", "--hold", "60")
+    try:
+        wait_for(lambda: "default/busy" in daemon.cli("workers").stdout, timeout=30)
+        result = daemon.cli("pods", "delete", "busy")
+        assert result.returncode == 1
+        line = _error(result)
+        assert "--force" in line and "with force" not in line
+        assert daemon.cli("pods", "delete", "busy", "--force").returncode == 0
+    finally:
+        worker.kill()
+        worker.communicate(timeout=10)
+
+
+def test_output_forms_and_describe(daemon: Daemon) -> None:
+    created = daemon.cli("pods", "create", "team/train", "--mem", "0=4GiB", "--compute", "0=12.5")
+    assert created.returncode == 0, created.stderr
+    as_json = json.loads(daemon.cli("pods", "get", "team/train", "-o", "json").stdout)
+    assert as_json == json.loads(daemon.cli("pods", "get", "team/train", "--json").stdout)
+    assert yaml.safe_load(daemon.cli("pods", "get", "team/train", "-o", "yaml").stdout) == as_json
+    assert as_json["gpus"][0]["compute_limit"] == 12.5
+    wide = daemon.cli("pods", "list", "-o", "wide").stdout
+    assert as_json["gpus"][0]["uuid"] in wide and as_json["path"] in wide
+    assert "UUID" not in daemon.cli("pods", "list").stdout
+    described = daemon.cli("pods", "describe", "team/train").stdout
+    for words in (
+        "Name:       train",
+        "Namespace:  team",
+        "Memory limit:   4 GiB",
+        "Compute limit:  12.5 %",
+        "Created:",
+        "Worker processes: (none)",
+    ):
+        assert words in described, described
+    gpus = yaml.safe_load(daemon.cli("gpus", "-o", "yaml").stdout)
+    assert [gpu["index"] for gpu in gpus] == [0, 1]
+    conflict = daemon.cli("pods", "list", "--json", "-o", "yaml")
+    assert conflict.returncode == 2 and "--json" in _error(conflict)
+    bad = daemon.cli("pods", "list", "-o", "xml")
+    assert bad.returncode == 2 and "xml" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("0.01", True),
+        ("12.5", True),
+        ("100", True),
+        ("0.001", False),
+        ("0", False),
+        ("100.5", False),
+    ],
+)
+def test_compute_range_is_the_limiters(node: Daemon, value: str, accepted: bool) -> None:
+    """The daemon's CLI and tf-limiter agree on every compute value."""
+    hypervisor = node.cli("pods", "create", "range", "--compute", f"0={value}")
+    if hypervisor.returncode == 0:
+        assert node.cli("pods", "delete", "range").returncode == 0
+    limiter = subprocess.run(
+        [sys.executable, "-m", "vgpu_limiter", "run", "--compute", f"0={value}", "--", "true"],
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (hypervisor.returncode == 0) is accepted, hypervisor.stderr
+    assert (limiter.returncode == 0) is accepted, limiter.stderr
+    if not accepted:
+        assert f"--compute 0={value}" in _error(hypervisor)
+        assert f"--compute 0={value}" in _error(limiter)
