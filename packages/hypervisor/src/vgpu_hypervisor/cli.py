@@ -187,6 +187,27 @@ ComputeOption = Annotated[
     ),
 ]
 
+OversubscribeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--oversubscribe",
+        metavar="GPU",
+        help="Past the memory limit of a GPU (index or UUID), serve allocations from host "
+        "memory instead of failing (docs/oversubscription.md). Repeatable.",
+        show_default=False,
+    ),
+]
+NoOversubscribeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--no-oversubscribe",
+        metavar="GPU",
+        help="Turn oversubscription off for a GPU: past the limit is out of memory again. "
+        "Repeatable.",
+        show_default=False,
+    ),
+]
+
 
 def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     if "/" in text:
@@ -197,9 +218,15 @@ def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     return namespace or "default", text
 
 
-def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, dict[str, str]]:
-    """The request's `gpus` from --mem and --compute (checked by the daemon)."""
-    gpus: dict[str, dict[str, str]] = {}
+def _gpu_limits(
+    mem: list[str] | None,
+    compute: list[str] | None,
+    oversubscribe: list[str] | None = None,
+    no_oversubscribe: list[str] | None = None,
+) -> dict[str, dict[str, object]]:
+    """The request's `gpus` from --mem, --compute and --[no-]oversubscribe (checked by the
+    daemon)."""
+    gpus: dict[str, dict[str, object]] = {}
     for flag, field, specs in (("--mem", "memory", mem), ("--compute", "compute", compute)):
         for spec in specs or []:
             key, equals, value = spec.partition("=")
@@ -212,8 +239,19 @@ def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, d
             if field in limits:
                 fail(f"{flag}: GPU {key.strip()} given twice")
             limits[field] = value.strip()
+    for flag, on, keys in (
+        ("--oversubscribe", True, oversubscribe),
+        ("--no-oversubscribe", False, no_oversubscribe),
+    ):
+        for key in keys or []:
+            if not key.strip() or "=" in key:
+                fail(f"{flag} {key!r}: expected a GPU index or UUID, e.g. {flag} 0")
+            limits = gpus.setdefault(key.strip(), {})
+            if "oversubscribe" in limits:
+                fail(f"{flag}: GPU {key.strip()} given twice")
+            limits["oversubscribe"] = on
     if not gpus:
-        fail("give at least one --mem or --compute")
+        fail("give at least one --mem, --compute or --oversubscribe")
     return gpus
 
 
@@ -245,6 +283,7 @@ def pods_create(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    oversubscribe: OversubscribeOption = None,
     owner: Annotated[
         str | None,
         typer.Option(
@@ -262,7 +301,7 @@ def pods_create(
     body: dict[str, object] = {
         "namespace": namespace,
         "name": name,
-        "gpus": _gpu_limits(mem, compute),
+        "gpus": _gpu_limits(mem, compute, oversubscribe),
     }
     if owner is not None:
         body |= pod_owner(owner)
@@ -278,11 +317,13 @@ def pods_update(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    oversubscribe: OversubscribeOption = None,
+    no_oversubscribe: NoOversubscribeOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Change a pod's limits live (running workers follow within a second)."""
     namespace, name = _pod_name(pod, namespace)
-    body = {"gpus": _gpu_limits(mem, compute)}
+    body = {"gpus": _gpu_limits(mem, compute, oversubscribe, no_oversubscribe)}
     _show(_change(flags, "PATCH", f"{API}/pods/{namespace}/{name}", body=body), as_json, _pods)
 
 

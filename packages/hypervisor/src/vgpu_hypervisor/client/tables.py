@@ -86,7 +86,8 @@ def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
             row = [
                 name if number == 0 else "",
                 gpu_name,
-                f"{size(gpu['memory_used'])} / {size(limit) if limit else 'no limit'}",
+                f"{size(gpu['memory_used'])} / {size(limit) if limit else 'no limit'}"
+                + _host_backed(gpu),
                 percent(gpu.get("compute_limit")) if gpu.get("compute_limit") else "no limit",
                 percent(gpu.get("utilization")),
                 str(pod["workers"]) if number == 0 else "",
@@ -96,6 +97,14 @@ def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
                 row.insert(3, bar(gpu["memory_used"], limit))
             table.add_row(*row)
     return table
+
+
+def _host_backed(gpu: dict[str, Any]) -> str:
+    """What an oversubscribed pod keeps in host memory, after its device memory."""
+    host = gpu.get("host_memory_used") or 0
+    if host:
+        return f" + {size(host)} host"
+    return " (oversubscribe)" if gpu.get("oversubscribe") else ""
 
 
 def worker_table(workers: list[dict[str, Any]]) -> Table:
