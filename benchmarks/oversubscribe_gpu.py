@@ -172,8 +172,11 @@ class Sampler:
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         while not self._stop.is_set():
             output = subprocess.run(
-                ["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                 "--format=csv,noheader,nounits"],
+                [
+                    "nvidia-smi",
+                    "--query-compute-apps=pid,used_memory",
+                    "--format=csv,noheader,nounits",
+                ],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -197,7 +200,8 @@ def run_workload(
     argument: str,
     env: dict[str, str],
     pod: Path | None,
-    timeout_s: float = 300,
+    *,
+    timeout_s: float,
 ) -> dict[str, object]:
     process = subprocess.Popen(
         [sys.executable, "-c", source, argument],
@@ -211,7 +215,8 @@ def run_workload(
     # The pod's usage while the workload runs, read from its region like the daemon does.
     deadline = time.monotonic() + timeout_s
     while pod is not None and process.poll() is None and time.monotonic() < deadline:
-        pod_bytes = max(pod_bytes or (0, 0), host_backed(pod), key=lambda pair: pair[1])
+        now = host_backed(pod)
+        pod_bytes = max(pod_bytes or now, now, key=lambda pair: (pair[1], pair[0]))
         time.sleep(0.2)
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
@@ -249,20 +254,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
             source, argument = sources[name]
-            unlimited = run_workload(name, source, argument, plain, None, args.timeout)
+            unlimited = run_workload(name, source, argument, plain, None, timeout_s=args.timeout)
             emit(unlimited | {"pod": "none"})
             for oversubscribe in (True, False):
                 pod = Path(scratch) / f"{name}-{'over' if oversubscribe else 'plain'}"
                 make_pod(pod, uuid, oversubscribe)
                 record = run_workload(
-                    name, source, argument, limited(library, pod), pod, args.timeout
+                    name, source, argument, limited(library, pod), pod, timeout_s=args.timeout
                 )
-                record |= {"pod": "oversubscribe" if oversubscribe else "limit only",
-                           "limit_mib": LIMIT >> 20}
+                record |= {
+                    "pod": "oversubscribe" if oversubscribe else "limit only",
+                    "limit_mib": LIMIT >> 20,
+                }
                 for key in ("step_s", "pass_s"):
                     if isinstance(record.get(key), float) and unlimited.get(key):
                         record[f"{key}_vs_unlimited"] = round(
-                            record[key] / unlimited[key], 2  # type: ignore[operator]
+                            record[key] / unlimited[key],
+                            2,  # type: ignore[operator]
                         )
                 emit(record)
 

@@ -77,8 +77,9 @@ def test_an_oversubscribed_worker_is_shown_on_the_device_and_in_host_memory(
 
 
 def test_the_cli_turns_oversubscription_on_and_off(daemon: Daemon) -> None:
-    created = daemon.cli("pods", "create", "over", "--mem", "0=2GiB", "--oversubscribe", "0",
-                         "--json")
+    created = daemon.cli(
+        "pods", "create", "over", "--mem", "0=2GiB", "--oversubscribe", "0", "--json"
+    )
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["gpus"][0]["oversubscribe"] is True
     # Another limit changed alone leaves the flag as it is.

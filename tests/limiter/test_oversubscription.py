@@ -184,14 +184,19 @@ def test_a_managed_allocation_within_the_limit_stays_device_memory(
     assert (managed["code"], managed["device"], managed["host"]) == (0, 512 * MiB, 0)
 
 
-def test_the_device_holds_no_more_than_the_limit(
-    limited_env: LimitedEnv, pod_folder: Path
-) -> None:
+def test_the_device_holds_no_more_than_the_limit(limited_env: LimitedEnv, pod_folder: Path) -> None:
     make_pod(pod_folder, oversubscribe=True)
     # The limiter charges the simulated context what it really takes (512 MiB).
     holder = subprocess.Popen(
-        [sys.executable, "-c", PROGRAM, str(pod_folder / "shm"), "alloc:a=400", "alloc:b=2048",
-         "hold"],
+        [
+            sys.executable,
+            "-c",
+            PROGRAM,
+            str(pod_folder / "shm"),
+            "alloc:a=400",
+            "alloc:b=2048",
+            "hold",
+        ],
         env=limited_env(),
         text=True,
         stdin=subprocess.PIPE,
@@ -235,8 +240,9 @@ def test_without_oversubscription_the_limit_is_out_of_memory(
 ) -> None:
     make_pod(pod_folder, oversubscribe=False)
     environment = limited_env(TF_CUDA_CONTEXT_OVERHEAD="256MiB")
-    fits, over, managed = steps(environment, pod_folder, "alloc:a=512", "alloc:b=512",
-                                "managed:c=512")
+    fits, over, managed = steps(
+        environment, pod_folder, "alloc:a=512", "alloc:b=512", "managed:c=512"
+    )
     assert fits["code"] == 0
     assert (over["code"], over["device"], over["host"]) == (OUT_OF_MEMORY, 768 * MiB, 0)
     assert (managed["code"], managed["host"]) == (OUT_OF_MEMORY, 0)
@@ -248,8 +254,15 @@ def test_turning_oversubscription_on_live_takes_effect_at_the_next_allocation(
     make_pod(pod_folder, oversubscribe=False)
     environment = limited_env(TF_CUDA_CONTEXT_OVERHEAD="256MiB")
     holder = subprocess.Popen(
-        [sys.executable, "-c", PROGRAM, str(pod_folder / "shm"), "alloc:a=1024", "hold",
-         "alloc:b=1024"],
+        [
+            sys.executable,
+            "-c",
+            PROGRAM,
+            str(pod_folder / "shm"),
+            "alloc:a=1024",
+            "hold",
+            "alloc:b=1024",
+        ],
         env=environment,
         text=True,
         stdin=subprocess.PIPE,

@@ -223,7 +223,7 @@ class DeviceInfo:
     generation: int
     compute_soft_limit: int = 0  # burst limit in hundredths; 0 = no burst
     device_flags: int = 0  # DEVICE_* bits
-    host_memory_used: int = 0  # bytes in host-backed (oversubscribed) memory, apart from memory_used
+    host_memory_used: int = 0  # bytes in host-backed (oversubscribed) memory, not in memory_used
     gpu_ns: int = 0  # GPU time charged to the pod
     throttled_ns: int = 0  # time its launches waited for their share
     burst_ns: int = 0  # GPU time above the hard limit
