@@ -99,9 +99,9 @@ static CUresult keep_on_host(CUdeviceptr address, size_t size) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    CUresult hint = located
-                        ? VGPU_REAL(cuMemAdvise_v2, address, size, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu)
-                        : VGPU_REAL(cuMemAdvise, address, size, CU_MEM_ADVISE_SET_ACCESSED_BY, device);
+    CUmem_advise access = CU_MEM_ADVISE_SET_ACCESSED_BY;
+    CUresult hint = located ? VGPU_REAL(cuMemAdvise_v2, address, size, access, gpu)
+                            : VGPU_REAL(cuMemAdvise, address, size, access, device);
     if (hint != CUDA_SUCCESS) {
         vgpu_log(VGPU_LOG_DEBUG, "cuMemAdvise(SET_ACCESSED_BY) failed with %d", (int)hint);
     }

@@ -204,7 +204,8 @@ static CUresult advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
         if (to_host && !record->on_host) {
             sim_memory_release(record->device, record->size);
             record->on_host = true;
-        } else if (to_device && record->on_host && sim_memory_reserve(record->device, record->size)) {
+        } else if (to_device && record->on_host &&
+                   sim_memory_reserve(record->device, record->size)) {
             record->on_host = false; /* a full device leaves it on the host, as a real one would */
         }
     }
