@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from vgpu_limiter import region as regions
 
-from tests.limiter.conftest import LimitedEnv, run
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -331,3 +331,28 @@ def test_the_daemon_reclaims_host_backed_bytes_of_a_dead_process(
         assert gone.host_memory[UUID] == 2 * GiB
         device = pod.device(UUID)
         assert (device.memory_used, device.host_memory_used) == (0, 0)
+
+
+@pytest.mark.parametrize("path", ["linked", "dlopen", "procaddress"])
+def test_every_call_path_oversubscribes(
+    oversubscribed: dict[str, str], pod_folder: Path, path: str
+) -> None:
+    holder = subprocess.Popen(
+        [WORKLOAD, "--kernels", "1", "--path", path, "--alloc", "2GiB", "--hold", "60"],
+        env=oversubscribed,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        report = json.loads(holder.stdout.readline())
+        assert report.get("error") is None, report
+        assert (report["total_bytes"], report["free_bytes"]) == (GiB, GiB - 256 * MiB)
+        with regions.open_region(pod_folder / "shm") as pod:
+            device = pod.device(UUID)
+            assert (device.memory_used, device.host_memory_used) == (256 * MiB, 2 * GiB)
+    finally:
+        holder.send_signal(signal.SIGTERM)  # --hold ends and the workload frees
+        holder.communicate(timeout=30)
+    with regions.open_region(pod_folder / "shm") as pod:
+        assert pod.device(UUID).host_memory_used == 0
