@@ -213,6 +213,27 @@ ComputeOption = Annotated[
     ),
 ]
 
+OversubscribeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--oversubscribe",
+        metavar="GPU",
+        help="Past the memory limit of a GPU (index or UUID), serve allocations from host "
+        "memory instead of failing (docs/oversubscription.md). Repeatable.",
+        show_default=False,
+    ),
+]
+NoOversubscribeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--no-oversubscribe",
+        metavar="GPU",
+        help="Turn oversubscription off for a GPU: past the limit is out of memory again. "
+        "Repeatable.",
+        show_default=False,
+    ),
+]
+
 
 def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     """(namespace, name) of a [NAMESPACE/]NAME argument, each checked as the daemon would."""
@@ -229,14 +250,20 @@ def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     return namespace or "default", name
 
 
-def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, dict[str, str]]:
-    """The request's `gpus` from --mem and --compute, each value checked as the daemon would
-    (the same model), so that a bad one is named by its flag rather than its API field."""
+def _gpu_limits(
+    mem: list[str] | None,
+    compute: list[str] | None,
+    oversubscribe: list[str] | None = None,
+    no_oversubscribe: list[str] | None = None,
+) -> dict[str, dict[str, object]]:
+    """The request's `gpus` from --mem, --compute and --[no-]oversubscribe, each value checked
+    as the daemon would (the same model), so that a bad one is named by its flag rather than
+    its API field."""
     from pydantic import ValidationError
 
     from vgpu_hypervisor.models import GpuLimitsRequest
 
-    gpus: dict[str, dict[str, str]] = {}
+    gpus: dict[str, dict[str, object]] = {}
     for flag, field, specs in (("--mem", "memory", mem), ("--compute", "compute", compute)):
         for spec in specs or []:
             key, equals, value = spec.partition("=")
@@ -254,15 +281,26 @@ def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, d
             if field in limits:
                 fail(f"{flag}: GPU {key.strip()} given twice")
             limits[field] = value.strip()
+    for flag, on, keys in (
+        ("--oversubscribe", True, oversubscribe),
+        ("--no-oversubscribe", False, no_oversubscribe),
+    ):
+        for key in keys or []:
+            if not key.strip() or "=" in key:
+                fail(f"{flag} {key!r}: expected a GPU index or UUID, e.g. {flag} 0")
+            limits = gpus.setdefault(key.strip(), {})
+            if "oversubscribe" in limits:
+                fail(f"{flag}: GPU {key.strip()} given twice")
+            limits["oversubscribe"] = on
     if not gpus:
-        fail("give at least one --mem or --compute")
+        fail("give at least one --mem, --compute or --oversubscribe")
     return gpus
 
 
 _FIELD_FLAGS = {"memory": "--mem", "compute": "--compute"}
 
 
-def _flag_words(gpus: Mapping[str, Mapping[str, str]]) -> Callable[[str], str]:
+def _flag_words(gpus: Mapping[str, Mapping[str, object]]) -> Callable[[str], str]:
     """Turn the API's "gpus.KEY.FIELD: problem" back into the flag and value that were typed."""
 
     def explain(message: str) -> str:
@@ -355,6 +393,7 @@ def pods_create(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    oversubscribe: OversubscribeOption = None,
     owner: Annotated[
         str | None,
         typer.Option(
@@ -373,7 +412,7 @@ def pods_create(
 
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    gpus = _gpu_limits(mem, compute)
+    gpus = _gpu_limits(mem, compute, oversubscribe)
     body: dict[str, object] = {"namespace": namespace, "name": name, "gpus": gpus}
     if owner is not None:
         body |= pod_owner(owner)
@@ -390,13 +429,15 @@ def pods_update(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    oversubscribe: OversubscribeOption = None,
+    no_oversubscribe: NoOversubscribeOption = None,
     as_json: JsonFlag = False,
     form: OutputOption = None,
 ) -> None:
     """Change a pod's limits live (running workers follow within a second)."""
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    gpus = _gpu_limits(mem, compute)
+    gpus = _gpu_limits(mem, compute, oversubscribe, no_oversubscribe)
     path = f"{API}/pods/{namespace}/{name}"
     document = _change(flags, "PATCH", path, _flag_words(gpus), body={"gpus": gpus})
     output.show(document, chosen, "pods")

@@ -8,7 +8,7 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 from vgpu_common.units import parse_size
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$"
@@ -73,6 +73,11 @@ class GpuLimitsRequest(_Document):
 
     memory: MemoryField = None
     compute: PercentField = None
+    oversubscribe: StrictBool | None = Field(
+        default=None,
+        description="Past the memory limit, serve allocations from host memory instead of "
+        "failing; null: off (create), unchanged (update).",
+    )
 
 
 def _device_keys(value: Any) -> Any:
@@ -137,7 +142,11 @@ class PodGpu(_Document):
     uuid: str
     index: int | None = Field(description="The node's index of the GPU; null if not on it.")
     memory_limit: int | None = Field(description="Bytes; null: no memory limit.")
-    memory_used: int
+    memory_used: int = Field(description="Bytes the pod holds on the GPU itself.")
+    host_memory_used: int = Field(
+        default=0, description="Bytes of its oversubscribed allocations, kept in host memory."
+    )
+    oversubscribe: bool = Field(default=False, description="Past the limit, host memory.")
     compute_limit: float | None = Field(description="Percent; null: no compute limit.")
     utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
 
@@ -158,6 +167,7 @@ class Pod(_Document):
 class WorkerGpu(_Document):
     uuid: str
     memory_used: int
+    host_memory_used: int = 0
     utilization: int | None
 
 

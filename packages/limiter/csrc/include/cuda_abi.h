@@ -287,6 +287,24 @@ typedef struct CUmemLocation_st {
     int id;
 } CUmemLocation;
 
+/* Managed memory */
+typedef enum CUmemAttach_flags_enum {
+    CU_MEM_ATTACH_GLOBAL = 0x1,
+    CU_MEM_ATTACH_HOST = 0x2,
+    CU_MEM_ATTACH_SINGLE = 0x4,
+} CUmemAttach_flags;
+
+typedef enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6,
+} CUmem_advise;
+
+#define CU_DEVICE_CPU ((CUdevice)-1) /* the host, where the legacy cuMemAdvise takes a device */
+
 typedef struct CUmemAllocationProp_st {
     CUmemAllocationType type;
     int requestedHandleTypes;

@@ -73,6 +73,10 @@
       (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes)) \
     X(cuMemAllocManaged, cuMemAllocManaged, 6000, LEGACY, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags), \
       (dptr, bytesize, flags)) \
+    X(cuMemAdvise, cuMemAdvise, 8000, LEGACY, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device), \
+      (devPtr, count, advice, device)) \
+    X(cuMemAdvise_v2, cuMemAdvise, 12020, LEGACY, \
+      (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location), (devPtr, count, advice, location)) \
     X(cuMemAllocHost_v2, cuMemAllocHost, 3020, LEGACY, (void **pp, size_t bytesize), (pp, bytesize)) \
     X(cuMemHostAlloc, cuMemHostAlloc, 2020, LEGACY, (void **pp, size_t bytesize, unsigned int Flags), \
       (pp, bytesize, Flags)) \

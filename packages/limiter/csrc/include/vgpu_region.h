@@ -65,7 +65,9 @@ struct vgpu_region_device {
      * device_flags (VGPU_DEVICE_*) are limits: written under the seqlock with the two above. */
     VGPU_ATOMIC(uint32_t) compute_soft_limit;
     VGPU_ATOMIC(uint32_t) device_flags;
-    VGPU_ATOMIC(uint64_t) host_memory_used; /* bytes of oversubscribed allocations in host memory */
+    /* Bytes of oversubscribed allocations, kept in host memory: not part of memory_used (what
+     * the device holds, bounded by memory_limit) and not bounded by it. */
+    VGPU_ATOMIC(uint64_t) host_memory_used;
     VGPU_ATOMIC(uint64_t) gpu_ns;       /* GPU time charged to the pod (its achieved share) */
     VGPU_ATOMIC(uint64_t) throttled_ns; /* time its launches waited for its share or the lease */
     VGPU_ATOMIC(uint64_t) burst_ns;     /* GPU time it ran above its hard limit */
@@ -80,7 +82,7 @@ struct vgpu_region_process {
     uint64_t start_time;           /* clock ticks after boot, /proc/<pid>/stat field 22 */
     VGPU_ATOMIC(uint64_t) heartbeat_ns; /* CLOCK_REALTIME of its last GPU call */
     VGPU_ATOMIC(uint64_t) memory[VGPU_REGION_MAX_DEVICES]; /* by device entry */
-    /* Version 2: of memory[], the bytes in host-backed (oversubscribed) allocations. */
+    /* Version 2: bytes in host-backed (oversubscribed) allocations, apart from memory[]. */
     VGPU_ATOMIC(uint64_t) host_memory[VGPU_REGION_MAX_DEVICES];
 };
 

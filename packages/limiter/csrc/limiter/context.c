@@ -24,7 +24,8 @@ CUresult cuInit(unsigned int Flags) {
 
 static bool owned_by(const struct vgpu_record *record, void *context) {
     return record->context == context &&
-           (record->kind == VGPU_RECORD_MEMORY || record->kind == VGPU_RECORD_ARRAY ||
+           (record->kind == VGPU_RECORD_MEMORY || record->kind == VGPU_RECORD_HOST ||
+            record->kind == VGPU_RECORD_ARRAY ||
             record->kind == VGPU_RECORD_CONTEXT || record->kind == VGPU_RECORD_LIMIT);
 }
 
@@ -35,7 +36,7 @@ static void forget_context(CUcontext context) {
     do {
         taken = vgpu_ledger_take_if(owned_by, context, records, 256);
         for (unsigned i = 0; i < taken; i++) {
-            vgpu_uncharge(records[i].entry, records[i].bytes);
+            vgpu_record_give_back(&records[i]);
         }
     } while (taken == 256);
 }

@@ -83,6 +83,8 @@
     X(cuDeviceGetAttribute) \
     X(cuDeviceGetMemPool) \
     X(cuMemPoolGetAttribute) \
+    X(cuMemAdvise) \
+    X(cuMemAdvise_v2) \
     X(cuEventCreate) \
     X(cuEventDestroy_v2) \
     X(cuEventRecord) \

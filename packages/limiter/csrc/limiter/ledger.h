@@ -10,6 +10,8 @@
 
 enum vgpu_record_kind {
     VGPU_RECORD_MEMORY,  /* cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged */
+    VGPU_RECORD_HOST,    /* cuMemAlloc or cuMemAllocManaged past the limit, oversubscribed:
+                          * managed memory kept in host memory, charged to host_memory */
     VGPU_RECORD_ARRAY,   /* arrays and mipmapped arrays */
     VGPU_RECORD_PHYSICAL, /* cuMemCreate */
     VGPU_RECORD_MAPPING, /* cuMemMap of a physical allocation */
@@ -46,5 +48,9 @@ unsigned vgpu_ledger_take_if(bool (*select)(const struct vgpu_record *record, vo
 /* Calls visit on each record (under the lock; visit must not use the ledger). */
 void vgpu_ledger_each(void (*visit)(const struct vgpu_record *record, void *data), void *data);
 void vgpu_ledger_clear(void);
+
+/* Give back to the pod what a record of freed memory was charged: device memory, or host-backed
+ * bytes for VGPU_RECORD_HOST; nothing for memory from a pool, which stays with the pool. */
+void vgpu_record_give_back(const struct vgpu_record *record);
 
 #endif

@@ -53,6 +53,9 @@ static uint64_t pages(uint64_t bytes) {
     return rounded < bytes ? UINT64_MAX : rounded;
 }
 
+struct allocation;
+static CUresult call_managed(struct allocation *a);
+
 /* A real allocation call: its arguments, and where it leaves the address and the pitch. */
 struct allocation {
     CUresult (*call)(struct allocation *a);
@@ -66,16 +69,93 @@ struct allocation {
     unsigned flags;
     CUdeviceptr_v1 *dptr_v1;
     unsigned *pitch_v1;
+    bool may_oversubscribe; /* served from host-backed managed memory past the limit */
 };
 
-/* Charge `bytes`, make the call, record it. */
+static bool oversubscribed(int entry) {
+    struct vgpu_region_limits limits;
+    vgpu_region_read_limits(vgpu_state.region, entry, &limits);
+    return (limits.device_flags & VGPU_DEVICE_OVERSUBSCRIBE) != 0;
+}
+
+/* Ask the driver to keep managed memory in host memory, mapped for the device: the preferred
+ * location (which must hold, or the pages could migrate onto the device past the limit) and
+ * access by the device (a hint that saves page faults). */
+static CUresult keep_on_host(CUdeviceptr address, size_t size) {
+    CUdevice device = 0;
+    CUresult result = VGPU_REAL(cuCtxGetDevice, &device);
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    CUmemLocation host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
+    CUmemLocation gpu = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+    /* CUDA 12.2 added the location form; older drivers take a device, the host as -1. */
+    result = VGPU_REAL(cuMemAdvise_v2, address, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host);
+    bool located = result != CUDA_ERROR_NOT_FOUND;
+    if (!located) {
+        result = VGPU_REAL(cuMemAdvise, address, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                           CU_DEVICE_CPU);
+    }
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    CUmem_advise access = CU_MEM_ADVISE_SET_ACCESSED_BY;
+    CUresult hint = located ? VGPU_REAL(cuMemAdvise_v2, address, size, access, gpu)
+                            : VGPU_REAL(cuMemAdvise, address, size, access, device);
+    if (hint != CUDA_SUCCESS) {
+        vgpu_log(VGPU_LOG_DEBUG, "cuMemAdvise(SET_ACCESSED_BY) failed with %d", (int)hint);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* An allocation past the limit of a device with oversubscription on: managed memory kept in
+ * host memory, charged to the pod's host-backed bytes instead of its device memory. */
+static CUresult allocate_on_host(int entry, uint64_t bytes, struct allocation *a) {
+    if (!vgpu_region_reserve_host(vgpu_state.region, entry, bytes)) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    unsigned flags = a->call == call_managed ? a->flags : CU_MEM_ATTACH_GLOBAL;
+    CUresult result = VGPU_REAL(cuMemAllocManaged, a->dptr, a->width, flags);
+    if (result == CUDA_SUCCESS && (result = keep_on_host(*a->dptr, a->width)) != CUDA_SUCCESS) {
+        vgpu_log(VGPU_LOG_WARN,
+                 "cuMemAdvise cannot keep oversubscribed memory in host memory (error %d): "
+                 "the allocation is refused",
+                 (int)result);
+        VGPU_REAL(cuMemFree_v2, *a->dptr);
+        result = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (result != CUDA_SUCCESS) {
+        vgpu_region_release_host(vgpu_state.region, entry, bytes);
+        return result;
+    }
+    vgpu_log(VGPU_LOG_DEBUG, "%llu bytes past the pod's limit are served from host memory",
+             (unsigned long long)bytes);
+    struct vgpu_record record = {.key = *a->dptr,
+                                 .kind = VGPU_RECORD_HOST,
+                                 .entry = entry,
+                                 .bytes = bytes,
+                                 .context = current_context()};
+    if (!vgpu_ledger_put(&record)) {
+        vgpu_log(VGPU_LOG_WARN, "out of memory recording an allocation; it stays charged");
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Charge `bytes`, make the call, record it; past the limit, host-backed where allowed. */
 static CUresult allocate(uint64_t bytes, struct allocation *a) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
     }
     int entry = vgpu_current_entry();
-    if ((result = charge(entry, bytes)) != CUDA_SUCCESS) {
+    bool spill = a->may_oversubscribe && entry >= 0 && oversubscribed(entry);
+    if (spill && !vgpu_charge(entry, bytes)) {
+        if (vgpu_region_self(vgpu_state.region) == NULL) {
+            return charge(entry, bytes); /* no slot: refused, and said why */
+        }
+        return allocate_on_host(entry, bytes, a);
+    }
+    if (!spill && (result = charge(entry, bytes)) != CUDA_SUCCESS) {
         return result;
     }
     result = a->call(a);
@@ -101,7 +181,8 @@ static CUresult call_managed(struct allocation *a) {
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
-    struct allocation a = {.call = call_alloc, .dptr = dptr, .width = bytesize};
+    struct allocation a = {
+        .call = call_alloc, .dptr = dptr, .width = bytesize, .may_oversubscribe = true};
     return allocate(pages(bytesize), &a);
 }
 
@@ -112,7 +193,11 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
-    struct allocation a = {.call = call_managed, .dptr = dptr, .width = bytesize, .flags = flags};
+    struct allocation a = {.call = call_managed,
+                           .dptr = dptr,
+                           .width = bytesize,
+                           .flags = flags,
+                           .may_oversubscribe = true};
     return allocate(pages(bytesize), &a);
 }
 
@@ -184,9 +269,12 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     return allocate_pitched(&a);
 }
 
-/* Give back what a freed record was charged. Memory from a pool stays with the pool. */
-static void give_back(const struct vgpu_record *record) {
-    if (record->kind != VGPU_RECORD_POOLED) {
+void vgpu_record_give_back(const struct vgpu_record *record) {
+    if (record->kind == VGPU_RECORD_HOST) {
+        if (record->entry >= 0 && record->bytes != 0) {
+            vgpu_region_release_host(vgpu_state.region, record->entry, record->bytes);
+        }
+    } else if (record->kind != VGPU_RECORD_POOLED) {
         vgpu_uncharge(record->entry, record->bytes);
     }
 }
@@ -204,7 +292,7 @@ static CUresult free_recorded(uint64_t key, CUresult (*call)(void *), void *argu
     if (known && result != CUDA_SUCCESS) {
         vgpu_ledger_put(&record);
     } else if (known) {
-        give_back(&record);
+        vgpu_record_give_back(&record);
     }
     return result;
 }

@@ -211,6 +211,7 @@ struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region) {
             atomic_store(&candidate->host_pid, 0);
             for (unsigned d = 0; d < VGPU_REGION_MAX_DEVICES; d++) {
                 atomic_store(&candidate->memory[d], 0);
+                atomic_store(&candidate->host_memory[d], 0);
             }
             atomic_store(&candidate->heartbeat_ns, realtime_ns());
             atomic_store(&candidate->pid, pid); /* published last */
@@ -241,6 +242,10 @@ bool vgpu_region_reclaim_process(struct vgpu_region *region, unsigned slot, int3
         uint64_t held = atomic_exchange(&process->memory[d], 0);
         if (held != 0) {
             atomic_fetch_sub(&region->devices[d].memory_used, held);
+        }
+        held = atomic_exchange(&process->host_memory[d], 0);
+        if (held != 0) {
+            atomic_fetch_sub(&region->devices[d].host_memory_used, held);
         }
     }
     atomic_store(&process->pid, VGPU_SLOT_FREE);
@@ -336,6 +341,34 @@ void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes) 
     bytes = bytes < held ? bytes : held;
     atomic_fetch_sub(&self->memory[entry], bytes);
     atomic_fetch_sub(&region->devices[entry].memory_used, bytes);
+}
+
+bool vgpu_region_reserve_host(struct vgpu_region *region, int entry, uint64_t bytes) {
+    struct vgpu_region_process *self = vgpu_region_self(region);
+    if (self == NULL) {
+        return false;
+    }
+    struct vgpu_region_device *device = &region->devices[entry];
+    uint64_t used = atomic_load(&device->host_memory_used);
+    do {
+        if (bytes > UINT64_MAX - used) {
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak(&device->host_memory_used, &used, used + bytes));
+    atomic_fetch_add(&self->host_memory[entry], bytes);
+    atomic_store(&self->heartbeat_ns, realtime_ns());
+    return true;
+}
+
+void vgpu_region_release_host(struct vgpu_region *region, int entry, uint64_t bytes) {
+    struct vgpu_region_process *self = vgpu_region_self(region);
+    if (self == NULL) {
+        return;
+    }
+    uint64_t held = atomic_load(&self->host_memory[entry]);
+    bytes = bytes < held ? bytes : held;
+    atomic_fetch_sub(&self->host_memory[entry], bytes);
+    atomic_fetch_sub(&region->devices[entry].host_memory_used, bytes);
 }
 
 void vgpu_region_read_device(const struct vgpu_region *region, unsigned entry,

@@ -38,6 +38,11 @@ struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region);
 bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes);
 void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes);
 
+/* The same for host-backed (oversubscribed) memory: counted in host_memory_used and the slot's
+ * host_memory[], apart from memory_used, and not bounded by the memory limit. */
+bool vgpu_region_reserve_host(struct vgpu_region *region, int entry, uint64_t bytes);
+void vgpu_region_release_host(struct vgpu_region *region, int entry, uint64_t bytes);
+
 /* Reclaim the slots of processes of this pid namespace that are gone; the number reclaimed. */
 unsigned vgpu_region_reap(struct vgpu_region *region);
 

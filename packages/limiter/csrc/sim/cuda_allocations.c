@@ -43,7 +43,9 @@ void sim_allocation_free(struct sim_allocation *record) {
         sim_memory_release(record->device, record->size);
         break;
     case SIM_ALLOC_MANAGED:
-        sim_memory_release(record->device, record->size);
+        if (!record->on_host) {
+            sim_memory_release(record->device, record->size);
+        }
         munmap((void *)(uintptr_t)record->key, record->requested);
         break;
     case SIM_ALLOC_HOST:

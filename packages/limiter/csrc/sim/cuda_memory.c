@@ -1,13 +1,13 @@
-/* Simulated driver: device, pitched, managed and host memory, and the memory info query.
- * Device allocations are rounded up to 2 MiB pages and charged to the node state. */
+/* Simulated driver: device, pitched, managed and host memory, advice on managed memory, and the
+ * memory info query. Device allocations are rounded up to 2 MiB pages and charged to the node
+ * state. Managed memory counts as resident on its device (as if touched there) until advice
+ * prefers the host for the whole allocation; then it lives in host memory and the device is
+ * not charged, until the preference goes back to the device. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #include "cuda_sim.h"
-
-#define CU_MEM_ATTACH_GLOBAL 0x1
-#define CU_MEM_ATTACH_HOST 0x2
 
 /* Charge `bytes` (page-rounded) to the current device and record an allocation at a fresh
  * device address (below 4 GiB for the legacy 32-bit entry points), or at `host` for managed
@@ -146,6 +146,84 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
         munmap(host, bytesize);
     }
     return result;
+}
+
+struct containing {
+    uint64_t address;
+    struct sim_allocation *found;
+};
+
+static void find_containing(struct sim_allocation *record, void *data) {
+    struct containing *search = data;
+    if (record->kind == SIM_ALLOC_MANAGED && search->address >= record->key &&
+        search->address - record->key < record->requested) {
+        search->found = record;
+    }
+}
+
+/* Where advice points: the host (true) or a device; false from *valid for a bad location. */
+static bool advice_on_host(CUmemLocation location, bool *valid) {
+    *valid = true;
+    if (location.type == CU_MEM_LOCATION_TYPE_HOST ||
+        location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+        location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+        return true;
+    }
+    int physical;
+    *valid = location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+             sim_device_argument(location.id, &physical) == CUDA_SUCCESS;
+    return false;
+}
+
+static CUresult advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                       CUmemLocation location) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    bool valid;
+    bool host = advice_on_host(location, &valid);
+    if (count == 0 || advice < CU_MEM_ADVISE_SET_READ_MOSTLY ||
+        advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY ||
+        (!valid && advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
+         advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY &&
+         advice != CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&sim_driver_lock);
+    struct containing search = {.address = devPtr};
+    sim_allocations_each(find_containing, &search);
+    struct sim_allocation *record = search.found;
+    if (record == NULL || count > record->requested - (devPtr - record->key)) {
+        result = CUDA_ERROR_INVALID_VALUE; /* not managed memory, or past its end */
+    } else if (devPtr == record->key && count == record->requested) {
+        /* Only advice on a whole allocation moves it; a part of one stays where it is. */
+        bool to_host = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION && host;
+        bool to_device = (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION && !host) ||
+                         advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION;
+        if (to_host && !record->on_host) {
+            sim_memory_release(record->device, record->size);
+            record->on_host = true;
+        } else if (to_device && record->on_host &&
+                   sim_memory_reserve(record->device, record->size)) {
+            record->on_host = false; /* a full device leaves it on the host, as a real one would */
+        }
+    }
+    pthread_mutex_unlock(&sim_driver_lock);
+    return result;
+}
+
+CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device) {
+    CUmemLocation location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+    if (device == CU_DEVICE_CPU) {
+        location = (CUmemLocation){.type = CU_MEM_LOCATION_TYPE_HOST};
+    }
+    return advise(devPtr, count, advice, location);
+}
+
+CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                        CUmemLocation location) {
+    return advise(devPtr, count, advice, location);
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {

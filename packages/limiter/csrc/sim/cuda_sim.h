@@ -110,7 +110,8 @@ struct CUmemPoolHandle_st {
 /* Every live device-memory object of the process, by address or handle. */
 enum sim_allocation_kind {
     SIM_ALLOC_DEVICE,  /* cuMemAlloc, cuMemAllocPitch */
-    SIM_ALLOC_MANAGED, /* cuMemAllocManaged: host-backed, charged to the device */
+    SIM_ALLOC_MANAGED, /* cuMemAllocManaged: host-backed, charged to the device unless advised
+                        * to prefer the host (on_host) */
     SIM_ALLOC_HOST,    /* cuMemAllocHost, cuMemHostAlloc: not charged to a device */
     SIM_ALLOC_POOL,    /* cuMemAllocAsync, cuMemAllocFromPoolAsync */
     SIM_ALLOC_ARRAY,   /* arrays and mipmapped arrays */
@@ -130,6 +131,7 @@ struct sim_allocation {
     uint32_t vmm_mappings; /* SIM_ALLOC_VMM: live cuMemMap ranges */
     bool vmm_released;     /* SIM_ALLOC_VMM: cuMemRelease called */
     uint64_t mapped_handle; /* SIM_ALLOC_MAPPING: the VMM handle mapped here */
+    bool on_host;           /* SIM_ALLOC_MANAGED: resident in host memory, not charged */
 };
 
 /* One lock for the process's driver objects; taken before the node-wide lock, never after. */

@@ -223,7 +223,7 @@ class DeviceInfo:
     generation: int
     compute_soft_limit: int = 0  # burst limit in hundredths; 0 = no burst
     device_flags: int = 0  # DEVICE_* bits
-    host_memory_used: int = 0  # of memory_used, bytes in host-backed (oversubscribed) memory
+    host_memory_used: int = 0  # bytes in host-backed (oversubscribed) memory, not in memory_used
     gpu_ns: int = 0  # GPU time charged to the pod
     throttled_ns: int = 0  # time its launches waited for their share
     burst_ns: int = 0  # GPU time above the hard limit
@@ -257,6 +257,7 @@ class ProcessInfo:
     start_time: int  # clock ticks after boot
     heartbeat_ns: int  # CLOCK_REALTIME of its last GPU call
     memory: dict[str, int] = field(default_factory=dict)  # bytes by device UUID
+    host_memory: dict[str, int] = field(default_factory=dict)  # host-backed bytes by device UUID
 
 
 Liveness = Callable[[ProcessInfo], bool]
@@ -647,6 +648,9 @@ class Region:
                     start_time=int(entry.start_time),
                     heartbeat_ns=int(entry.heartbeat_ns),
                     memory={uuid: int(entry.memory[index]) for index, uuid in enumerate(uuids)},
+                    host_memory={
+                        uuid: int(entry.host_memory[index]) for index, uuid in enumerate(uuids)
+                    },
                 )
             )
         return found

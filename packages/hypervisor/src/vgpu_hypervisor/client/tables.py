@@ -82,7 +82,8 @@ def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
             row = [
                 name if number == 0 else "",
                 gpu_name,
-                f"{size(gpu['memory_used'])} / {size(limit) if limit else 'no limit'}",
+                f"{size(gpu['memory_used'])} / {size(limit) if limit else 'no limit'}"
+                + _host_backed(gpu),
                 percent(gpu.get("compute_limit")) if gpu.get("compute_limit") else "no limit",
                 percent(gpu.get("utilization")),
                 str(pod["workers"]) if number == 0 else "",
@@ -93,6 +94,14 @@ def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
                 row += [gpu["uuid"], _created(pod) if first else "", pod["path"] if first else ""]
             table.add_row(*row)
     return table
+
+
+def _host_backed(gpu: dict[str, Any]) -> str:
+    """What an oversubscribed pod keeps in host memory, after its device memory."""
+    host = gpu.get("host_memory_used") or 0
+    if host:
+        return f" + {size(host)} host"
+    return " (oversubscribe)" if gpu.get("oversubscribe") else ""
 
 
 def _created(pod: dict[str, Any]) -> str:

@@ -101,6 +101,11 @@ _GPU_GAUGES: tuple[tuple[str, str, Callable[[_GpuRow], float | None]], ...] = (
 _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...] = (
     ("tf_pod_memory_used_bytes", "Memory the pod holds on the GPU.", lambda g: g.memory_used),
     (
+        "tf_pod_host_memory_bytes",
+        "Host memory of the pod's oversubscribed allocations for the GPU.",
+        lambda g: g.host_memory_used,
+    ),
+    (
         "tf_pod_memory_limit_bytes",
         "The pod's memory limit on the GPU (absent: none).",
         lambda g: g.memory_limit,

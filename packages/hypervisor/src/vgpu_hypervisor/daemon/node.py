@@ -140,6 +140,7 @@ class Node:
                 models.WorkerGpu(
                     uuid=uuid,
                     memory_used=used,
+                    host_memory_used=process.host_memory.get(uuid, 0),
                     utilization=self._utilization.of(uuid, host_pid),
                 )
                 for uuid, used in process.memory.items()
@@ -214,6 +215,8 @@ class Node:
                     index=index_of.get(device.uuid.lower()),
                     memory_limit=device.memory_limit or None,
                     memory_used=device.memory_used,
+                    host_memory_used=device.host_memory_used,
+                    oversubscribe=device.oversubscribe,
                     compute_limit=(
                         None
                         if device.compute_percent is None

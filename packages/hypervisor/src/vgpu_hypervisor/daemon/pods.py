@@ -43,10 +43,12 @@ class PodConflict(PodError):
 @dataclass(frozen=True, slots=True)
 class Limits:
     """A GPU's limits in a request: None leaves a limit as it is (or unset for a new entry).
-    ``memory`` in bytes, 0 = none; ``compute`` in percent, 100 = none."""
+    ``memory`` in bytes, 0 = none; ``compute`` in percent, 100 = none; ``oversubscribe``:
+    allocations past the memory limit go to host memory."""
 
     memory: int | None = None
     compute: float | None = None
+    oversubscribe: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +185,12 @@ class PodStore:
         """A new pod with ``limits`` by GPU UUID, its region owned by ``owner``/``group`` when
         given (else the daemon's user); PodConflict if it exists."""
         path = self._path(namespace, name)
-        devices = {uuid: _region_limits(uuid, wanted, None) for uuid, wanted in limits.items()}
+        devices = {
+            uuid: regions.DeviceLimits(
+                *_region_limits(uuid, wanted, None), device_flags=_device_flags(wanted, None)
+            )
+            for uuid, wanted in limits.items()
+        }
         with self._lock:
             if path.exists() and self._takes_over(namespace, name, path):
                 return self.update(namespace, name, limits)
@@ -220,11 +227,12 @@ class PodStore:
                 except RegionError:
                     present = None
                 memory, compute = _region_limits(uuid, wanted, present)
+                flags = _device_flags(wanted, present)
                 try:
                     if present is None:
-                        region.add_device(uuid, memory, compute)
+                        region.add_device(uuid, memory, compute, device_flags=flags)
                     else:
-                        region.set_limits(uuid, memory, compute)
+                        region.set_limits(uuid, memory, compute, device_flags=flags)
                 except RegionError as error:
                     raise PodError(_one_line(error)) from None
             return self._record(namespace, name, region.path)
@@ -304,6 +312,16 @@ def _region_limits(uuid: str, wanted: Limits, present: DeviceInfo | None) -> tup
     if not 0 <= compute <= regions.COMPUTE_UNLIMITED:
         raise PodError(f"GPU {uuid}: bad compute limit {wanted.compute}")
     return memory, compute
+
+
+def _device_flags(wanted: Limits, present: DeviceInfo | None) -> int:
+    """The device flags to store: the present ones with oversubscription as requested."""
+    flags = present.device_flags if present else 0
+    if wanted.oversubscribe is None:
+        return flags
+    if wanted.oversubscribe:
+        return flags | regions.DEVICE_OVERSUBSCRIBE
+    return flags & ~regions.DEVICE_OVERSUBSCRIBE
 
 
 def _folders(path: Path) -> list[str]:

@@ -46,7 +46,9 @@ def resolve_gpus(view: NodeView, gpus: Mapping[str, models.GpuLimitsRequest]) ->
                 f"gpus.{key}: memory limit {wanted.memory} bytes is more than the GPU's "
                 f"{gpu.memory_total}",
             )
-        resolved[uuid] = Limits(memory=wanted.memory, compute=wanted.compute)
+        resolved[uuid] = Limits(
+            memory=wanted.memory, compute=wanted.compute, oversubscribe=wanted.oversubscribe
+        )
     return resolved
 
 
@@ -55,7 +57,10 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
     for uuid, wanted in limits.items():
         memory = "unchanged" if wanted.memory is None else wanted.memory or "none"
         compute = "unchanged" if wanted.compute is None else f"{wanted.compute}%"
-        parts.append(f"{uuid} memory={memory} compute={compute}")
+        part = f"{uuid} memory={memory} compute={compute}"
+        if wanted.oversubscribe is not None:
+            part += f" oversubscribe={'on' if wanted.oversubscribe else 'off'}"
+        parts.append(part)
     return "; ".join(parts)
 
 
