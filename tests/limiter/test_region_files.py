@@ -222,7 +222,12 @@ def test_guarded_calls_report_a_truncated_file(base: Path) -> None:
         fault = regions.CONSTANTS["VGPU_REGION_FAULT"]
         view = regions.ffi.new("struct vgpu_region_device_view *")
         assert library.vgpu_region_safe_read_device(region._region, 0, view) == fault
-        assert library.vgpu_region_safe_store_limits(region._region, 0, regions.ffi.new("struct vgpu_region_limits *")) == fault
+        assert (
+            library.vgpu_region_safe_store_limits(
+                region._region, 0, regions.ffi.new("struct vgpu_region_limits *")
+            )
+            == fault
+        )
         assert library.vgpu_region_safe_reclaim_process(region._region, 0, 1, 2, 3) == fault
         for action in (
             lambda: region.devices,

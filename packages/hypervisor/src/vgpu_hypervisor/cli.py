@@ -297,7 +297,7 @@ def _gpu_limits(
     return gpus
 
 
-_FIELD_FLAGS = {"memory": "--mem", "compute": "--compute"}
+_FIELD_FLAGS = {"memory": "--mem", "compute": "--compute", "oversubscribe": "--oversubscribe"}
 
 
 def _flag_words(gpus: Mapping[str, Mapping[str, object]]) -> Callable[[str], str]:

@@ -173,6 +173,8 @@ def _backoff(value: object) -> float:
     if not math.isfinite(seconds) or not 0.1 <= seconds <= 600:
         raise ValueError(forms)
     return seconds
+
+
 def _resource_name(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError("expected an extended resource name DOMAIN/NAME")

@@ -124,6 +124,24 @@ def _loopback_only(address: TcpAddress | UnixAddress) -> bool:
     return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
+def _prepare_files(settings: Settings) -> str:
+    """The API token (made when missing) and the base path of the regions; DaemonError."""
+    try:
+        token = read_or_create_token(settings.token_file)
+    except OSError as error:
+        raise DaemonError(
+            f"cannot create the API token file {settings.token_file}: {error.strerror} "
+            "(--token-file chooses another)"
+        ) from None
+    try:
+        settings.shm_base_path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DaemonError(
+            f"cannot create the base path {settings.shm_base_path}: {error.strerror}"
+        ) from None
+    return token
+
+
 class Daemon:
     def __init__(
         self,
@@ -157,19 +175,7 @@ class Daemon:
 
     async def _serve(self, observer: GpuObserver) -> None:
         settings = self.settings
-        try:
-            token = read_or_create_token(settings.token_file)
-        except OSError as error:
-            raise DaemonError(
-                f"cannot create the API token file {settings.token_file}: {error.strerror} "
-                "(--token-file chooses another)"
-            ) from None
-        try:
-            settings.shm_base_path.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise DaemonError(
-                f"cannot create the base path {settings.shm_base_path}: {error.strerror}"
-            ) from None
+        token = _prepare_files(settings)
         store = PodStore(settings.shm_base_path)
         publisher = None
         if settings.boost_correction:

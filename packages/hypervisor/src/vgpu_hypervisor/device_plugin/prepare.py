@@ -17,7 +17,6 @@ from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
 from vgpu_hypervisor.device_plugin.allocation import PreparePod
 from vgpu_hypervisor.kubernetes.model import KubePod
 
-
 # The pod source's assign(uid, gpus): the pod's limits on the GPUs Allocate gave it, resolved
 # from its annotations and resources together and written through the store.
 Assign = Callable[[str, Sequence[str]], None]

@@ -4,9 +4,9 @@ Annotations (vgpu.rs names): ``tensor-fusion.ai/vram-limit`` (a size), ``compute
 (percent), ``tflops-limit`` (converted through PEAK_TFLOPS), ``compute-burst`` (percent),
 ``gpu-ids`` (indices or UUIDs), ``qos`` and ``vram-oversubscribe``. A limit annotation applies
 to every GPU of the pod; ``<annotation>.<gpu>`` (an index or UUID) sets it for one GPU.
-Resources (names settable): ``vgpu.io/gpu`` (count), ``vgpu.io/gpu-memory`` (units of the memory unit, 1 GiB by default, per GPU) and
-``vgpu.io/gpu-compute`` (percent per GPU), summed over the pod's containers, which share the
-pod's one region.
+Resources (names settable): ``vgpu.io/gpu`` (count), ``vgpu.io/gpu-memory`` (units of the
+device plugin's memory unit, 1 GiB unless set, per GPU) and ``vgpu.io/gpu-compute`` (percent
+per GPU), summed over the pod's containers, which share the pod's one region.
 
 Nothing here is silently dropped: a value that cannot be read, or two sources that disagree,
 is a problem (one line naming the pod and the field). Where two sources disagree the lower
