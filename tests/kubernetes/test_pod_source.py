@@ -108,6 +108,26 @@ def test_a_pod_gets_its_limits_live_and_its_region_goes_after_its_last_worker(
     assert "kept until its 1 worker(s) exit" in log
 
 
+def test_the_oversubscribe_annotation_reaches_the_region(daemon: Daemon, api: ApiServer) -> None:
+    """vram-oversubscribe: allocations past the limit go to host memory instead of failing."""
+    annotations = {VRAM: "1Gi", "tensor-fusion.ai/gpu-ids": "0"}
+    api.put_pod("spill", annotations=annotations | {"tensor-fusion.ai/vram-oversubscribe": "true"})
+    assert wait_for(lambda: _limits(daemon, "spill") == (1 * GiB, None), timeout=15)
+    gpu = next(g for g in (_pod(daemon, "spill") or {})["gpus"] if g["index"] == 0)
+    assert gpu["oversubscribe"] is True
+    spilled = _run(daemon, "spill", "--alloc", "2GiB")
+    assert spilled.returncode == 0, spilled.stdout + spilled.stderr
+    api.put_pod("spill", annotations=annotations)  # turned off live
+    assert wait_for(
+        lambda: next(g for g in (_pod(daemon, "spill") or {})["gpus"] if g["index"] == 0)[
+            "oversubscribe"
+        ]
+        is False,
+        timeout=15,
+    )
+    assert _refused(_run(daemon, "spill", "--alloc", "2GiB"))
+
+
 @pytest.mark.parametrize("outage_s", [2.0])
 def test_the_api_server_away_and_back(daemon: Daemon, api: ApiServer, outage_s: float) -> None:
     api.put_pod("a", annotations={VRAM: "2Gi"})

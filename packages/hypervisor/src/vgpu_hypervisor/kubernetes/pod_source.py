@@ -268,6 +268,7 @@ class PodSource:
             uuid: Limits(
                 memory=gpu.memory or 0,
                 compute=100.0 if gpu.compute is None else gpu.compute,
+                oversubscribe=found.oversubscribe,
             )
             for uuid, gpu in found.gpus.items()
         }
@@ -278,9 +279,9 @@ class PodSource:
                 record = self._store.create(pod.namespace, pod.name, limits)
                 log.info("pod %s: region created: %s", pod.key, _describe(found))
             else:
-                before = {d.uuid.lower(): (d.memory_limit, d.compute_limit) for d in record.devices}
+                before = {d.uuid.lower(): d.limits for d in record.devices}
                 record = self._store.update(pod.namespace, pod.name, limits)
-                after = {d.uuid.lower(): (d.memory_limit, d.compute_limit) for d in record.devices}
+                after = {d.uuid.lower(): d.limits for d in record.devices}
                 if before != after:
                     log.info("pod %s: limits changed: %s", pod.key, _describe(found))
             marker = record.path.parent / MARKER
