@@ -50,3 +50,32 @@ def test_unknown_command_is_a_usage_error(command: str) -> None:
     )
     assert result.returncode == 2
     assert "No such command" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "words", "expected"),
+    [
+        ("tf-hypervisor", "tf-hypervisor pods de", {"describe", "delete"}),
+        ("tf-limiter", "tf-limiter ch", {"check-config"}),
+        ("tf-add-path", "tf-add-path ex", {"exec"}),
+    ],
+)
+def test_shell_completion(command: str, words: str, expected: set[str]) -> None:
+    """What typer's installed bash completion asks the command, answered by the command."""
+    executable = Path(sys.executable).with_name(command)
+    variable = "_" + command.upper().replace("-", "_") + "_COMPLETE"
+    result = subprocess.run(
+        [str(executable)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            variable: "complete_bash",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split()) - 1),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert set(result.stdout.split()) == expected

@@ -104,6 +104,7 @@ def test_output_forms_and_describe(daemon: Daemon) -> None:
         "Namespace:  team",
         "Memory limit:   4 GiB",
         "Compute limit:  12.5 %",
+        "Flags:      none",
         "Created:",
         "Worker processes: (none)",
     ):

@@ -63,7 +63,8 @@ def test_run_refuses_what_the_library_would_refuse(limited_env: LimitedEnv) -> N
     for arguments, message in (
         (["--mem", "0=4XB"], 'bad size "4XB"'),
         (["--mem", "0"], "expected DEV=VALUE"),
-        (["--compute", "0=250"], "TENSOR_FUSION_CUDA_UP_LIMIT"),
+        (["--compute", "0=250"], "--compute 0=250: bad percent"),
+        (["--mem", "0=4XB"], "--mem 0=4XB: "),
         (["--pod", "a/b/../c"], "POD_"),
     ):
         result = run([TF_LIMITER, "run", *arguments, "--", "true"], limited_env(preload=False))

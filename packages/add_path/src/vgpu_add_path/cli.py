@@ -15,7 +15,6 @@ from vgpu_add_path._library import SEPARATORS, library_path, merge
 app = typer.Typer(
     help="Rewrite PATH, LD_PRELOAD and LD_LIBRARY_PATH of programs from TF_* variables.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_show_locals=False,
 )
 

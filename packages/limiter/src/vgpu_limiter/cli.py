@@ -14,7 +14,6 @@ from vgpu_limiter.sim_cli import app as sim_app
 app = typer.Typer(
     help="Per-pod GPU memory and compute limits for unmodified CUDA programs.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_show_locals=False,
 )
 

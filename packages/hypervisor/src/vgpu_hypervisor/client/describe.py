@@ -30,6 +30,26 @@ def _percent(value: float | None) -> str:
     return NA if value is None else f"{value:g} %"
 
 
+def region_flags(path: str | None) -> str:
+    """The region's flags (frozen, deleted), read from the file where this node can open it;
+    the API does not carry them."""
+    if not path:
+        return NA
+    from vgpu_limiter import region as regions
+
+    try:
+        with regions.open_region(path, writable=False) as region:
+            flags = region.flags
+    except (OSError, ValueError, regions.RegionError) as error:
+        return f"- (the region cannot be read here: {error})"
+    names = [
+        name
+        for name, bit in (("frozen", regions.FLAG_FROZEN), ("deleted", regions.FLAG_DELETED))
+        if flags & bit
+    ]
+    return ", ".join(names) or "none"
+
+
 def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
     """The text of `pods describe` for a pod document with its ``worker_list``."""
     now = time.time() if now is None else now
@@ -39,6 +59,7 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
         f"Created:    {_when(pod.get('created'), now)}",
         f"Region:     {pod.get('path') or NA}",
         f"Status:     {'error: ' + pod['error'] if pod.get('error') else 'ok'}",
+        f"Flags:      {region_flags(pod.get('path'))}",
         f"Workers:    {pod.get('workers', 0)}",
         "GPUs:",
     ]

@@ -206,7 +206,7 @@ def _pod_lines(pods: list[dict[str, Any]], width: int, compact: bool) -> list[Te
 
 def _worker_lines(workers: list[dict[str, Any]], width: int, compact: bool) -> list[Text]:
     columns = [
-        Column("Pod", 24 if not compact else 18),
+        Column("Pod", 44 if not compact else 18),
         Column("PID", 7, right=True),
         Column("GPU mem", 9, right=True),
         Column("Util", 4, right=True),
