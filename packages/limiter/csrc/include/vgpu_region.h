@@ -115,8 +115,9 @@ struct vgpu_region {
 #define VGPU_LEASE_MAGIC 0x3145534145454c56ULL /* "VLEASE1" */
 #define VGPU_LEASE_VERSION 2 /* 2: the boost moved to the daemon's node file */
 #define VGPU_LEASE_STALE_NS 10000000ULL
-/* Longer than any epoch (32 ms of GPU time, 4 ms of backlog) with a margin for a busy host. */
+/* Longer than any epoch (32 ms of GPU time, 10 ms of backlog) with a margin for a busy host. */
 #define VGPU_LEASE_HOLD_NS 100000000ULL
+#define VGPU_LEASE_DRAINED_NS 500000ULL
 #define VGPU_LEASE_WAITERS_MAX 65536U /* more waiters than this are a scribble: ignored */
 
 struct vgpu_device_lease {
@@ -134,7 +135,13 @@ struct vgpu_device_lease {
     uint32_t unused_boost; /* version 1 kept the daemon's boost here; read by no one now */
     uint32_t reserved3;
     uint64_t unused_boost_ns;
-    uint64_t spare[5];
+    /* When the holder's queued work should be done (CLOCK_MONOTONIC, its own estimate, renewed
+     * at every launch). A holder past it by VGPU_LEASE_DRAINED_NS has left the GPU idle (its
+     * launching thread asleep): a waiter may take the lease then, so the idle time goes to
+     * whoever has work. 0: none said. */
+    VGPU_ATOMIC(uint64_t) drains_ns;
+    VGPU_ATOMIC(uint64_t) drained_owner; /* the holder last taken over for being drained */
+    uint64_t spare[3];
 };
 
 /* What only the node daemon says about a GPU: {base}/.node/{uuid}, made by the daemon, mode

@@ -43,7 +43,10 @@
  * its host (a JAX loop of ~50 µs steps) a little time to get going again after its wait, which
  * the epoch is charged for: at 8 ms such a loop got 22.5 % at a 25 % limit, at 32 ms 25.6 %. */
 #define SOLO_QUANTUM_NS 32000000ULL
-#define BACKLOG_NS 4000000ULL     /* GPU time launches may run ahead: covers launch jitter */
+/* GPU time launches may run ahead. It covers launch jitter and a launching thread that sleeps
+ * longer than asked (a busy host): at 4 ms a 70 % pod beside a 30 % one on a loaded 2-core
+ * machine left the GPU idle for a tenth of the time; at 10 ms for 3-4 %. */
+#define BACKLOG_NS 10000000ULL
 /* The bucket holds at most L of this much wall time: enough for a pod that waited for the lease
  * (at most a SOLO_QUANTUM_NS epoch of another) to lose nothing, and little enough that what a
  * pod saves while idle (compiling, loading) adds at most 0.05 L to its next 1-s window. At 100 ms,
@@ -60,6 +63,7 @@ enum { BUCKET = 0, REFILLED = 1 }; /* compute_state words of a region device ent
 struct marker {
     CUevent event;
     bool pending;
+    bool resume;       /* recorded when the epoch's queue had run dry (see idle_ns) */
     unsigned launches; /* launches since the previous marker */
 };
 
@@ -78,6 +82,9 @@ struct device {
     unsigned queued;      /* launches of this epoch not yet seen finished */
     CUstream stream;      /* the stream of the newest launch */
     uint64_t done_ns;     /* GPU time from the epoch's start to its newest finished marker */
+    /* Of done_ns, the time the GPU sat idle within the epoch because the program fed it nothing
+     * (its host thread descheduled, or busy between launches): not the pod's GPU time. */
+    uint64_t idle_ns;
     uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
     uint64_t last_launch_ns;
     uint64_t retired_ns;  /* when finished markers were last looked for */
@@ -196,7 +203,11 @@ static bool retire(struct device *state, bool wait, uint64_t deadline) {
         }
         uint64_t done = result == CUDA_SUCCESS ? elapsed_ns(state->start, marker->event) : 0;
         state->queued -= marker->launches < state->queued ? marker->launches : state->queued;
-        if (done > state->done_ns && marker->launches > 0) {
+        if (marker->resume && done > state->done_ns) {
+            /* From the newest finished marker to this one the GPU had none of the epoch's work. */
+            state->idle_ns += done - state->done_ns;
+            state->done_ns = done;
+        } else if (done > state->done_ns && marker->launches > 0) {
             /* What one launch takes on the GPU: the time since the previous marker. */
             uint64_t sample = (done - state->done_ns) / marker->launches;
             state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
@@ -222,11 +233,27 @@ static bool mark(struct device *state) {
         return false;
     }
     marker->pending = true;
+    marker->resume = false;
     marker->launches = state->unmarked;
     state->stats.markers++;
     state->pending++;
     state->unmarked = 0;
     return true;
+}
+
+/* Before a launch of an epoch whose earlier work the GPU has all finished (as last seen): the
+ * GPU is idle now, and a resume marker lets retire() count the time since the newest finished
+ * marker as idle. A launching thread that sleeps longer than the backlog lasts (descheduled on a
+ * busy host, or the program busy between launches) leaves such gaps; charged, they cost a pod
+ * several points of its limit. Only then is an event recorded: on an idle GPU. */
+static void note_gap(struct device *state) {
+    struct marker *marker = &state->markers[state->head];
+    if (VGPU_REAL(cuEventRecord, marker->event, state->stream) == CUDA_SUCCESS) {
+        marker->pending = true;
+        marker->resume = true;
+        marker->launches = 0;
+        state->pending = 1;
+    }
 }
 
 static void log_stats(struct device *state, uint64_t charged) {
@@ -258,7 +285,7 @@ static void close_epoch(struct device *state, bool drain) {
         finished = retire(state, true, deadline);
     }
     retire(state, false, 0);
-    uint64_t charged = state->done_ns;
+    uint64_t charged = state->done_ns - (state->idle_ns < state->done_ns ? state->idle_ns : state->done_ns);
     if (!finished) {
         /* Our own work did not finish in time (a kernel waiting on another process): charge
          * the wall time and let others run rather than wait forever. */
@@ -334,7 +361,8 @@ static bool set_up(struct device *state, int ordinal, int entry, CUcontext conte
     }
     state->entry = entry;
     state->context = context;
-    state->kernel_ns = QUANTUM_NS; /* unknown: assume long until the first marker returns */
+    /* Unknown: assume long (past the backlog, so one at a time) until the first marker returns. */
+    state->kernel_ns = BACKLOG_NS + 1;
     state->estimated = false;
     state->ready = true;
     vgpu_log(VGPU_LOG_DEBUG, "compute pacing on device %d", ordinal);
@@ -464,9 +492,12 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     }
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
-        if (state->open && (now - state->last_launch_ns > PAUSE_NS ||
-                            (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
-            close_epoch(state, false); /* paused, or the lease was taken: charge what ran */
+        bool paused = state->open && now - state->last_launch_ns > PAUSE_NS;
+        if (state->open &&
+            (paused || (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
+            /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
+             * The lease taken: charge what ran. */
+            close_epoch(state, paused);
         }
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
@@ -485,6 +516,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
             state->stream = stream;
             state->open = true;
             state->done_ns = 0;
+            state->idle_ns = 0;
             state->opened_ns = vgpu_monotonic_ns();
             state->last_launch_ns = state->opened_ns;
         }
@@ -501,6 +533,10 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         /* The epoch has had its share of GPU time: this launch belongs to the next one. */
         close_epoch(state, true);
     }
+    if (state->last_launch_ns != state->opened_ns && state->pending == 0 && state->queued == 0 &&
+        state->unmarked == 0) {
+        note_gap(state);
+    }
     result = launch(arguments);
     if (result == CUDA_SUCCESS) {
         state->unmarked++;
@@ -514,6 +550,12 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     state->last_launch_ns = vgpu_monotonic_ns();
     if (state->lease != NULL) {
         vgpu_lease_touch(state->lease, state->last_launch_ns);
+        /* What is queued should be done by then: a thread kept from launching longer (asleep
+         * on a busy host) lets a waiting pod have the idle GPU. */
+        uint64_t backlog = (uint64_t)state->queued * state->kernel_ns;
+        vgpu_lease_expect(state->lease, state->last_launch_ns + (backlog < VGPU_LEASE_HOLD_NS
+                                                                     ? backlog
+                                                                     : VGPU_LEASE_HOLD_NS));
     }
     pthread_mutex_unlock(&state->lock);
     return result;
