@@ -52,6 +52,10 @@
  * pod saves while idle (compiling, loading) adds at most 0.05 L to its next 1-s window. At 100 ms,
  * a Triton loop after its compile got 82.3 % in its first second at a 75 % limit. */
 #define BURST_NS 50000000ULL
+/* A pod runs at its soft limit (burst) only while no other pod has wanted this GPU for this
+ * long: seen waiting for the lease, or holding it. Contention is seen at the first launch of the
+ * other pod that waits, so a bursting pod falls back within one contended epoch. */
+#define CONTENDED_HOLD_NS 200000000ULL
 #define PAUSE_NS 2000000ULL       /* a launch after this long without one starts a new epoch */
 #define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
 #define MARK_EVERY_NS 500000ULL /* launched GPU time between two markers */
@@ -89,6 +93,9 @@ struct device {
     uint64_t last_launch_ns;
     uint64_t retired_ns;  /* when finished markers were last looked for */
     uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
+    _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
+    uint32_t rate;        /* the refill rate the epoch runs at: the hard or the soft limit */
+    uint32_t hard;        /* the hard limit then */
     bool estimated;       /* kernel_ns comes from a measurement */
     struct {              /* what pacing did, logged about once a second at debug level */
         uint64_t since_ns;
@@ -128,13 +135,44 @@ static bool limited(uint32_t compute) {
     return compute != 0 && compute < VGPU_COMPUTE_UNLIMITED;
 }
 
-/* Add what accrued since the last refill at `compute` (hundredths of a percent), capped. */
-static int64_t refill(struct vgpu_region_device *device, uint32_t compute) {
+/* Whether another pod wants the GPU now (waits for the lease or holds it), or did lately. Atomic
+ * loads of the lease only: nothing is added per launch but them. */
+static bool contended(struct device *state, uint64_t now) {
+    if (state->lease == NULL) {
+        return true; /* no way to know: no burst */
+    }
+    if (vgpu_lease_wanted(state->lease) || vgpu_lease_held_elsewhere(state->lease)) {
+        atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
+        return true;
+    }
+    uint64_t seen = atomic_load_explicit(&state->contended_ns, memory_order_relaxed);
+    return seen != 0 && now - seen < CONTENDED_HOLD_NS;
+}
+
+/* The rate the pod's bucket refills at now: its soft limit while the GPU is uncontended, else
+ * its hard limit (0: not limited). */
+static uint32_t pace_rate(struct device *state, int entry, uint32_t *hard) {
+    struct vgpu_region_limits limits;
+    vgpu_region_read_limits(vgpu_state.region, entry, &limits);
+    *hard = limits.compute_limit;
+    if (!limited(limits.compute_limit)) {
+        return 0;
+    }
+    uint32_t soft = limits.compute_soft_limit;
+    if (soft > limits.compute_limit && !contended(state, vgpu_monotonic_ns())) {
+        return soft > VGPU_COMPUTE_UNLIMITED ? VGPU_COMPUTE_UNLIMITED : soft;
+    }
+    return limits.compute_limit;
+}
+
+/* Add what accrued since the last refill at `compute` (hundredths of a percent), capped at what
+ * the hard limit `hard` saves: a pod that bursts keeps no more in hand than without. */
+static int64_t refill(struct vgpu_region_device *device, uint32_t compute, uint32_t hard) {
     _Atomic uint64_t *bucket = &device->compute_state[BUCKET];
     _Atomic uint64_t *refilled = &device->compute_state[REFILLED];
     uint64_t now = vgpu_monotonic_ns();
     uint64_t last = atomic_load(refilled);
-    int64_t cap = (int64_t)(BURST_NS * compute / VGPU_COMPUTE_UNLIMITED);
+    int64_t cap = (int64_t)(BURST_NS * hard / VGPU_COMPUTE_UNLIMITED);
     if (last == 0 || now - last > 10ULL * 1000000000ULL) {
         /* First use, or idle for long: start from a full-burst-free, debt-free bucket. */
         if (atomic_compare_exchange_strong(refilled, &last, now)) {
@@ -152,19 +190,29 @@ static int64_t refill(struct vgpu_region_device *device, uint32_t compute) {
     return (int64_t)atomic_load(bucket);
 }
 
-/* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once). */
-static void wait_for_budget(struct vgpu_region_device *device, int entry) {
+/* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once);
+ * the time waited is the pod's throttled time. Sets the rate the next epoch runs at. */
+static void wait_for_budget(struct device *state, struct vgpu_region_device *device, int entry) {
+    uint64_t began = 0;
     for (;;) {
-        uint32_t compute = compute_limit(entry);
-        if (!limited(compute)) {
-            return;
+        uint32_t hard;
+        uint32_t compute = pace_rate(state, entry, &hard);
+        state->rate = compute;
+        state->hard = hard;
+        if (!limited(compute) && compute != VGPU_COMPUTE_UNLIMITED) {
+            break;
         }
-        int64_t balance = refill(device, compute);
+        int64_t balance = refill(device, compute, hard);
         if (balance >= 0) {
-            return;
+            break;
         }
+        began = began != 0 ? began : vgpu_monotonic_ns();
         uint64_t wait = (uint64_t)(-balance) * VGPU_COMPUTE_UNLIMITED / compute;
         pause_for(wait < 20000 ? 20000 : wait > 100000000 ? 100000000 : wait);
+    }
+    if (began != 0) {
+        atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - began,
+                                  memory_order_relaxed);
     }
 }
 
@@ -298,7 +346,15 @@ static void close_epoch(struct device *state, bool drain) {
         /* As the saturated GPU's time: what idle time lets GPU Boost add is not free. */
         charged = charged * vgpu_lease_boost(state->lease) / VGPU_BOOST_ONE;
     }
-    debit(&vgpu_state.region->devices[state->entry], charged);
+    struct vgpu_region_device *device = &vgpu_state.region->devices[state->entry];
+    debit(device, charged);
+    atomic_fetch_add_explicit(&device->gpu_ns, charged, memory_order_relaxed);
+    if (state->rate > state->hard && state->hard != 0) {
+        /* Run at the soft limit: the part above the hard limit was burst. */
+        atomic_fetch_add_explicit(&device->burst_ns,
+                                  charged * (state->rate - state->hard) / state->rate,
+                                  memory_order_relaxed);
+    }
     log_stats(state, charged);
     /* Markers still pending belong to no epoch now: forget them. */
     for (unsigned i = 0; i < MARKERS; i++) {
@@ -501,7 +557,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         }
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
-            wait_for_budget(&vgpu_state.region->devices[entry], entry);
+            wait_for_budget(state, &vgpu_state.region->devices[entry], entry);
             pthread_mutex_lock(&state->lock);
             if (!set_up(state, ordinal, entry, context)) { /* a context went meanwhile */
                 pthread_mutex_unlock(&state->lock);
@@ -510,7 +566,13 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         }
         if (!state->open) {
             if (state->lease != NULL) {
+                uint64_t asked = vgpu_monotonic_ns();
                 vgpu_lease_acquire(state->lease); /* without it when it is being scribbled */
+                uint64_t waited = vgpu_monotonic_ns() - asked;
+                if (waited > 20000) { /* waited for another pod, not just taken */
+                    atomic_fetch_add_explicit(&vgpu_state.region->devices[entry].throttled_ns,
+                                              waited, memory_order_relaxed);
+                }
             }
             VGPU_REAL(cuEventRecord, state->start, stream);
             state->stream = stream;
@@ -527,6 +589,9 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         }
         wait_for_backlog(state, now);
         bool contended = state->lease != NULL && vgpu_lease_wanted(state->lease);
+        if (contended) {
+            atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
+        }
         if (state->done_ns < (contended ? QUANTUM_NS : SOLO_QUANTUM_NS)) {
             break;
         }

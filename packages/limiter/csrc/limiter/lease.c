@@ -319,6 +319,11 @@ void vgpu_lease_release(struct vgpu_lease *lease) {
     }
 }
 
+bool vgpu_lease_held_elsewhere(const struct vgpu_lease *lease) {
+    uint64_t owner = atomic_load(&lease->shared->owner);
+    return owner != 0 && owner != token();
+}
+
 bool vgpu_lease_wanted(const struct vgpu_lease *lease) {
     uint64_t waiters = atomic_load(&lease->shared->waiters);
     return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX;

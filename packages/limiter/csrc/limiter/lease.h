@@ -29,6 +29,8 @@ void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now);
  * idle for want of this process's launches, and a waiter may take the lease. */
 void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns);
 void vgpu_lease_release(struct vgpu_lease *lease);
+/* Whether another process holds it now. */
+bool vgpu_lease_held_elsewhere(const struct vgpu_lease *lease);
 /* Whether another process is waiting for it. */
 bool vgpu_lease_wanted(const struct vgpu_lease *lease);
 /* The GPU's boost as the daemon last published it in its node file (VGPU_BOOST_ONE ..
