@@ -97,7 +97,11 @@ struct vgpu_region {
     VGPU_ATOMIC(uint64_t) freeze_epoch;
     VGPU_ATOMIC(uint32_t) qos;    /* VGPU_QOS_* (version 2) */
     VGPU_ATOMIC(uint32_t) weight; /* scheduling weight; 0: from qos (version 2) */
-    uint64_t reserved[15];
+    /* VGPU_REGION_FROZEN holds only until this CLOCK_MONOTONIC time, which the daemon renews
+     * while the pod stays frozen: a daemon gone cannot leave a pod frozen for good. 0 with the
+     * flag set: not frozen. */
+    VGPU_ATOMIC(uint64_t) freeze_until_ns;
+    uint64_t reserved[14];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };

@@ -107,6 +107,11 @@ VGPU_REGION_API int vgpu_region_safe_settle_generations(struct vgpu_region *regi
 /* Set, then clear bits of the region's flags (VGPU_REGION_*); the flags after. */
 VGPU_REGION_API int64_t vgpu_region_safe_change_flags(struct vgpu_region *region, uint32_t set,
                                                       uint32_t clear);
+/* Freeze the pod until `until_ns` (CLOCK_MONOTONIC; called again to renew): its processes'
+ * next launches wait. freeze_epoch is bumped when the pod was not frozen. 0, or a fault. */
+VGPU_REGION_API int vgpu_region_safe_freeze(struct vgpu_region *region, uint64_t until_ns);
+/* Resume a frozen pod and wake its waiting launches at once. */
+VGPU_REGION_API int vgpu_region_safe_resume(struct vgpu_region *region);
 VGPU_REGION_API int vgpu_region_safe_reclaim_process(struct vgpu_region *region, unsigned slot,
                                                      int32_t pid, uint64_t pid_namespace,
                                                      uint64_t start_time);

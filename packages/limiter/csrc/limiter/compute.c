@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "core.h"
+#include "freeze.h"
 #include "lease.h"
 #include "log.h"
 #include "region.h"
@@ -519,11 +520,24 @@ static bool current_device(CUcontext *context, CUdevice *ordinal) {
     return true;
 }
 
+static void close_for_freeze(struct device *state, const void *unused) {
+    (void)unused;
+    if (state->open) {
+        close_epoch(state, true); /* its queued work is charged; the lease goes to others */
+    }
+}
+
 /* Run one launch (a kernel or a graph) under the pod's compute limit. */
 static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *arguments) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
+    }
+    if (vgpu_frozen()) {
+        /* Trap and wait: no lock or lease is held meanwhile, so other threads (synchronizing,
+         * say) and other pods go on. */
+        each_device(close_for_freeze, NULL);
+        vgpu_freeze_wait();
     }
     CUdevice ordinal;
     CUcontext context;

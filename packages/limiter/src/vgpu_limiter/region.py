@@ -24,6 +24,7 @@ import mmap
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -515,6 +516,29 @@ class Region:
     @property
     def freeze_epoch(self) -> int:
         return int(self._snapshot(HEADER_SIZE).freeze_epoch)
+
+    @property
+    def freeze_until_ns(self) -> int:
+        """CLOCK_MONOTONIC time the freeze holds until (0: none)."""
+        return int(self._snapshot(HEADER_SIZE).freeze_until_ns)
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the pod's launches wait now (frozen, and the deadline not passed)."""
+        header = self._snapshot(HEADER_SIZE)
+        until = int(header.freeze_until_ns)
+        return bool(header.flags & FLAG_FROZEN) and until > time.monotonic_ns()
+
+    def freeze(self, seconds: float) -> None:
+        """Freeze the pod for ``seconds`` from now; called again, renews the deadline."""
+        if not seconds > 0:
+            raise ValueError(f"freeze time must be positive, got {seconds!r}")
+        until = time.monotonic_ns() + int(seconds * 1e9)
+        self._call(int(_library().vgpu_region_safe_freeze(self._writable(), until)))
+
+    def resume(self) -> None:
+        """Resume a frozen pod; waiting launches are woken at once."""
+        self._call(int(_library().vgpu_region_safe_resume(self._writable())))
 
     def change_flags(self, set: int = 0, clear: int = 0) -> int:
         """Set, then clear bits of the flags (FLAG_*); the flags after."""
