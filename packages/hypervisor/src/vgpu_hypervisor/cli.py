@@ -186,6 +186,16 @@ ComputeOption = Annotated[
         show_default=False,
     ),
 ]
+BurstOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--burst",
+        metavar="GPU=PERCENT",
+        help="Soft limit of a GPU in percent (at least the compute limit): the pod's share while "
+        "no other pod wants the GPU, e.g. 0=100; 0=0 removes it. Repeatable.",
+        show_default=False,
+    ),
+]
 
 
 def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
@@ -197,10 +207,17 @@ def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     return namespace or "default", text
 
 
-def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, dict[str, str]]:
-    """The request's `gpus` from --mem and --compute (checked by the daemon)."""
+def _gpu_limits(
+    mem: list[str] | None, compute: list[str] | None, burst: list[str] | None = None
+) -> dict[str, dict[str, str]]:
+    """The request's `gpus` from --mem, --compute and --burst (checked by the daemon)."""
     gpus: dict[str, dict[str, str]] = {}
-    for flag, field, specs in (("--mem", "memory", mem), ("--compute", "compute", compute)):
+    given = (
+        ("--mem", "memory", mem),
+        ("--compute", "compute", compute),
+        ("--burst", "burst", burst),
+    )
+    for flag, field, specs in given:
         for spec in specs or []:
             key, equals, value = spec.partition("=")
             if not equals or not key.strip() or not value.strip():
@@ -213,7 +230,7 @@ def _gpu_limits(mem: list[str] | None, compute: list[str] | None) -> dict[str, d
                 fail(f"{flag}: GPU {key.strip()} given twice")
             limits[field] = value.strip()
     if not gpus:
-        fail("give at least one --mem or --compute")
+        fail("give at least one --mem, --compute or --burst")
     return gpus
 
 
@@ -245,6 +262,7 @@ def pods_create(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    burst: BurstOption = None,
     owner: Annotated[
         str | None,
         typer.Option(
@@ -262,7 +280,7 @@ def pods_create(
     body: dict[str, object] = {
         "namespace": namespace,
         "name": name,
-        "gpus": _gpu_limits(mem, compute),
+        "gpus": _gpu_limits(mem, compute, burst),
     }
     if owner is not None:
         body |= pod_owner(owner)
@@ -278,12 +296,44 @@ def pods_update(
     namespace: NamespaceOption = None,
     mem: MemOption = None,
     compute: ComputeOption = None,
+    burst: BurstOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Change a pod's limits live (running workers follow within a second)."""
     namespace, name = _pod_name(pod, namespace)
-    body = {"gpus": _gpu_limits(mem, compute)}
+    body = {"gpus": _gpu_limits(mem, compute, burst)}
     _show(_change(flags, "PATCH", f"{API}/pods/{namespace}/{name}", body=body), as_json, _pods)
+
+
+@pods_app.command("freeze")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_freeze(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Freeze a pod: its workers' next GPU launches wait until resume; memory stays. The daemon
+    holds the freeze; 10 s after it stops, the pod runs again."""
+    namespace, name = _pod_name(pod, namespace)
+    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze")
+    _show(document, as_json, _pods)
+
+
+@pods_app.command("resume")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_resume(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Resume a frozen pod: its waiting launches go on at once."""
+    namespace, name = _pod_name(pod, namespace)
+    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/resume")
+    _show(document, as_json, _pods)
 
 
 @pods_app.command("delete")

@@ -73,6 +73,11 @@ class GpuLimitsRequest(_Document):
 
     memory: MemoryField = None
     compute: PercentField = None
+    burst: PercentField = Field(
+        default=None,
+        description="Soft limit in percent (>= compute): the pod's share while no other pod "
+        "wants the GPU. 100: all idle time; absent: unchanged (update) or none (create).",
+    )
 
 
 def _device_keys(value: Any) -> Any:
@@ -139,6 +144,14 @@ class PodGpu(_Document):
     memory_limit: int | None = Field(description="Bytes; null: no memory limit.")
     memory_used: int
     compute_limit: float | None = Field(description="Percent; null: no compute limit.")
+    compute_burst: float | None = Field(
+        default=None, description="Soft limit in percent while the GPU is uncontended; null: none."
+    )
+    gpu_seconds: float = Field(default=0.0, description="GPU time charged to the pod.")
+    throttled_seconds: float = Field(
+        default=0.0, description="Time its launches waited for their share or another pod."
+    )
+    burst_seconds: float = Field(default=0.0, description="GPU time run above the hard limit.")
     utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
 
 
@@ -150,6 +163,7 @@ class Pod(_Document):
     error: str | None = Field(description="Why the region file cannot be read; null if fine.")
     gpus: list[PodGpu]
     workers: int
+    frozen: bool = Field(default=False, description="Its launches wait until resumed.")
 
 
 class WorkerGpu(_Document):

@@ -61,13 +61,20 @@ def gpu_table(gpus: list[dict[str, Any]], *, bars: bool = False) -> Table:
     return table
 
 
+def _compute(gpu: dict[str, Any]) -> str:
+    if not gpu.get("compute_limit"):
+        return "no limit"
+    burst = gpu.get("compute_burst")
+    return percent(gpu["compute_limit"]) + (f" (burst {percent(burst)})" if burst else "")
+
+
 def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
     columns = ["Pod", "GPU", "Memory used / limit", "Compute limit", "Util", "Workers", "Error"]
     if bars:
         columns.insert(3, "")
     table = _table("Pods" if bars else None, *columns)
     for pod in pods:
-        name = f"{pod['namespace']}/{pod['name']}"
+        name = f"{pod['namespace']}/{pod['name']}" + (" (frozen)" if pod.get("frozen") else "")
         if pod.get("error"):
             row: list[RenderableType] = [name, "", "", "", "", str(pod["workers"]), pod["error"]]
             if bars:
@@ -87,7 +94,7 @@ def pod_table(pods: list[dict[str, Any]], *, bars: bool = False) -> Table:
                 name if number == 0 else "",
                 gpu_name,
                 f"{size(gpu['memory_used'])} / {size(limit) if limit else 'no limit'}",
-                percent(gpu.get("compute_limit")) if gpu.get("compute_limit") else "no limit",
+                _compute(gpu),
                 percent(gpu.get("utilization")),
                 str(pod["workers"]) if number == 0 else "",
                 "",

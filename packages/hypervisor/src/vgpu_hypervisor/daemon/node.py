@@ -68,6 +68,7 @@ class Node:
         """Read every region, reclaim dead workers, and publish a new view (blocking)."""
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
+            self.store.renew_freezes(records)
             view = self._build(records)
             self.view = view
             return view
@@ -161,6 +162,14 @@ class Node:
                     utilization=(
                         min(100, sum(shares)) if self._utilization.reports(device.uuid) else None
                     ),
+                    compute_burst=(
+                        hundredths_to_percent(device.compute_soft_limit)
+                        if device.compute_soft_limit
+                        else None
+                    ),
+                    gpu_seconds=device.gpu_ns / 1e9,
+                    throttled_seconds=device.throttled_ns / 1e9,
+                    burst_seconds=device.burst_ns / 1e9,
                 )
             )
         return models.Pod(
@@ -171,6 +180,7 @@ class Node:
             error=record.error,
             gpus=gpus,
             workers=len(workers),
+            frozen=record.frozen,
         )
 
     def _gpu(

@@ -26,7 +26,7 @@ from vgpu_hypervisor.daemon.api.auth import read_or_create_token
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
-from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
+from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver
@@ -253,8 +253,10 @@ class Daemon:
         await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh)
 
     async def _metrics(self, node: Node, metrics: MetricsFile) -> None:
+        events = SchedulerEvents()
         await _every(
-            self.settings.sample_interval_s, lambda: metrics.write(influx_lines(node.view))
+            self.settings.sample_interval_s,
+            lambda: metrics.write(influx_lines(node.view) + events.lines(node.view)),
         )
 
 

@@ -45,7 +45,7 @@ def resolve_gpus(view: NodeView, gpus: Mapping[str, models.GpuLimitsRequest]) ->
                 f"gpus.{key}: memory limit {wanted.memory} bytes is more than the GPU's "
                 f"{gpu.memory_total}",
             )
-        resolved[uuid] = Limits(memory=wanted.memory, compute=wanted.compute)
+        resolved[uuid] = Limits(memory=wanted.memory, compute=wanted.compute, burst=wanted.burst)
     return resolved
 
 
@@ -54,7 +54,8 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
     for uuid, wanted in limits.items():
         memory = "unchanged" if wanted.memory is None else wanted.memory or "none"
         compute = "unchanged" if wanted.compute is None else f"{wanted.compute}%"
-        parts.append(f"{uuid} memory={memory} compute={compute}")
+        burst = "" if wanted.burst is None else f" burst={wanted.burst}%"
+        parts.append(f"{uuid} memory={memory} compute={compute}{burst}")
     return "; ".join(parts)
 
 
@@ -129,5 +130,31 @@ def router(context: ApiContext) -> APIRouter:
         await change(lambda: store.delete(namespace, name, force=force))
         log.info("pod %s/%s deleted%s", namespace, name, " (forced)" if force else "")
         return pod
+
+    @routes.post(
+        ONE_POD + "/freeze",
+        response_model=models.Pod,
+        responses=ERRORS,
+        dependencies=changes_need_token,
+    )
+    async def freeze_pod(namespace: NameParam, name: NameParam) -> models.Pod:
+        """Freeze a pod: its workers' next launches wait until resume; memory stays."""
+        found(namespace, name)
+        await change(lambda: store.freeze(namespace, name))
+        log.info("pod %s/%s frozen", namespace, name)
+        return found(namespace, name)
+
+    @routes.post(
+        ONE_POD + "/resume",
+        response_model=models.Pod,
+        responses=ERRORS,
+        dependencies=changes_need_token,
+    )
+    async def resume_pod(namespace: NameParam, name: NameParam) -> models.Pod:
+        """Resume a frozen pod: its waiting launches go on at once."""
+        found(namespace, name)
+        await change(lambda: store.resume(namespace, name))
+        log.info("pod %s/%s resumed", namespace, name)
+        return found(namespace, name)
 
     return routes
