@@ -66,6 +66,20 @@ def test_three_pods_split_the_device_by_their_limits(compute_env: LimitedEnv) ->
         assert got == pytest.approx(wanted, abs=4), shares
 
 
+def test_effective_limits_divide_an_oversubscribed_device(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """Two pods at 60 % with the scheduler's effective limits of 60 and 40 (high against low):
+    the limiter paces each at the smaller of its limit and the effective one."""
+    for name, effective in (("a", 6000), ("b", 4000)):
+        pod_with_burst(tmp_path / name, 60, 0)
+        with open_region(tmp_path / name / "shm") as region:
+            region.set_effective(0, effective)
+    shares = concurrent([compute_env("a"), compute_env("b")], seconds=3.0)
+    assert shares[0] == pytest.approx(60, abs=5), shares
+    assert shares[1] == pytest.approx(40, abs=4), shares
+
+
 def pod_with_burst(folder: Path, hard: int, soft: int) -> None:
     create_region(
         folder / "shm", "default", folder.name, {SIM_GPU0: DeviceLimits(0, hard * 100, soft * 100)}

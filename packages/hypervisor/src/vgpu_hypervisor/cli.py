@@ -196,6 +196,40 @@ BurstOption = Annotated[
         show_default=False,
     ),
 ]
+QosOption = Annotated[
+    str | None,
+    typer.Option(
+        "--qos",
+        metavar="CLASS",
+        help="Scheduling class: low, medium, high or critical (weight 1/2/4/8 when the GPU's "
+        "limits add up past 100 %).",
+        show_default=False,
+    ),
+]
+WeightOption = Annotated[
+    int | None,
+    typer.Option(
+        "--weight",
+        metavar="N",
+        help="Explicit scheduling weight (0: the class's).",
+        show_default=False,
+    ),
+]
+QOS_CLASSES = ("low", "medium", "high", "critical")
+
+
+def _policy(qos: str | None, weight: int | None) -> dict[str, object]:
+    """The request's qos and weight (checked here and by the daemon)."""
+    body: dict[str, object] = {}
+    if qos is not None:
+        if qos not in QOS_CLASSES:
+            fail(f"--qos {qos!r}: one of {', '.join(QOS_CLASSES)}")
+        body["qos"] = qos
+    if weight is not None:
+        if not 0 <= weight <= 1_000_000:
+            fail(f"--weight {weight}: 0 (the class's) to 1000000")
+        body["weight"] = weight
+    return body
 
 
 def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
@@ -208,7 +242,11 @@ def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
 
 
 def _gpu_limits(
-    mem: list[str] | None, compute: list[str] | None, burst: list[str] | None = None
+    mem: list[str] | None,
+    compute: list[str] | None,
+    burst: list[str] | None = None,
+    *,
+    required: bool = True,
 ) -> dict[str, dict[str, str]]:
     """The request's `gpus` from --mem, --compute and --burst (checked by the daemon)."""
     gpus: dict[str, dict[str, str]] = {}
@@ -229,7 +267,7 @@ def _gpu_limits(
             if field in limits:
                 fail(f"{flag}: GPU {key.strip()} given twice")
             limits[field] = value.strip()
-    if not gpus:
+    if not gpus and required:
         fail("give at least one --mem, --compute or --burst")
     return gpus
 
@@ -263,6 +301,8 @@ def pods_create(
     mem: MemOption = None,
     compute: ComputeOption = None,
     burst: BurstOption = None,
+    qos: QosOption = None,
+    weight: WeightOption = None,
     owner: Annotated[
         str | None,
         typer.Option(
@@ -281,7 +321,7 @@ def pods_create(
         "namespace": namespace,
         "name": name,
         "gpus": _gpu_limits(mem, compute, burst),
-    }
+    } | _policy(qos, weight)
     if owner is not None:
         body |= pod_owner(owner)
     _show(_change(flags, "POST", f"{API}/pods", body=body), as_json, _pods)
@@ -297,11 +337,15 @@ def pods_update(
     mem: MemOption = None,
     compute: ComputeOption = None,
     burst: BurstOption = None,
+    qos: QosOption = None,
+    weight: WeightOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Change a pod's limits live (running workers follow within a second)."""
+    """Change a pod's limits, class or weight live (running workers follow within a second)."""
     namespace, name = _pod_name(pod, namespace)
-    body = {"gpus": _gpu_limits(mem, compute, burst)}
+    policy = _policy(qos, weight)
+    gpus = _gpu_limits(mem, compute, burst, required=not policy)
+    body: dict[str, object] = ({"gpus": gpus} if gpus else {}) | policy
     _show(_change(flags, "PATCH", f"{API}/pods/{namespace}/{name}", body=body), as_json, _pods)
 
 

@@ -6,7 +6,7 @@ A value the driver could not give is null.
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from vgpu_common.units import parse_size
@@ -98,6 +98,19 @@ GpuMap = Annotated[
 ]
 
 
+QosField = Annotated[
+    Literal["low", "medium", "high", "critical"] | None,
+    Field(
+        description="Scheduling class: the weight (1/2/4/8) when the GPU's limits add up past "
+        "100 % and no weight is given. Default medium."
+    ),
+]
+WeightField = Annotated[
+    int | None,
+    Field(ge=0, le=1_000_000, description="Explicit scheduling weight (0: from the qos)."),
+]
+
+
 class PodCreate(_Document):
     """A new pod: its name, namespace and limits per GPU."""
 
@@ -108,12 +121,17 @@ class PodCreate(_Document):
     # daemon's own user (root) when not given (docs/security.md).
     owner: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="uid of the pod")
     group: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="gid of the pod")
+    qos: QosField = None
+    weight: WeightField = None
 
 
 class PodUpdate(_Document):
-    """New limits for some GPUs of a pod (a GPU it has none for is added)."""
+    """New limits for some GPUs of a pod (a GPU it has none for is added), or its scheduling
+    class and weight."""
 
-    gpus: GpuMap
+    gpus: GpuMap | None = None
+    qos: QosField = None
+    weight: WeightField = None
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -164,6 +182,8 @@ class Pod(_Document):
     gpus: list[PodGpu]
     workers: int
     frozen: bool = Field(default=False, description="Its launches wait until resumed.")
+    qos: str = Field(default="medium", description="Scheduling class.")
+    weight: int = Field(default=2, description="Scheduling weight in effect.")
 
 
 class WorkerGpu(_Document):

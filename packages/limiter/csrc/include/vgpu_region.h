@@ -54,6 +54,14 @@
 #define VGPU_QOS_HIGH 2
 #define VGPU_QOS_CRITICAL 3
 
+/* scheduler_state words of a device entry, written by the node daemon's scheduler when the
+ * GPU's limits add up past 100 %: the pod's effective limit then (hundredths of a percent; 0:
+ * its own limit holds) and when it was written (CLOCK_MONOTONIC). The limiter paces at the
+ * smaller of its limit and a fresh effective limit. */
+#define VGPU_SCHED_EFFECTIVE 0
+#define VGPU_SCHED_EFFECTIVE_NS 1
+#define VGPU_EFFECTIVE_STALE_NS 5000000000ULL
+
 struct vgpu_region_device {
     char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */
     VGPU_ATOMIC(uint32_t) generation;  /* seqlock of the two limits below */

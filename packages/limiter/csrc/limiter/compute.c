@@ -159,8 +159,18 @@ static uint32_t pace_rate(struct device *state, int entry, uint32_t *hard) {
     if (!limited(limits.compute_limit)) {
         return 0;
     }
+    /* Oversubscribed: the daemon's effective limit (weights), while fresh. */
+    const struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
+    uint64_t effective = atomic_load(&device->scheduler_state[VGPU_SCHED_EFFECTIVE]);
+    uint64_t stamped = atomic_load(&device->scheduler_state[VGPU_SCHED_EFFECTIVE_NS]);
+    uint64_t now = vgpu_monotonic_ns();
+    if (effective != 0 && effective < limits.compute_limit && stamped <= now &&
+        now - stamped < VGPU_EFFECTIVE_STALE_NS) {
+        limits.compute_limit = (uint32_t)effective;
+        *hard = limits.compute_limit;
+    }
     uint32_t soft = limits.compute_soft_limit;
-    if (soft > limits.compute_limit && !contended(state, vgpu_monotonic_ns())) {
+    if (soft > limits.compute_limit && !contended(state, now)) {
         return soft > VGPU_COMPUTE_UNLIMITED ? VGPU_COMPUTE_UNLIMITED : soft;
     }
     return limits.compute_limit;

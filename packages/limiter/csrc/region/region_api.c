@@ -124,6 +124,22 @@ int vgpu_region_safe_freeze(struct vgpu_region *region, uint64_t until_ns) {
     return 0;
 }
 
+int vgpu_region_safe_set_policy(struct vgpu_region *region, uint32_t qos, uint32_t weight) {
+    GUARDED(atomic_store(&region->qos, qos); atomic_store(&region->weight, weight));
+    return 0;
+}
+
+int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry, uint32_t effective,
+                                   uint64_t now_ns) {
+    if (entry >= VGPU_REGION_MAX_DEVICES) {
+        return VGPU_REGION_ERROR;
+    }
+    struct vgpu_region_device *device = &region->devices[entry];
+    GUARDED(atomic_store(&device->scheduler_state[VGPU_SCHED_EFFECTIVE], effective);
+            atomic_store(&device->scheduler_state[VGPU_SCHED_EFFECTIVE_NS], now_ns));
+    return 0;
+}
+
 int vgpu_region_safe_resume(struct vgpu_region *region) {
     GUARDED(atomic_fetch_and(&region->flags, ~(uint32_t)VGPU_REGION_FROZEN);
             atomic_store(&region->freeze_until_ns, 0);

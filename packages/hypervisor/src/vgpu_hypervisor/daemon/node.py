@@ -17,6 +17,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
+from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, weight_of
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
@@ -69,6 +70,7 @@ class Node:
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
             self.store.renew_freezes(records)
+            self.store.publish_effective(records)
             view = self._build(records)
             self.view = view
             return view
@@ -181,6 +183,8 @@ class Node:
             gpus=gpus,
             workers=len(workers),
             frozen=record.frozen,
+            qos=QOS_NAMES.get(record.qos, "medium"),
+            weight=weight_of(record.qos, record.weight),
         )
 
     def _gpu(

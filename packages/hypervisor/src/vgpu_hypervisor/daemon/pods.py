@@ -39,6 +39,8 @@ from vgpu_limiter.region import (
     RegionError,
 )
 
+from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
+
 FREEZE_HOLD_S: Final = 10.0  # a freeze not renewed for this long ends (the daemon is gone)
 
 
@@ -79,6 +81,8 @@ class PodRecord:
     processes: tuple[ProcessInfo, ...] = ()
     error: str | None = None
     frozen: bool = False
+    qos: int = regions.QOS_MEDIUM
+    weight: int = 0  # 0: from the qos
 
     @property
     def key(self) -> tuple[str, str]:
@@ -149,6 +153,8 @@ class PodStore:
                 devices=tuple(region.devices),
                 processes=tuple(region.processes),
                 frozen=region.frozen,
+                qos=region.qos,
+                weight=region.weight,
             )
         except RegionError as error:
             self._close(path)
@@ -304,6 +310,33 @@ class PodStore:
             except RegionError as error:
                 raise PodError(_one_line(error)) from None
             return self._record(namespace, name, region.path)
+
+    def set_policy(self, namespace: str, name: str, qos: int | None, weight: int | None) -> None:
+        """Change a pod's scheduling class and weight (None keeps one)."""
+        with self._lock:
+            region = self._existing(namespace, name)
+            try:
+                region.set_policy(
+                    region.qos if qos is None else qos, region.weight if weight is None else weight
+                )
+            except (RegionError, ValueError) as error:
+                raise PodError(_one_line(error)) from None
+
+    def publish_effective(self, records: list[PodRecord]) -> None:
+        """Each pod's effective compute limit per GPU (scheduler.py) into its region."""
+        by_gpu: dict[str, dict[tuple[Path, int], tuple[int, int]]] = {}
+        for record in records:
+            if record.error is not None:
+                continue
+            weight = weight_of(record.qos, record.weight)
+            for device in record.devices:
+                pods = by_gpu.setdefault(device.uuid.lower(), {})
+                pods[(record.path, device.index)] = (device.compute_limit, weight)
+        with self._lock:
+            for pods in by_gpu.values():
+                for (path, index), effective in effective_limits(pods).items():
+                    with suppress(RegionError):
+                        self._region(path, opening=False).set_effective(index, effective)
 
     def renew_freezes(self, records: list[PodRecord]) -> None:
         """Extend the hold of every frozen pod; clear the flag of a freeze that ran out."""
