@@ -239,13 +239,14 @@ def freeze(bench: Bench, base: float, count: int = 10) -> None:
         before = [t for t, _ in marks if t <= relative + 0.25]
         latencies.append(max(0.0, (before[-1] if before else relative) - relative))
     latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(0.99 * count))]
     emit(
         {
             "scenario": "freeze",
             "kernel_us": 50 if bench.simulated else "matmul",
             "freezes": count,
             "latency_ms_p50": round(1000 * statistics.median(latencies), 2),
-            "latency_ms_p99": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * count))], 2),
+            "latency_ms_p99": round(1000 * p99, 2),
         }
     )
 
