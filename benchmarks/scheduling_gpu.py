@@ -86,7 +86,9 @@ class Bench:
         started = time.time()
         if self.simulated:
             command = [str(sim.workload_path()), "--duration", str(seconds), "--marks"]
-            command += ["--kernel-us", str(kernel_us), "--batch", "2"]
+            # Short kernels in small rounds, so that the freeze's marks are fine-grained.
+            batch = "2" if kernel_us < SIM_KERNEL_US else "10"
+            command += ["--kernel-us", str(kernel_us), "--batch", batch]
             process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
             return (process, started, kernel_us)
         return (gpu.start("matmul", int(seconds), env), started, 0)
