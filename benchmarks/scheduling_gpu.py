@@ -29,9 +29,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import limiter_compute_gpu as gpu  # noqa: E402
-from vgpu_limiter import sim  # noqa: E402
-from vgpu_limiter.region import (  # noqa: E402
+import limiter_compute_gpu as gpu
+from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
+from vgpu_limiter import sim
+from vgpu_limiter.region import (
     QOS_HIGH,
     QOS_LOW,
     QOS_MEDIUM,
@@ -39,8 +40,6 @@ from vgpu_limiter.region import (  # noqa: E402
     create_region,
     open_region,
 )
-
-from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of  # noqa: E402
 
 SIM_KERNEL_US = 500
 

@@ -2,10 +2,10 @@
 publishing each pod's effective limit into its region."""
 
 import pytest
+from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
 from vgpu_limiter.region import open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
-from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
 
 
 def test_limits_that_fit_hold_as_they_are() -> None:
@@ -23,7 +23,7 @@ def test_limits_that_fit_hold_as_they_are() -> None:
         ({"a": (6000, 2), "b": (6000, 2)}, {"a": 5000, "b": 5000}),
         # High (4) against low (1): 80/20 by the formula, but never past a limit: 60, then 40.
         ({"a": (6000, 4), "b": (6000, 1)}, {"a": 6000, "b": 4000}),
-        # Three pods, one capped, the rest shared by weight × limit among the others.
+        # Three pods, one capped, the rest shared by weight * limit among the others.
         (
             {"a": (2000, 8), "b": (6000, 2), "c": (6000, 2)},
             {"a": 2000, "b": 4000, "c": 4000},
@@ -64,4 +64,5 @@ def test_the_daemon_publishes_effective_limits(daemon: Daemon) -> None:
         for region in regions.values():
             region.close()
     bad = daemon.cli("pods", "update", "lo", "--qos", "urgent")
-    assert bad.returncode == 2 and "--qos 'urgent': one of low, medium, high, critical" in bad.stderr
+    assert bad.returncode == 2
+    assert "--qos 'urgent': one of low, medium, high, critical" in bad.stderr

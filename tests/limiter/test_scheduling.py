@@ -30,9 +30,7 @@ def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
     return make
 
 
-def workload(
-    environment: dict[str, str], seconds: float, *options: str
-) -> "subprocess.Popen[str]":
+def workload(environment: dict[str, str], seconds: float, *options: str) -> "subprocess.Popen[str]":
     return subprocess.Popen(
         [WORKLOAD, "--duration", str(seconds), "--kernel-us", str(KERNEL_US), "--marks", *options],
         env=environment,

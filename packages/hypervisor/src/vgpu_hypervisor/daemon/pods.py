@@ -208,9 +208,7 @@ class PodStore:
         """A new pod with ``limits`` by GPU UUID, its region owned by ``owner``/``group`` when
         given (else the daemon's user); PodConflict if it exists."""
         path = self._path(namespace, name)
-        devices = {
-            uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()
-        }
+        devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
             if path.exists() and self._takes_over(namespace, name, path):
                 return self.update(namespace, name, limits)
@@ -410,9 +408,7 @@ def _soft_limit(uuid: str, wanted: Limits, present: DeviceInfo | None, compute: 
         raise PodError(f"GPU {uuid}: burst {wanted.burst}% needs a compute limit")
     if soft and soft < compute:
         burst = wanted.burst if wanted.burst is not None else soft / 100
-        raise PodError(
-            f"GPU {uuid}: burst {burst}% is below the compute limit {compute / 100}%"
-        )
+        raise PodError(f"GPU {uuid}: burst {burst}% is below the compute limit {compute / 100}%")
     return soft
 
 

@@ -1,10 +1,10 @@
 """Weights when a GPU is oversubscribed: the effective compute limit of each pod.
 
 While the compute limits of the pods on a GPU add up to at most 100 %, each pod's limit holds.
-Past that, the GPU is divided in proportion to weight × limit, never giving a pod more than its
+Past that, the GPU is divided in proportion to weight * limit, never giving a pod more than its
 limit (what a capped pod leaves is shared among the others the same way):
 
-    share_p = min(L_p, C × w_p L_p / Σ_{q uncapped} w_q L_q)
+    share_p = min(L_p, C * w_p L_p / Σ_{q uncapped} w_q L_q)
 
 computed by water-filling from C = 100 %, with w from the pod's weight, or from its QoS class
 (low/medium/high/critical = 1/2/4/8). The daemon writes share_p into the pod's region

@@ -147,30 +147,4 @@ def router(context: ApiContext) -> APIRouter:
         log.info("pod %s/%s deleted%s", namespace, name, " (forced)" if force else "")
         return pod
 
-    @routes.post(
-        ONE_POD + "/freeze",
-        response_model=models.Pod,
-        responses=ERRORS,
-        dependencies=changes_need_token,
-    )
-    async def freeze_pod(namespace: NameParam, name: NameParam) -> models.Pod:
-        """Freeze a pod: its workers' next launches wait until resume; memory stays."""
-        found(namespace, name)
-        await change(lambda: store.freeze(namespace, name))
-        log.info("pod %s/%s frozen", namespace, name)
-        return found(namespace, name)
-
-    @routes.post(
-        ONE_POD + "/resume",
-        response_model=models.Pod,
-        responses=ERRORS,
-        dependencies=changes_need_token,
-    )
-    async def resume_pod(namespace: NameParam, name: NameParam) -> models.Pod:
-        """Resume a frozen pod: its waiting launches go on at once."""
-        found(namespace, name)
-        await change(lambda: store.resume(namespace, name))
-        log.info("pod %s/%s resumed", namespace, name)
-        return found(namespace, name)
-
     return routes
