@@ -11,7 +11,8 @@ computed by water-filling from C = 100 %, with w from the pod's weight, or from 
 (scheduler_state, stamped); the limiter paces at the smaller of its limit and a fresh share, so a
 daemon gone leaves every pod its own limit within 5 s."""
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
 
 from vgpu_limiter.region import (
     COMPUTE_UNLIMITED,
@@ -30,6 +31,7 @@ QOS_NAMES: dict[int, str] = {
     QOS_CRITICAL: "critical",
 }
 QOS_BY_NAME: dict[str, int] = {name: qos for qos, name in QOS_NAMES.items()}
+Key = TypeVar("Key", bound=Hashable)
 
 
 def weight_of(qos: int, weight: int) -> int:
@@ -37,7 +39,7 @@ def weight_of(qos: int, weight: int) -> int:
     return weight if weight > 0 else QOS_WEIGHTS.get(qos, 2)
 
 
-def effective_limits(pods: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+def effective_limits(pods: Mapping[Key, tuple[int, int]]) -> dict[Key, int]:
     """Effective limits (hundredths) of the pods on one GPU from (limit in hundredths, weight);
     pods without a limit (0 or 100 %) are not in the sum and get 0 (no effective limit)."""
     limited = {key: (limit, w) for key, (limit, w) in pods.items() if 0 < limit < WHOLE}
