@@ -212,6 +212,50 @@ ComputeOption = Annotated[
         show_default=False,
     ),
 ]
+BurstOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--burst",
+        metavar="GPU=PERCENT",
+        help="Soft limit of a GPU in percent (at least the compute limit): the pod's share while "
+        "no other pod wants the GPU, e.g. 0=100; 0=0 removes it. Repeatable.",
+        show_default=False,
+    ),
+]
+QosOption = Annotated[
+    str | None,
+    typer.Option(
+        "--qos",
+        metavar="CLASS",
+        help="Scheduling class: low, medium, high or critical (weight 1/2/4/8 when the GPU's "
+        "limits add up past 100 %).",
+        show_default=False,
+    ),
+]
+WeightOption = Annotated[
+    int | None,
+    typer.Option(
+        "--weight",
+        metavar="N",
+        help="Explicit scheduling weight (0: the class's).",
+        show_default=False,
+    ),
+]
+QOS_CLASSES = ("low", "medium", "high", "critical")
+
+
+def _policy(qos: str | None, weight: int | None) -> dict[str, object]:
+    """The request's qos and weight (checked here and by the daemon)."""
+    body: dict[str, object] = {}
+    if qos is not None:
+        if qos not in QOS_CLASSES:
+            fail(f"--qos {qos!r}: one of {', '.join(QOS_CLASSES)}")
+        body["qos"] = qos
+    if weight is not None:
+        if not 0 <= weight <= 1_000_000:
+            fail(f"--weight {weight}: 0 (the class's) to 1000000")
+        body["weight"] = weight
+    return body
 
 OversubscribeOption = Annotated[
     list[str] | None,
@@ -255,16 +299,24 @@ def _gpu_limits(
     compute: list[str] | None,
     oversubscribe: list[str] | None = None,
     no_oversubscribe: list[str] | None = None,
+    burst: list[str] | None = None,
+    *,
+    required: bool = True,
 ) -> dict[str, dict[str, object]]:
-    """The request's `gpus` from --mem, --compute and --[no-]oversubscribe, each value checked
-    as the daemon would (the same model), so that a bad one is named by its flag rather than
-    its API field."""
+    """The request's `gpus` from --mem, --compute, --burst and --[no-]oversubscribe, each value
+    checked as the daemon would (the same model), so that a bad one is named by its flag rather
+    than its API field."""
     from pydantic import ValidationError
 
     from vgpu_hypervisor.models import GpuLimitsRequest
 
     gpus: dict[str, dict[str, object]] = {}
-    for flag, field, specs in (("--mem", "memory", mem), ("--compute", "compute", compute)):
+    given = (
+        ("--mem", "memory", mem),
+        ("--compute", "compute", compute),
+        ("--burst", "burst", burst),
+    )
+    for flag, field, specs in given:
         for spec in specs or []:
             key, equals, value = spec.partition("=")
             if not equals or not key.strip() or not value.strip():
@@ -292,12 +344,17 @@ def _gpu_limits(
             if "oversubscribe" in limits:
                 fail(f"{flag}: GPU {key.strip()} given twice")
             limits["oversubscribe"] = on
-    if not gpus:
-        fail("give at least one --mem, --compute or --oversubscribe")
+    if not gpus and required:
+        fail("give at least one --mem, --compute, --burst or --oversubscribe")
     return gpus
 
 
-_FIELD_FLAGS = {"memory": "--mem", "compute": "--compute", "oversubscribe": "--oversubscribe"}
+_FIELD_FLAGS = {
+    "memory": "--mem",
+    "compute": "--compute",
+    "burst": "--burst",
+    "oversubscribe": "--oversubscribe",
+}
 
 
 def _flag_words(gpus: Mapping[str, Mapping[str, object]]) -> Callable[[str], str]:
@@ -394,6 +451,9 @@ def pods_create(
     mem: MemOption = None,
     compute: ComputeOption = None,
     oversubscribe: OversubscribeOption = None,
+    burst: BurstOption = None,
+    qos: QosOption = None,
+    weight: WeightOption = None,
     owner: Annotated[
         str | None,
         typer.Option(
@@ -412,8 +472,9 @@ def pods_create(
 
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    gpus = _gpu_limits(mem, compute, oversubscribe)
+    gpus = _gpu_limits(mem, compute, oversubscribe, burst=burst)
     body: dict[str, object] = {"namespace": namespace, "name": name, "gpus": gpus}
+    body |= _policy(qos, weight)
     if owner is not None:
         body |= pod_owner(owner)
     document = _change(flags, "POST", f"{API}/pods", _flag_words(gpus), body=body)
@@ -431,15 +492,55 @@ def pods_update(
     compute: ComputeOption = None,
     oversubscribe: OversubscribeOption = None,
     no_oversubscribe: NoOversubscribeOption = None,
+    burst: BurstOption = None,
+    qos: QosOption = None,
+    weight: WeightOption = None,
     as_json: JsonFlag = False,
     form: OutputOption = None,
 ) -> None:
-    """Change a pod's limits live (running workers follow within a second)."""
+    """Change a pod's limits, class or weight live (running workers follow within a second)."""
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    gpus = _gpu_limits(mem, compute, oversubscribe, no_oversubscribe)
+    policy = _policy(qos, weight)
+    gpus = _gpu_limits(mem, compute, oversubscribe, no_oversubscribe, burst, required=not policy)
+    body: dict[str, object] = ({"gpus": gpus} if gpus else {}) | policy
     path = f"{API}/pods/{namespace}/{name}"
-    document = _change(flags, "PATCH", path, _flag_words(gpus), body={"gpus": gpus})
+    document = _change(flags, "PATCH", path, _flag_words(gpus), body=body)
+    output.show(document, chosen, "pods")
+
+
+@pods_app.command("freeze")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_freeze(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+    form: OutputOption = None,
+) -> None:
+    """Freeze a pod: its workers' next GPU launches wait until resume; memory stays. The daemon
+    holds the freeze; 10 s after it stops, the pod runs again."""
+    chosen = output.choose(form, as_json)
+    namespace, name = _pod_name(pod, namespace)
+    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze")
+    output.show(document, chosen, "pods")
+
+
+@pods_app.command("resume")
+@settings_flags(*CLIENT_SETTINGS)
+def pods_resume(
+    pod: PodArgument,
+    *,
+    flags: Mapping[str, object],
+    namespace: NamespaceOption = None,
+    as_json: JsonFlag = False,
+    form: OutputOption = None,
+) -> None:
+    """Resume a frozen pod: its waiting launches go on at once."""
+    chosen = output.choose(form, as_json)
+    namespace, name = _pod_name(pod, namespace)
+    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/resume")
     output.show(document, chosen, "pods")
 
 

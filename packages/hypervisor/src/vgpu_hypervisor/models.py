@@ -6,7 +6,7 @@ A value the driver could not give is null.
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 from vgpu_common.units import parse_size
@@ -78,6 +78,11 @@ class GpuLimitsRequest(_Document):
         description="Past the memory limit, serve allocations from host memory instead of "
         "failing; null: off (create), unchanged (update).",
     )
+    burst: PercentField = Field(
+        default=None,
+        description="Soft limit in percent (>= compute): the pod's share while no other pod "
+        "wants the GPU. 100: all idle time; absent: unchanged (update) or none (create).",
+    )
 
 
 def _device_keys(value: Any) -> Any:
@@ -98,6 +103,19 @@ GpuMap = Annotated[
 ]
 
 
+QosField = Annotated[
+    Literal["low", "medium", "high", "critical"] | None,
+    Field(
+        description="Scheduling class: the weight (1/2/4/8) when the GPU's limits add up past "
+        "100 % and no weight is given. Default medium."
+    ),
+]
+WeightField = Annotated[
+    int | None,
+    Field(ge=0, le=1_000_000, description="Explicit scheduling weight (0: from the qos)."),
+]
+
+
 class PodCreate(_Document):
     """A new pod: its name, namespace and limits per GPU."""
 
@@ -108,12 +126,17 @@ class PodCreate(_Document):
     # daemon's own user (root) when not given (docs/security.md).
     owner: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="uid of the pod")
     group: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="gid of the pod")
+    qos: QosField = None
+    weight: WeightField = None
 
 
 class PodUpdate(_Document):
-    """New limits for some GPUs of a pod (a GPU it has none for is added)."""
+    """New limits for some GPUs of a pod (a GPU it has none for is added), or its scheduling
+    class and weight."""
 
-    gpus: GpuMap
+    gpus: GpuMap | None = None
+    qos: QosField = None
+    weight: WeightField = None
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -148,6 +171,14 @@ class PodGpu(_Document):
     )
     oversubscribe: bool = Field(default=False, description="Past the limit, host memory.")
     compute_limit: float | None = Field(description="Percent; null: no compute limit.")
+    compute_burst: float | None = Field(
+        default=None, description="Soft limit in percent while the GPU is uncontended; null: none."
+    )
+    gpu_seconds: float = Field(default=0.0, description="GPU time charged to the pod.")
+    throttled_seconds: float = Field(
+        default=0.0, description="Time its launches waited for their share or another pod."
+    )
+    burst_seconds: float = Field(default=0.0, description="GPU time run above the hard limit.")
     utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
 
 
@@ -162,6 +193,9 @@ class Pod(_Document):
     phase: str | None = Field(
         default=None, description="The Kubernetes pod's phase; null: not a Kubernetes pod."
     )
+    frozen: bool = Field(default=False, description="Its launches wait until resumed.")
+    qos: str = Field(default="medium", description="Scheduling class.")
+    weight: int = Field(default=2, description="Scheduling weight in effect.")
 
 
 class WorkerGpu(_Document):

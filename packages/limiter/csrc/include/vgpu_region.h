@@ -54,6 +54,14 @@
 #define VGPU_QOS_HIGH 2
 #define VGPU_QOS_CRITICAL 3
 
+/* scheduler_state words of a device entry, written by the node daemon's scheduler when the
+ * GPU's limits add up past 100 %: the pod's effective limit then (hundredths of a percent; 0:
+ * its own limit holds) and when it was written (CLOCK_MONOTONIC). The limiter paces at the
+ * smaller of its limit and a fresh effective limit. */
+#define VGPU_SCHED_EFFECTIVE 0
+#define VGPU_SCHED_EFFECTIVE_NS 1
+#define VGPU_EFFECTIVE_STALE_NS 5000000000ULL
+
 struct vgpu_region_device {
     char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */
     VGPU_ATOMIC(uint32_t) generation;  /* seqlock of the two limits below */
@@ -99,7 +107,11 @@ struct vgpu_region {
     VGPU_ATOMIC(uint64_t) freeze_epoch;
     VGPU_ATOMIC(uint32_t) qos;    /* VGPU_QOS_* (version 2) */
     VGPU_ATOMIC(uint32_t) weight; /* scheduling weight; 0: from qos (version 2) */
-    uint64_t reserved[15];
+    /* VGPU_REGION_FROZEN holds only until this CLOCK_MONOTONIC time, which the daemon renews
+     * while the pod stays frozen: a daemon gone cannot leave a pod frozen for good. 0 with the
+     * flag set: not frozen. */
+    VGPU_ATOMIC(uint64_t) freeze_until_ns;
+    uint64_t reserved[14];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };
@@ -117,8 +129,9 @@ struct vgpu_region {
 #define VGPU_LEASE_MAGIC 0x3145534145454c56ULL /* "VLEASE1" */
 #define VGPU_LEASE_VERSION 2 /* 2: the boost moved to the daemon's node file */
 #define VGPU_LEASE_STALE_NS 10000000ULL
-/* Longer than any epoch (32 ms of GPU time, 4 ms of backlog) with a margin for a busy host. */
+/* Longer than any epoch (32 ms of GPU time, 10 ms of backlog) with a margin for a busy host. */
 #define VGPU_LEASE_HOLD_NS 100000000ULL
+#define VGPU_LEASE_DRAINED_NS 500000ULL
 #define VGPU_LEASE_WAITERS_MAX 65536U /* more waiters than this are a scribble: ignored */
 
 struct vgpu_device_lease {
@@ -136,7 +149,13 @@ struct vgpu_device_lease {
     uint32_t unused_boost; /* version 1 kept the daemon's boost here; read by no one now */
     uint32_t reserved3;
     uint64_t unused_boost_ns;
-    uint64_t spare[5];
+    /* When the holder's queued work should be done (CLOCK_MONOTONIC, its own estimate, renewed
+     * at every launch). A holder past it by VGPU_LEASE_DRAINED_NS has left the GPU idle (its
+     * launching thread asleep): a waiter may take the lease then, so the idle time goes to
+     * whoever has work. 0: none said. */
+    VGPU_ATOMIC(uint64_t) drains_ns;
+    VGPU_ATOMIC(uint64_t) drained_owner; /* the holder last taken over for being drained */
+    uint64_t spare[3];
 };
 
 /* What only the node daemon says about a GPU: {base}/.node/{uuid}, made by the daemon, mode

@@ -107,6 +107,19 @@ VGPU_REGION_API int vgpu_region_safe_settle_generations(struct vgpu_region *regi
 /* Set, then clear bits of the region's flags (VGPU_REGION_*); the flags after. */
 VGPU_REGION_API int64_t vgpu_region_safe_change_flags(struct vgpu_region *region, uint32_t set,
                                                       uint32_t clear);
+/* Freeze the pod until `until_ns` (CLOCK_MONOTONIC; called again to renew): its processes'
+ * next launches wait. freeze_epoch is bumped when the pod was not frozen. 0, or a fault. */
+VGPU_REGION_API int vgpu_region_safe_freeze(struct vgpu_region *region, uint64_t until_ns);
+/* The pod's scheduling class and weight (0: from the class), read by the daemon's scheduler. */
+VGPU_REGION_API int vgpu_region_safe_set_policy(struct vgpu_region *region, uint32_t qos,
+                                                uint32_t weight);
+/* The scheduler's effective compute limit of a device entry (hundredths of a percent; 0: none),
+ * stamped with `now_ns` (CLOCK_MONOTONIC): the limiter ignores a stamp older than
+ * VGPU_EFFECTIVE_STALE_NS. */
+VGPU_REGION_API int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry,
+                                                   uint32_t effective, uint64_t now_ns);
+/* Resume a frozen pod and wake its waiting launches at once. */
+VGPU_REGION_API int vgpu_region_safe_resume(struct vgpu_region *region);
 VGPU_REGION_API int vgpu_region_safe_reclaim_process(struct vgpu_region *region, unsigned slot,
                                                      int32_t pid, uint64_t pid_namespace,
                                                      uint64_t start_time);

@@ -55,6 +55,7 @@ struct vgpu_lease {
     bool exclusive;      /* this epoch holds the lease */
     bool exposed;        /* a gap in this epoch's activity let a waiter judge it stale */
     uint64_t touched_ns; /* this process's last activity */
+    uint64_t drains_ns;  /* what this process last said in vgpu_lease_expect */
     uint64_t distrust_until_ns; /* until then, the lease is taken when free, never waited for */
     uint64_t distrust_ns;
 };
@@ -155,6 +156,11 @@ static bool stale(uint64_t activity, uint64_t now) {
     return activity > now || now - activity > VGPU_LEASE_STALE_NS;
 }
 
+/* Whether a holder that said its work drains at `drains` has left the GPU idle a while. */
+static bool drained_at(uint64_t drains, uint64_t now) {
+    return now > drains && now - drains > VGPU_LEASE_DRAINED_NS && now - drains < VGPU_LEASE_HOLD_NS;
+}
+
 /* The protocol was seen broken: for a while, take the lease when it is free or stale but never
  * wait for it, so that whoever scribbles it costs this process at most one wait. Longer each
  * time it happens again soon. */
@@ -172,6 +178,7 @@ static void distrust(struct vgpu_lease *lease, uint64_t now, const char *what) {
  * never pairs it with the old holder's activity and takes the lease from a fresh holder. */
 static bool take(struct vgpu_device_lease *shared, uint64_t owner, uint64_t me, uint64_t now) {
     atomic_store(&shared->activity_ns, now);
+    atomic_store(&shared->drains_ns, 0);
     return atomic_compare_exchange_strong(&shared->owner, &owner, me);
 }
 
@@ -190,6 +197,7 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
         uint32_t seen = atomic_load(&shared->releases);
         uint64_t owner = atomic_load(&shared->owner);
         uint64_t activity = atomic_load(&shared->activity_ns);
+        uint64_t drains = atomic_load(&shared->drains_ns);
         uint64_t until = atomic_load(&shared->yield_until_ns);
         /* The clock is read after the times: a holder's own are then never in the future. */
         uint64_t now = vgpu_monotonic_ns();
@@ -214,9 +222,18 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
          * this process has waited several such times (releases can be scribbled too). */
         bool overdue = now - holder_seen_ns > VGPU_LEASE_HOLD_NS ||
                        now - started > WAIT_MAX_NS;
-        if (owner != 0 && (stale(activity, now) || overdue) && take(shared, owner, me, now)) {
+        /* A holder whose work is done, by its own word, and that launched nothing since. */
+        bool drained = drains != 0 && drains >= activity && drained_at(drains, now);
+        /* Drained is judged on the holder's latest word: it must not have launched since. */
+        bool unchanged = !drained || stale(activity, now) || overdue ||
+                         atomic_compare_exchange_strong(&shared->activity_ns, &activity, now);
+        if (owner != 0 && (stale(activity, now) || overdue || drained) && unchanged &&
+            take(shared, owner, me, now)) {
             atomic_fetch_add(&shared->takeovers, 1);
-            if (overdue && !stale(activity, now) && trusting) {
+            if (drained) {
+                atomic_store(&shared->drained_owner, owner); /* so it knows why */
+            }
+            if (overdue && !stale(activity, now) && !drained && trusting) {
                 distrust(lease, now, "was held past any epoch with activity going on");
             }
             held = true;
@@ -236,7 +253,11 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
             /* Until released, and at most until the holder could be stale or overdue. */
             uint64_t stale_in = stale(activity, now) ? 0 : activity + VGPU_LEASE_STALE_NS - now;
             uint64_t left = overdue ? 0 : holder_seen_ns + VGPU_LEASE_HOLD_NS - now;
-            wait_release(shared, seen, (stale_in < left ? stale_in : left) + 10000);
+            left = left < stale_in ? left : stale_in;
+            if (drains >= activity && drains > now && drains - now < left) {
+                left = drains + VGPU_LEASE_DRAINED_NS - now; /* look again once it may be idle */
+            }
+            wait_release(shared, seen, left + 10000);
         }
     }
     if (waiting) {
@@ -248,6 +269,7 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
     }
     lease->exclusive = held;
     lease->exposed = false;
+    lease->drains_ns = 0;
     lease->touched_ns = now;
     return held;
 }
@@ -257,8 +279,10 @@ bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
         return false;
     }
     lease->exclusive = false;
-    if (lease->exposed || now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2) {
-        return true; /* a waiter may rightly have judged this process stale */
+    if (lease->exposed || now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2 ||
+        (lease->drains_ns != 0 && now > lease->drains_ns) ||
+        atomic_load(&lease->shared->drained_owner) == token()) {
+        return true; /* a waiter may rightly have judged this process stale or idle */
     }
     if (now >= lease->distrust_until_ns) {
         distrust(lease, now, "was taken from this active process");
@@ -267,12 +291,21 @@ bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
 }
 
 void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now) {
-    if (now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2) {
-        lease->exposed = true;
+    if (now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2 ||
+        (lease->drains_ns != 0 && now > lease->drains_ns &&
+         now - lease->drains_ns > VGPU_LEASE_DRAINED_NS / 2)) {
+        lease->exposed = true; /* stale or drained for a while: a waiter may take the lease */
     }
     lease->touched_ns = now;
     if (lease->exclusive) {
         atomic_store(&lease->shared->activity_ns, now);
+    }
+}
+
+void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns) {
+    lease->drains_ns = drains_ns;
+    if (lease->exclusive) {
+        atomic_store(&lease->shared->drains_ns, drains_ns);
     }
 }
 
@@ -284,6 +317,11 @@ void vgpu_lease_release(struct vgpu_lease *lease) {
         atomic_fetch_add(&lease->shared->releases, 1);
         syscall(SYS_futex, (uint32_t *)&lease->shared->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
     }
+}
+
+bool vgpu_lease_held_elsewhere(const struct vgpu_lease *lease) {
+    uint64_t owner = atomic_load(&lease->shared->owner);
+    return owner != 0 && owner != token();
 }
 
 bool vgpu_lease_wanted(const struct vgpu_lease *lease) {

@@ -20,12 +20,17 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid);
  * nor past one that keeps it VGPU_LEASE_HOLD_NS. False when the epoch runs without it (this
  * process distrusts the lease for a while after it saw the protocol broken). */
 bool vgpu_lease_acquire(struct vgpu_lease *lease);
-/* Whether the epoch's lease was taken by a waiter that could judge this process stale: the epoch
- * then ends. A lease taken from an active holder is a scribble, which the epoch outlives. */
+/* Whether the epoch's lease was taken by a waiter that could judge this process stale or its
+ * work drained (vgpu_lease_expect): the epoch then ends. A lease taken from an active holder is a scribble, which the epoch outlives. */
 bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now);
 /* Record activity of the holder (`now` from vgpu_monotonic_ns), so others do not take it over. */
 void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now);
+/* Say when the work this epoch queued should be done (vgpu_monotonic_ns): past it the GPU is
+ * idle for want of this process's launches, and a waiter may take the lease. */
+void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns);
 void vgpu_lease_release(struct vgpu_lease *lease);
+/* Whether another process holds it now. */
+bool vgpu_lease_held_elsewhere(const struct vgpu_lease *lease);
 /* Whether another process is waiting for it. */
 bool vgpu_lease_wanted(const struct vgpu_lease *lease);
 /* The GPU's boost as the daemon last published it in its node file (VGPU_BOOST_ONE ..

@@ -47,6 +47,7 @@ void vgpu_region_format(struct vgpu_region *region, const char *pod_namespace,
     region->header_size = (uint32_t)offsetof(struct vgpu_region, devices);
     region->total_size = sizeof *region;
     atomic_store(&region->created_ns, realtime_ns());
+    atomic_store(&region->qos, VGPU_QOS_MEDIUM); /* the default class until the daemon says */
     snprintf(region->pod_namespace, sizeof region->pod_namespace, "%s", pod_namespace);
     snprintf(region->pod_name, sizeof region->pod_name, "%s", pod_name);
     for (unsigned i = 0; i < device_count && i < VGPU_REGION_MAX_DEVICES; i++) {

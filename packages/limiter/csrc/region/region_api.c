@@ -5,10 +5,14 @@
  * the call reports VGPU_REGION_FAULT; a fault anywhere else goes to the handler that was there
  * before. The guard is armed per thread, so threads guard their own calls. */
 #define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "region.h"
 #include "vgpu_proc.h"
@@ -110,6 +114,38 @@ int64_t vgpu_region_safe_change_flags(struct vgpu_region *region, uint32_t set, 
     uint32_t flags = 0;
     GUARDED(atomic_fetch_or(&region->flags, set); flags = atomic_fetch_and(&region->flags, ~clear));
     return flags & ~clear;
+}
+
+int vgpu_region_safe_freeze(struct vgpu_region *region, uint64_t until_ns) {
+    GUARDED(atomic_store(&region->freeze_until_ns, until_ns);
+            if ((atomic_fetch_or(&region->flags, VGPU_REGION_FROZEN) & VGPU_REGION_FROZEN) == 0) {
+                atomic_fetch_add(&region->freeze_epoch, 1);
+            });
+    return 0;
+}
+
+int vgpu_region_safe_set_policy(struct vgpu_region *region, uint32_t qos, uint32_t weight) {
+    GUARDED(atomic_store(&region->qos, qos); atomic_store(&region->weight, weight));
+    return 0;
+}
+
+int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry, uint32_t effective,
+                                   uint64_t now_ns) {
+    if (entry >= VGPU_REGION_MAX_DEVICES) {
+        return VGPU_REGION_ERROR;
+    }
+    struct vgpu_region_device *device = &region->devices[entry];
+    GUARDED(atomic_store(&device->scheduler_state[VGPU_SCHED_EFFECTIVE], effective);
+            atomic_store(&device->scheduler_state[VGPU_SCHED_EFFECTIVE_NS], now_ns));
+    return 0;
+}
+
+int vgpu_region_safe_resume(struct vgpu_region *region) {
+    GUARDED(atomic_fetch_and(&region->flags, ~(uint32_t)VGPU_REGION_FROZEN);
+            atomic_store(&region->freeze_until_ns, 0);
+            /* Launches waiting in the limiter sleep on the flags word. */
+            syscall(SYS_futex, (uint32_t *)&region->flags, FUTEX_WAKE, INT_MAX, NULL, NULL, 0));
+    return 0;
 }
 
 bool vgpu_region_process_alive(int32_t pid, uint64_t start_time) {

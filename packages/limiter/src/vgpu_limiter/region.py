@@ -24,6 +24,7 @@ import mmap
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -102,6 +103,12 @@ SLOT_CLAIMING: Final = _constant("VGPU_SLOT_CLAIMING")
 SLOT_RECLAIMING: Final = _constant("VGPU_SLOT_RECLAIMING")
 COMPUTE_UNLIMITED: Final = _constant("VGPU_COMPUTE_UNLIMITED")
 FLAG_FROZEN: Final = _constant("VGPU_REGION_FROZEN")
+QOS_LOW: Final = _constant("VGPU_QOS_LOW")
+QOS_MEDIUM: Final = _constant("VGPU_QOS_MEDIUM")
+QOS_HIGH: Final = _constant("VGPU_QOS_HIGH")
+QOS_CRITICAL: Final = _constant("VGPU_QOS_CRITICAL")
+# The scheduling weight of each class when a pod has no explicit weight.
+QOS_WEIGHTS: Final = {QOS_LOW: 1, QOS_MEDIUM: 2, QOS_HIGH: 4, QOS_CRITICAL: 8}
 DEVICE_OVERSUBSCRIBE: Final = _constant("VGPU_DEVICE_OVERSUBSCRIBE")
 DEVICE_FLAGS: Final = DEVICE_OVERSUBSCRIBE  # every known device flag
 FLAG_DELETED: Final = _constant("VGPU_REGION_DELETED")
@@ -516,6 +523,57 @@ class Region:
     @property
     def freeze_epoch(self) -> int:
         return int(self._snapshot(HEADER_SIZE).freeze_epoch)
+
+    @property
+    def freeze_until_ns(self) -> int:
+        """CLOCK_MONOTONIC time the freeze holds until (0: none)."""
+        return int(self._snapshot(HEADER_SIZE).freeze_until_ns)
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the pod's launches wait now (frozen, and the deadline not passed)."""
+        header = self._snapshot(HEADER_SIZE)
+        until = int(header.freeze_until_ns)
+        return bool(header.flags & FLAG_FROZEN) and until > time.monotonic_ns()
+
+    def freeze(self, seconds: float) -> None:
+        """Freeze the pod for ``seconds`` from now; called again, renews the deadline."""
+        if not seconds > 0:
+            raise ValueError(f"freeze time must be positive, got {seconds!r}")
+        until = time.monotonic_ns() + int(seconds * 1e9)
+        self._call(int(_library().vgpu_region_safe_freeze(self._writable(), until)))
+
+    def resume(self) -> None:
+        """Resume a frozen pod; waiting launches are woken at once."""
+        self._call(int(_library().vgpu_region_safe_resume(self._writable())))
+
+    @property
+    def qos(self) -> int:
+        return int(self._snapshot(HEADER_SIZE).qos)
+
+    @property
+    def weight(self) -> int:
+        return int(self._snapshot(HEADER_SIZE).weight)
+
+    def set_policy(self, qos: int, weight: int = 0) -> None:
+        """The pod's scheduling class (QOS_*) and weight (0: the class's)."""
+        if qos not in QOS_WEIGHTS:
+            raise ValueError(f"unknown qos {qos}: one of {sorted(QOS_WEIGHTS)}")
+        if not 0 <= weight <= 1_000_000:
+            raise ValueError(f"bad weight {weight}: 0 (from the qos) to 1000000")
+        self._call(int(_library().vgpu_region_safe_set_policy(self._writable(), qos, weight)))
+
+    def set_effective(self, index: int, effective: int) -> None:
+        """The scheduler's effective compute limit of device entry ``index`` (hundredths;
+        0: the pod's own limit), stamped now."""
+        stamp = time.monotonic_ns()
+        region = self._writable()
+        self._call(int(_library().vgpu_region_safe_set_effective(region, index, effective, stamp)))
+
+    def effective(self, index: int) -> int:
+        """The effective limit last published for device entry ``index`` (0: none)."""
+        device = self._snapshot().devices[index]
+        return int(device.scheduler_state[_constant("VGPU_SCHED_EFFECTIVE")])
 
     def change_flags(self, set: int = 0, clear: int = 0) -> int:
         """Set, then clear bits of the flags (FLAG_*); the flags after."""

@@ -55,6 +55,13 @@ def gpu_table(gpus: list[dict[str, Any]], *, wide: bool = False) -> Table:
     return table
 
 
+def _compute(gpu: dict[str, Any]) -> str:
+    if not gpu.get("compute_limit"):
+        return "no limit"
+    burst = gpu.get("compute_burst")
+    return percent(gpu["compute_limit"]) + (f" (burst {percent(burst)})" if burst else "")
+
+
 def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
     columns = ["Pod", "GPU", "Memory used / limit", "Compute limit", "Util", "Workers", "Error"]
     if wide:
@@ -64,6 +71,8 @@ def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
         name = f"{pod['namespace']}/{pod['name']}"
         if pod.get("phase"):  # a Kubernetes pod
             name += f" ({pod['phase']})"
+        if pod.get("frozen"):
+            name += " (frozen)"
         if pod.get("error"):
             row: list[RenderableType] = [name, "", "", "", "", str(pod["workers"]), pod["error"]]
             if wide:
@@ -84,7 +93,7 @@ def pod_table(pods: list[dict[str, Any]], *, wide: bool = False) -> Table:
                 gpu_name,
                 f"{size(gpu['memory_used'])} / {size(limit) if limit else 'no limit'}"
                 + _host_backed(gpu),
-                percent(gpu.get("compute_limit")) if gpu.get("compute_limit") else "no limit",
+                _compute(gpu),
                 percent(gpu.get("utilization")),
                 str(pod["workers"]) if number == 0 else "",
                 "",

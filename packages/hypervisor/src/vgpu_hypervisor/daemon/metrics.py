@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vgpu_hypervisor import models
@@ -121,8 +121,24 @@ _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...
         lambda g: g.utilization,
     ),
 )
-# The pod's counters from its region (throttled, burst and frozen seconds, host-backed memory)
-# belong beside these, with POD_GPU_LABELS, so every per-pod-and-GPU series joins the same way.
+# The scheduler's time counters of a pod on a GPU (the limiter's region words).
+_POD_COUNTERS: tuple[tuple[str, str, Callable[[models.PodGpu], float]], ...] = (
+    (
+        "tf_pod_gpu_seconds",
+        "GPU time charged to the pod (its achieved share).",
+        lambda g: g.gpu_seconds,
+    ),
+    (
+        "tf_pod_throttled_seconds",
+        "Time the pod's launches waited for their share or for another pod.",
+        lambda g: g.throttled_seconds,
+    ),
+    (
+        "tf_pod_burst_seconds",
+        "GPU time the pod ran above its hard limit.",
+        lambda g: g.burst_seconds,
+    ),
+)
 
 
 class ViewCollector(Collector):
@@ -133,7 +149,7 @@ class ViewCollector(Collector):
         self._view = view
         self._driver = driver_version
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         view = self._view()
         devices = {d.index: d for d in view.snapshot.devices} if view.snapshot else {}
         rows = [_GpuRow(gpu, devices.get(gpu.index)) for gpu in view.gpus]
@@ -214,6 +230,18 @@ class ViewCollector(Collector):
             errors.add_metric(labels, 0 if pod.error is None else 1)
         yield workers
         yield errors
+        frozen = GaugeMetricFamily(
+            "tf_pod_frozen", "1 while the pod is frozen (its launches wait).", labels=POD_LABELS
+        )
+        for pod in pods:
+            frozen.add_metric([pod.namespace, pod.name, "", HOSTNAME], 1 if pod.frozen else 0)
+        yield frozen
+        for name, text, count_of in _POD_COUNTERS:
+            counter = CounterMetricFamily(name, text, labels=POD_GPU_LABELS)
+            for pod in pods:
+                for gpu in pod.gpus:
+                    counter.add_metric(_pod_gpu_labels(pod, gpu, identity), count_of(gpu))
+            yield counter
 
     def _workers(
         self, workers: Iterable[models.Worker], identity: dict[str, list[str]]
@@ -332,6 +360,44 @@ def influx_lines(view: NodeView, node: str = HOSTNAME) -> list[str]:
             }
             lines.append(_line("tf_worker_usage", tags, fields, ns))
     return lines
+
+
+class SchedulerEvents:
+    """`tf_scheduler_event` lines (vgpu.rs's name) for what changed since the previous view: a
+    pod frozen or resumed, and a pod starting or ending a burst on a GPU (its burst time grew
+    in this interval, and did not in the one before, or the other way round)."""
+
+    def __init__(self) -> None:
+        self._frozen: dict[tuple[str, str], bool] = {}
+        self._burst: dict[tuple[str, str, str], tuple[float, bool]] = {}
+
+    def lines(self, view: NodeView, node: str = HOSTNAME) -> list[str]:
+        ns = int(view.taken_at * 1e9)
+        lines = []
+        frozen: dict[tuple[str, str], bool] = {}
+        burst: dict[tuple[str, str, str], tuple[float, bool]] = {}
+        for pod in view.pods:
+            key = (pod.namespace, pod.name)
+            frozen[key] = pod.frozen
+            tags = {"node": node, "namespace": pod.namespace, "worker": pod.name}
+            if pod.frozen != self._frozen.get(key, False):
+                event = "freeze" if pod.frozen else "resume"
+                event_tags = tags | {"event": event}
+                lines.append(_line("tf_scheduler_event", event_tags, {"value": 1}, ns))
+            for gpu in pod.gpus:
+                seen, was_bursting = self._burst.get((*key, gpu.uuid), (gpu.burst_seconds, False))
+                bursting = gpu.burst_seconds > seen
+                burst[(*key, gpu.uuid)] = (gpu.burst_seconds, bursting)
+                if bursting != was_bursting:
+                    event = "burst_start" if bursting else "burst_end"
+                    fields: dict[str, float | int] = {
+                        "value": 1,
+                        "burst_seconds": gpu.burst_seconds,
+                    }
+                    gpu_tags = tags | {"uuid": gpu.uuid, "event": event}
+                    lines.append(_line("tf_scheduler_event", gpu_tags, fields, ns))
+        self._frozen, self._burst = frozen, burst
+        return lines
 
 
 class MetricsFile:

@@ -18,6 +18,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
+from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, weight_of
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
@@ -75,6 +76,8 @@ class Node:
         """Read every region, reclaim dead workers, and publish a new view (blocking)."""
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
+            self.store.renew_freezes(records)
+            self.store.publish_effective(records)
             view = self._build(records)
             self.view = view
             return view
@@ -225,6 +228,14 @@ class Node:
                     utilization=(
                         min(100, sum(shares)) if self._utilization.reports(device.uuid) else None
                     ),
+                    compute_burst=(
+                        hundredths_to_percent(device.compute_soft_limit)
+                        if device.compute_soft_limit
+                        else None
+                    ),
+                    gpu_seconds=device.gpu_ns / 1e9,
+                    throttled_seconds=device.throttled_ns / 1e9,
+                    burst_seconds=device.burst_ns / 1e9,
                 )
             )
         return models.Pod(
@@ -236,6 +247,9 @@ class Node:
             gpus=gpus,
             workers=len(workers),
             phase=self._phase(record),
+            frozen=record.frozen,
+            qos=QOS_NAMES.get(record.qos, "medium"),
+            weight=weight_of(record.qos, record.weight),
         )
 
     def _phase(self, record: PodRecord) -> str | None:

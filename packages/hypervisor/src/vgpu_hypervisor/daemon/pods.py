@@ -11,19 +11,37 @@ limits change in place (the limiter's seqlock), and deleting a pod whose workers
 its workers live: they keep charging it, and a pod created again under the same name takes it
 over with its usage, so old and new workers share the one limit. A scan removes it once they
 are gone.
+
+A frozen pod's launches wait in the limiter. The freeze holds for FREEZE_HOLD_S past the
+daemon's last renewal (every pass renews the freezes of all frozen pods, those of an earlier
+daemon included), so a pod is never left frozen for longer than that by a daemon that is gone.
 """
 
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from vgpu_common.units import WHOLE_GPU, percent_to_hundredths
 from vgpu_limiter import region as regions
-from vgpu_limiter.region import FLAG_DELETED, DeviceInfo, ProcessInfo, Region, RegionError
+from vgpu_limiter.region import (
+    FLAG_DELETED,
+    FLAG_FROZEN,
+    DeviceInfo,
+    DeviceLimits,
+    ProcessInfo,
+    Region,
+    RegionError,
+)
+
+from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
+
+FREEZE_HOLD_S: Final = 10.0  # a freeze not renewed for this long ends (the daemon is gone)
 
 
 class PodError(Exception):
@@ -49,6 +67,7 @@ class Limits:
     memory: int | None = None
     compute: float | None = None
     oversubscribe: bool | None = None
+    burst: float | None = None  # soft limit in percent, >= compute; 0 = none
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +82,9 @@ class PodRecord:
     devices: tuple[DeviceInfo, ...] = ()
     processes: tuple[ProcessInfo, ...] = ()
     error: str | None = None
+    frozen: bool = False
+    qos: int = regions.QOS_MEDIUM
+    weight: int = 0  # 0: from the qos
 
     @property
     def key(self) -> tuple[str, str]:
@@ -132,6 +154,9 @@ class PodStore:
                 created_ns=region.created_ns,
                 devices=tuple(region.devices),
                 processes=tuple(region.processes),
+                frozen=region.frozen,
+                qos=region.qos,
+                weight=region.weight,
             )
         except RegionError as error:
             self._close(path)
@@ -185,12 +210,7 @@ class PodStore:
         """A new pod with ``limits`` by GPU UUID, its region owned by ``owner``/``group`` when
         given (else the daemon's user); PodConflict if it exists."""
         path = self._path(namespace, name)
-        devices = {
-            uuid: regions.DeviceLimits(
-                *_region_limits(uuid, wanted, None), device_flags=_device_flags(wanted, None)
-            )
-            for uuid, wanted in limits.items()
-        }
+        devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
             if path.exists() and self._takes_over(namespace, name, path):
                 return self.update(namespace, name, limits)
@@ -228,11 +248,13 @@ class PodStore:
                     present = None
                 memory, compute = _region_limits(uuid, wanted, present)
                 flags = _device_flags(wanted, present)
+                soft = _soft_limit(uuid, wanted, present, compute)
                 try:
                     if present is None:
                         region.add_device(uuid, memory, compute, device_flags=flags)
-                    else:
-                        region.set_limits(uuid, memory, compute, device_flags=flags)
+                    region.set_limits(
+                        uuid, memory, compute, compute_soft_limit=soft, device_flags=flags
+                    )
                 except RegionError as error:
                     raise PodError(_one_line(error)) from None
             return self._record(namespace, name, region.path)
@@ -269,6 +291,70 @@ class PodStore:
             _remove_if_empty(folder.parent)
         except OSError as error:
             raise PodError(f"{path}: cannot remove: {error.strerror}") from None
+
+    # Freeze and resume
+
+    def freeze(self, namespace: str, name: str) -> PodRecord:
+        """Freeze a pod: its workers' next launches wait until resume (or the hold runs out)."""
+        with self._lock:
+            region = self._existing(namespace, name)
+            try:
+                region.freeze(FREEZE_HOLD_S)
+            except RegionError as error:
+                raise PodError(_one_line(error)) from None
+            return self._record(namespace, name, region.path)
+
+    def resume(self, namespace: str, name: str) -> PodRecord:
+        """Resume a frozen pod; its waiting launches go on at once."""
+        with self._lock:
+            region = self._existing(namespace, name)
+            try:
+                region.resume()
+            except RegionError as error:
+                raise PodError(_one_line(error)) from None
+            return self._record(namespace, name, region.path)
+
+    def set_policy(self, namespace: str, name: str, qos: int | None, weight: int | None) -> None:
+        """Change a pod's scheduling class and weight (None keeps one)."""
+        with self._lock:
+            region = self._existing(namespace, name)
+            try:
+                region.set_policy(
+                    region.qos if qos is None else qos, region.weight if weight is None else weight
+                )
+            except (RegionError, ValueError) as error:
+                raise PodError(_one_line(error)) from None
+
+    def publish_effective(self, records: list[PodRecord]) -> None:
+        """Each pod's effective compute limit per GPU (scheduler.py) into its region."""
+        by_gpu: dict[str, dict[tuple[Path, int], tuple[int, int]]] = {}
+        for record in records:
+            if record.error is not None:
+                continue
+            weight = weight_of(record.qos, record.weight)
+            for device in record.devices:
+                pods = by_gpu.setdefault(device.uuid.lower(), {})
+                pods[(record.path, device.index)] = (device.compute_limit, weight)
+        with self._lock:
+            for pods in by_gpu.values():
+                for (path, index), effective in effective_limits(pods).items():
+                    with suppress(RegionError):
+                        self._region(path, opening=False).set_effective(index, effective)
+
+    def renew_freezes(self, records: list[PodRecord]) -> None:
+        """Extend the hold of every frozen pod; clear the flag of a freeze that ran out."""
+        with self._lock:
+            for record in records:
+                if record.error is not None:
+                    continue
+                with suppress(RegionError):
+                    region = self._region(record.path, opening=False)
+                    if not region.flags & FLAG_FROZEN:
+                        continue
+                    if region.freeze_until_ns > time.monotonic_ns():
+                        region.freeze(FREEZE_HOLD_S)
+                    else:
+                        region.resume()
 
     def reap(self, record: PodRecord) -> list[ProcessInfo]:
         """Give the memory of the pod's dead workers back; the slots reclaimed."""
@@ -322,6 +408,30 @@ def _device_flags(wanted: Limits, present: DeviceInfo | None) -> int:
     if wanted.oversubscribe:
         return flags | regions.DEVICE_OVERSUBSCRIBE
     return flags & ~regions.DEVICE_OVERSUBSCRIBE
+
+
+def _soft_limit(uuid: str, wanted: Limits, present: DeviceInfo | None, compute: int) -> int:
+    """The burst (soft) limit to store in hundredths, from a request and the entry present;
+    at least the hard limit `compute` (none when the pod has no compute limit)."""
+    if wanted.burst is None:
+        soft = present.compute_soft_limit if present else 0
+    else:
+        soft = min(percent_to_hundredths(wanted.burst), regions.COMPUTE_UNLIMITED)
+    if soft and (compute == 0 or compute >= regions.COMPUTE_UNLIMITED):
+        if wanted.burst is None:
+            return 0  # the hard limit went: so does the burst
+        raise PodError(f"GPU {uuid}: burst {wanted.burst}% needs a compute limit")
+    if soft and soft < compute:
+        burst = wanted.burst if wanted.burst is not None else soft / 100
+        raise PodError(f"GPU {uuid}: burst {burst}% is below the compute limit {compute / 100}%")
+    return soft
+
+
+def _new_limits(uuid: str, wanted: Limits) -> DeviceLimits:
+    memory, compute = _region_limits(uuid, wanted, None)
+    return DeviceLimits(
+        memory, compute, _soft_limit(uuid, wanted, None, compute), _device_flags(wanted, None)
+    )
 
 
 def _folders(path: Path) -> list[str]:

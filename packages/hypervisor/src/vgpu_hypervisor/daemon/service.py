@@ -29,7 +29,7 @@ from vgpu_hypervisor.daemon.api.limits import server_config
 from vgpu_hypervisor.daemon.api.token_review import TokenReviewer, in_cluster_url
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.log_format import formatter
-from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
+from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.allocation import PendingPods
@@ -335,8 +335,10 @@ class Daemon:
         await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh)
 
     async def _metrics(self, node: Node, metrics: MetricsFile) -> None:
+        events = SchedulerEvents()
         await _every(
-            self.settings.sample_interval_s, lambda: metrics.write(influx_lines(node.view))
+            self.settings.sample_interval_s,
+            lambda: metrics.write(influx_lines(node.view) + events.lines(node.view)),
         )
 
 

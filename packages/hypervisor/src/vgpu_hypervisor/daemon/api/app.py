@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.errors import install_error_handlers
-from vgpu_hypervisor.daemon.api.routes import gpus, health, metrics, node, pods, workers
+from vgpu_hypervisor.daemon.api.routes import freeze, gpus, health, metrics, node, pods, workers
 
 
 def create_app(context: ApiContext) -> FastAPI:
@@ -23,6 +23,6 @@ def create_app(context: ApiContext) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
-    for resource in (health, node, gpus, pods, workers, metrics):
+    for resource in (health, node, gpus, pods, freeze, workers, metrics):
         app.include_router(resource.router(context))
     return app

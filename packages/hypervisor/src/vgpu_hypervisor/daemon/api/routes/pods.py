@@ -19,6 +19,7 @@ from vgpu_hypervisor.daemon.api.context import API, ApiContext
 from vgpu_hypervisor.daemon.api.errors import ApiError, errors
 from vgpu_hypervisor.daemon.node import NodeView
 from vgpu_hypervisor.daemon.pods import Limits, PodNotFound
+from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
 
 log = logging.getLogger("vgpu_hypervisor.api")
 NameParam = Annotated[str, PathParam(pattern=models.NAME_PATTERN, max_length=253)]
@@ -47,7 +48,10 @@ def resolve_gpus(view: NodeView, gpus: Mapping[str, models.GpuLimitsRequest]) ->
                 f"{gpu.memory_total}",
             )
         resolved[uuid] = Limits(
-            memory=wanted.memory, compute=wanted.compute, oversubscribe=wanted.oversubscribe
+            memory=wanted.memory,
+            compute=wanted.compute,
+            oversubscribe=wanted.oversubscribe,
+            burst=wanted.burst,
         )
     return resolved
 
@@ -58,6 +62,8 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
         memory = "unchanged" if wanted.memory is None else wanted.memory or "none"
         compute = "unchanged" if wanted.compute is None else f"{wanted.compute}%"
         part = f"{uuid} memory={memory} compute={compute}"
+        if wanted.burst is not None:
+            part += f" burst={wanted.burst}%"
         if wanted.oversubscribe is not None:
             part += f" oversubscribe={'on' if wanted.oversubscribe else 'off'}"
         parts.append(part)
@@ -98,11 +104,16 @@ def router(context: ApiContext) -> APIRouter:
     async def create_pod(request: models.PodCreate) -> models.Pod:
         """Create a pod's region with limits per GPU (by index or UUID)."""
         limits = resolve_gpus(context.node.view, request.gpus)
-        await change(
-            lambda: store.create(
+        qos = None if request.qos is None else QOS_BY_NAME[request.qos]
+
+        def create() -> None:
+            store.create(
                 request.namespace, request.name, limits, owner=request.owner, group=request.group
             )
-        )
+            if qos is not None or request.weight is not None:
+                store.set_policy(request.namespace, request.name, qos, request.weight)
+
+        await change(create)
         log.info("pod %s/%s created: %s", request.namespace, request.name, _limits_text(limits))
         return found(request.namespace, request.name)
 
@@ -120,8 +131,18 @@ def router(context: ApiContext) -> APIRouter:
         namespace: NameParam, name: NameParam, request: models.PodUpdate
     ) -> models.Pod:
         """Change limits live: running workers see them within a second."""
-        limits = resolve_gpus(context.node.view, request.gpus)
-        await change(lambda: store.update(namespace, name, limits))
+        limits = resolve_gpus(context.node.view, request.gpus or {})
+        qos = None if request.qos is None else QOS_BY_NAME[request.qos]
+        if not limits and qos is None and request.weight is None:
+            raise ApiError(422, "nothing to change: give gpus, qos or weight")
+
+        def update() -> None:
+            if limits:
+                store.update(namespace, name, limits)
+            if qos is not None or request.weight is not None:
+                store.set_policy(namespace, name, qos, request.weight)
+
+        await change(update)
         log.info("pod %s/%s updated: %s", namespace, name, _limits_text(limits))
         return found(namespace, name)
 

@@ -1,0 +1,276 @@
+"""Scheduling between pods (issue 13), each result printed as one JSON line.
+
+Every scenario runs its pods at once, side by side with the same pods unlimited in the same run
+(the unlimited column), and reports each pod's share of the GPU: its work per second while all
+ran, over the work per second of one unlimited program alone.
+  shares   30/70, 30/30 and 20/30/50
+  burst    a pod at 30 with burst 100 alone, then with a 70 % pod starting: its share alone and
+           the pair's from 1 s after the start
+  weights  oversubscribed: 60/60 of equal class, 60 high against 60 low (the scheduler's rule,
+           daemon/scheduler.py, published into the regions as the daemon does)
+  freeze   how long after a freeze the pod's last work finished (p50, p99), short kernels
+On a GPU the workload is a bf16 4096³ matmul loop (PyTorch); with --sim, the simulated GPU's
+workload (500 µs kernels; 50 µs for freeze).
+Usage: python benchmarks/scheduling_gpu.py --library path/to/libcuda_limiter.so [--sim] [--only …]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import limiter_compute_gpu as gpu
+from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
+from vgpu_limiter import sim
+from vgpu_limiter.region import (
+    QOS_HIGH,
+    QOS_LOW,
+    QOS_MEDIUM,
+    DeviceLimits,
+    create_region,
+    open_region,
+)
+
+SIM_KERNEL_US = 500
+
+
+class Bench:
+    def __init__(self, library: str, simulated: bool, seconds: int) -> None:
+        self.library = library
+        self.simulated = simulated
+        self.seconds = seconds
+        self.work = Path(tempfile.mkdtemp(prefix="vgpu-sched-"))
+        self.pods = 0
+        plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        if simulated:
+            plain |= sim.environment(state=self.work / "node.state", base=plain)
+        self.plain = plain
+        self.uuid = self._uuid()
+
+    def _uuid(self) -> str:
+        if self.simulated:
+            return "GPU-5157a1e0-0000-4000-8000-000000000001"
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    def pod(self, limit: float | None, burst: float = 0, qos: int = QOS_MEDIUM) -> dict[str, str]:
+        """A fresh pod's environment; its region made first when it has a burst or a class."""
+        self.pods += 1
+        folder = self.work / f"pod{self.pods}"
+        env = self.plain | {"LD_PRELOAD": self.library, "SHM_BASE_PATH": str(self.work / "base")}
+        env["SHM_PATH"] = str(folder)
+        if limit is not None:
+            hundredths = round(limit * 100)
+            limits = DeviceLimits(0, hundredths, round(burst * 100))
+            with create_region(folder / "shm", "bench", folder.name, {self.uuid: limits}) as region:
+                region.set_policy(qos)
+        return env
+
+    def start(self, env: dict[str, str], seconds: float, kernel_us: int = SIM_KERNEL_US) -> Any:
+        started = time.time()
+        if self.simulated:
+            command = [str(sim.workload_path()), "--duration", str(seconds), "--marks"]
+            # Short kernels in small rounds, so that the freeze's marks are fine-grained.
+            batch = "2" if kernel_us < SIM_KERNEL_US else "10"
+            command += ["--kernel-us", str(kernel_us), "--batch", batch]
+            process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+            return (process, started, kernel_us)
+        return (gpu.start("matmul", int(seconds), env), started, 0)
+
+    def collect(self, handle: Any) -> dict[str, Any]:
+        process, started, kernel_us = handle
+        if not self.simulated:
+            return gpu.collect(process, self.seconds + 60)
+        out, _ = process.communicate(timeout=self.seconds + 120)
+        report = json.loads(out)
+        # Marks in GPU-seconds of work, so that the rates are shares of the device directly.
+        marks = [[t, k * kernel_us * 1e-6] for t, k in report["marks"]]
+        return {"marks": marks, "started": started}
+
+    def together(self, envs: list[dict[str, str]]) -> list[float]:
+        handles = [self.start(env, self.seconds) for env in envs]
+        return gpu.overlap_rates([self.collect(h) for h in handles], self.seconds)
+
+    def baseline(self) -> float:
+        if self.simulated:
+            return 1.0  # a GPU-second of work per second
+        (rate,) = self.together([self.plain])
+        return rate
+
+
+def pct(rate: float, baseline: float) -> float:
+    return round(100 * rate / baseline, 1)
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def shares(bench: Bench, base: float) -> None:
+    for limits in ([30, 70], [30, 30], [20, 30, 50]):
+        unlimited = bench.together([bench.pod(None) for _ in limits])
+        limited = bench.together([bench.pod(limit) for limit in limits])
+        emit(
+            {
+                "scenario": "shares",
+                "limits": limits,
+                "unlimited": [pct(r, base) for r in unlimited],
+                "limited": [pct(r, base) for r in limited],
+                "busy": round(sum(pct(r, base) for r in limited), 1),
+            }
+        )
+
+
+def burst(bench: Bench, base: float) -> None:
+    alone = 3
+    first = bench.start(bench.pod(30, burst=100), alone + bench.seconds)
+    time.sleep(alone)
+    second = bench.start(bench.pod(70), bench.seconds)
+    reports = [bench.collect(first), bench.collect(second)]
+    a, b = reports
+    offset = b["started"] - a["started"]
+
+    def rate(report: dict[str, Any], begin: float, end: float) -> float:
+        return (gpu.done_at(report["marks"], end) - gpu.done_at(report["marks"], begin)) / (
+            end - begin
+        )
+
+    settled = offset + 1.0
+    end = min(offset + bench.seconds, alone + bench.seconds)
+    emit(
+        {
+            "scenario": "burst",
+            "limit": 30,
+            "burst": 100,
+            "alone": pct(rate(a, 0.5, offset), base),
+            "with_70_from_1s": [
+                pct(rate(a, settled, end), base),
+                pct(rate(b, settled - offset, end - offset), base),
+            ],
+            "per_100ms_after_start": [
+                pct(rate(a, offset + k / 10, offset + (k + 1) / 10), base) for k in range(10)
+            ],
+        }
+    )
+
+
+def publisher(bench: Bench, pods: list[tuple[dict[str, str], int, int]]) -> Callable[[], None]:
+    """Publish the scheduler's effective limits into the pods' regions every 0.5 s (as the
+    daemon does each pass) until the returned function is called."""
+    stop = threading.Event()
+
+    def publish() -> None:
+        wanted = {env["SHM_PATH"]: (limit * 100, weight_of(qos, 0)) for env, limit, qos in pods}
+        effective = effective_limits(wanted)
+        while not stop.is_set():
+            for folder, value in effective.items():
+                with open_region(Path(folder) / "shm") as region:
+                    region.set_effective(0, value)
+            stop.wait(0.5)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+
+    def finish() -> None:
+        stop.set()
+        thread.join()
+
+    return finish
+
+
+def weights(bench: Bench, base: float) -> None:
+    for name, classes in (("equal", [QOS_MEDIUM, QOS_MEDIUM]), ("high_low", [QOS_HIGH, QOS_LOW])):
+        pods = [(bench.pod(60, qos=qos), 60, qos) for qos in classes]
+        finish = publisher(bench, pods)
+        try:
+            limited = bench.together([env for env, _, _ in pods])
+        finally:
+            finish()
+        formula = effective_limits(
+            {str(i): (6000, weight_of(qos, 0)) for i, qos in enumerate(classes)}
+        )
+        emit(
+            {
+                "scenario": "weights",
+                "case": name,
+                "limits": [60, 60],
+                "formula": [formula[str(i)] / 100 for i in range(len(classes))],
+                "limited": [pct(r, base) for r in limited],
+            }
+        )
+
+
+def freeze(bench: Bench, base: float, count: int = 10) -> None:
+    """Freeze a running pod `count` times for 0.3 s; the latency is how long after the freeze
+    its last work finished (the program's marks)."""
+    del base
+    env = bench.pod(50)
+    seconds = 1 + count * 0.6 + 1
+    handle = bench.start(env, seconds, kernel_us=50)
+    region_path = Path(env["SHM_PATH"]) / "shm"
+    time.sleep(1.0)
+    frozen_at = []
+    with open_region(region_path) as region:
+        for _ in range(count):
+            frozen_at.append(time.time())
+            region.freeze(10)
+            time.sleep(0.3)
+            region.resume()
+            time.sleep(0.3)
+    report = bench.collect(handle)
+    marks = report["marks"]
+    latencies = []
+    for at in frozen_at:
+        relative = at - report["started"]
+        before = [t for t, _ in marks if t <= relative + 0.25]
+        latencies.append(max(0.0, (before[-1] if before else relative) - relative))
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(0.99 * count))]
+    emit(
+        {
+            "scenario": "freeze",
+            "kernel_us": 50 if bench.simulated else "matmul",
+            "freezes": count,
+            "latency_ms_p50": round(1000 * statistics.median(latencies), 2),
+            "latency_ms_p99": round(1000 * p99, 2),
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--library", required=True)
+    parser.add_argument("--sim", action="store_true", help="on the simulated GPU")
+    parser.add_argument("--only", nargs="*", default=["shares", "burst", "weights", "freeze"])
+    parser.add_argument("--seconds", type=int, default=6)
+    args = parser.parse_args()
+    bench = Bench(str(Path(args.library).resolve()), args.sim, args.seconds)
+    base = bench.baseline()
+    emit({"scenario": "baseline", "simulated": args.sim, "rate_per_s": round(base, 3)})
+    for name, scenario in (
+        ("shares", shares),
+        ("burst", burst),
+        ("weights", weights),
+        ("freeze", freeze),
+    ):
+        if name in args.only:
+            scenario(bench, base)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""/api/v1/pods/{namespace}/{name}/freeze and /resume (need the token): a frozen pod's launches
+wait in the limiter until resume; the daemon holds the freeze (daemon/pods.py)."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi import Path as PathParam
+
+from vgpu_hypervisor import models
+from vgpu_hypervisor.daemon.api.auth import token_check
+from vgpu_hypervisor.daemon.api.context import API, ApiContext
+from vgpu_hypervisor.daemon.api.errors import ERRORS
+from vgpu_hypervisor.daemon.pods import PodNotFound
+
+log = logging.getLogger("vgpu_hypervisor.api")
+NameParam = Annotated[str, PathParam(pattern=models.NAME_PATTERN, max_length=253)]
+ONE_POD = "/pods/{namespace}/{name}"
+
+
+def router(context: ApiContext) -> APIRouter:
+    routes = APIRouter(prefix=API, tags=["pods"])
+    changes_need_token = [Depends(token_check(context.token))]
+    changes = asyncio.Lock()
+    store = context.node.store
+
+    async def change(action: Callable[[], Any]) -> Any:
+        async with changes:
+            result = await asyncio.to_thread(action)
+            await asyncio.to_thread(context.node.refresh)
+            return result
+
+    def found(namespace: str, name: str) -> models.Pod:
+        pod = context.node.view.pod(namespace, name)
+        if pod is None:
+            raise PodNotFound(f"no pod {namespace}/{name}")
+        return pod
+
+    @routes.post(
+        ONE_POD + "/freeze",
+        response_model=models.Pod,
+        responses=ERRORS,
+        dependencies=changes_need_token,
+    )
+    async def freeze_pod(namespace: NameParam, name: NameParam) -> models.Pod:
+        """Freeze a pod: its workers' next launches wait until resume; memory stays."""
+        found(namespace, name)
+        await change(lambda: store.freeze(namespace, name))
+        log.info("pod %s/%s frozen", namespace, name)
+        return found(namespace, name)
+
+    @routes.post(
+        ONE_POD + "/resume",
+        response_model=models.Pod,
+        responses=ERRORS,
+        dependencies=changes_need_token,
+    )
+    async def resume_pod(namespace: NameParam, name: NameParam) -> models.Pod:
+        """Resume a frozen pod: its waiting launches go on at once."""
+        found(namespace, name)
+        await change(lambda: store.resume(namespace, name))
+        log.info("pod %s/%s resumed", namespace, name)
+        return found(namespace, name)
+
+    return routes

@@ -1,0 +1,68 @@
+"""Weights when a GPU's limits add up past 100 % (issue 13): the formula, and the daemon
+publishing each pod's effective limit into its region."""
+
+import pytest
+from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
+from vgpu_limiter.region import open_region
+
+from tests.hypervisor.conftest import Daemon, wait_for
+
+
+def test_limits_that_fit_hold_as_they_are() -> None:
+    assert effective_limits({"a": (3000, 2), "b": (7000, 1), "c": (0, 8)}) == {
+        "a": 3000,
+        "b": 7000,
+        "c": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("pods", "wanted"),
+    [
+        # Equal weights: in proportion to the limits.
+        ({"a": (6000, 2), "b": (6000, 2)}, {"a": 5000, "b": 5000}),
+        # High (4) against low (1): 80/20 by the formula, but never past a limit: 60, then 40.
+        ({"a": (6000, 4), "b": (6000, 1)}, {"a": 6000, "b": 4000}),
+        # Three pods, one capped, the rest shared by weight * limit among the others.
+        (
+            {"a": (2000, 8), "b": (6000, 2), "c": (6000, 2)},
+            {"a": 2000, "b": 4000, "c": 4000},
+        ),
+        # Four pods, critical first.
+        (
+            {"a": (5000, 8), "b": (5000, 4), "c": (5000, 2), "d": (5000, 1)},
+            {"a": 5000, "b": 2857, "c": 1428, "d": 714},
+        ),
+    ],
+)
+def test_oversubscribed_shares(pods: dict[str, tuple[int, int]], wanted: dict[str, int]) -> None:
+    got = effective_limits(pods)
+    assert got == wanted
+    assert sum(got.values()) <= 10000
+
+
+def test_weights_from_the_class() -> None:
+    assert [weight_of(qos, 0) for qos in range(4)] == [1, 2, 4, 8]
+    assert weight_of(0, 5) == 5
+
+
+def test_the_daemon_publishes_effective_limits(daemon: Daemon) -> None:
+    for name, qos in (("hi", "high"), ("lo", "low")):
+        created = daemon.cli("pods", "create", name, "--compute", "0=60", "--qos", qos, "--json")
+        assert created.returncode == 0, created.stderr
+    regions = {name: open_region(daemon.base / "default" / name / "shm") for name in ("hi", "lo")}
+    try:
+        wait_for(lambda: regions["lo"].effective(0) == 4000, timeout=10)
+        assert regions["hi"].effective(0) == 6000
+        # Weights change live: equal weights give 50/50.
+        assert daemon.cli("pods", "update", "lo", "--weight", "4").returncode == 0
+        wait_for(lambda: regions["lo"].effective(0) == 5000, timeout=10)
+        assert regions["hi"].effective(0) == 5000
+        pod = daemon.http.get("/api/v1/pods/default/lo").json()
+        assert (pod["qos"], pod["weight"]) == ("low", 4)
+    finally:
+        for region in regions.values():
+            region.close()
+    bad = daemon.cli("pods", "update", "lo", "--qos", "urgent")
+    assert bad.returncode == 2
+    assert "--qos 'urgent': one of low, medium, high, critical" in bad.stderr

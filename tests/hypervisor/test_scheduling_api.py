@@ -1,0 +1,73 @@
+"""Scheduling through the daemon (issue 13): burst limits, freeze and resume by API and CLI, the
+freeze the daemon renews, and the per-pod scheduler series in /metrics and the influx file."""
+
+import json
+import time
+
+from vgpu_limiter.region import open_region
+
+from tests.hypervisor.conftest import Daemon, wait_for
+
+
+def test_burst_limits_by_api_and_cli(daemon: Daemon) -> None:
+    body = {"name": "b", "gpus": {"0": {"compute": 30, "burst": 100}}}
+    created = daemon.api("POST", "/api/v1/pods", json=body)
+    assert created.status_code == 201, created.text
+    (gpu,) = created.json()["gpus"]
+    assert (gpu["compute_limit"], gpu["compute_burst"]) == (30.0, 100.0)
+    with open_region(daemon.base / "default" / "b" / "shm") as region:
+        assert region.devices[0].compute_soft_limit == 10000
+    changed = daemon.cli("pods", "update", "b", "--burst", "0=60", "--json")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["gpus"][0]["compute_burst"] == 60.0
+    # A burst below the hard limit, or without one, is refused with one line naming it.
+    below = daemon.api("PATCH", "/api/v1/pods/default/b", json={"gpus": {"0": {"burst": 20}}})
+    assert below.status_code == 422 and "burst 20.0% is below the compute limit" in below.text
+    none = daemon.api("POST", "/api/v1/pods", json={"name": "n", "gpus": {"0": {"burst": 50}}})
+    assert none.status_code == 422 and "needs a compute limit" in none.text
+    bad = daemon.cli("pods", "update", "b", "--burst", "0")
+    assert bad.returncode == 2 and "--burst '0': expected GPU=VALUE" in bad.stderr
+
+
+def test_freeze_and_resume(daemon: Daemon) -> None:
+    assert daemon.cli("pods", "create", "f", "--compute", "0=50").returncode == 0
+    frozen = daemon.cli("pods", "freeze", "f", "--json")
+    assert frozen.returncode == 0, frozen.stderr
+    assert json.loads(frozen.stdout)["frozen"] is True
+    path = daemon.base / "default" / "f" / "shm"
+    with open_region(path) as region:
+        assert region.frozen
+        first = region.freeze_until_ns
+        # The daemon renews the freeze at every pass, so it never runs out while it lives.
+        wait_for(lambda: region.freeze_until_ns > first, timeout=5)
+    reply = daemon.http.get("/metrics").text.splitlines()
+    assert any(line.startswith("tf_pod_frozen{") and line.endswith(" 1.0") for line in reply)
+    for name in ("gpu", "throttled", "burst"):
+        assert any(line.startswith(f"tf_pod_{name}_seconds_total{{") for line in reply), name
+    resumed = daemon.api("POST", "/api/v1/pods/default/f/resume")
+    assert resumed.status_code == 200 and resumed.json()["frozen"] is False
+    with open_region(path) as region:
+        assert not region.frozen and region.freeze_until_ns == 0
+    missing = daemon.api("POST", "/api/v1/pods/default/nope/freeze")
+    assert missing.status_code == 404
+    assert daemon.api("POST", "/api/v1/pods/default/f/freeze", auth=False).status_code == 401
+
+    def events() -> list[str] | None:
+        if not daemon.metrics_file.exists():
+            return None
+        lines = daemon.metrics_file.read_text().splitlines()
+        found = [line for line in lines if line.startswith("tf_scheduler_event,")]
+        return found if any("event=resume" in line for line in found) else None
+
+    lines = wait_for(events, timeout=10)
+    assert any("event=freeze" in line and "worker=f" in line for line in lines)
+
+
+def test_a_freeze_ends_when_the_daemon_is_gone(daemon: Daemon) -> None:
+    assert daemon.cli("pods", "create", "g", "--compute", "0=50").returncode == 0
+    assert daemon.cli("pods", "freeze", "g").returncode == 0
+    daemon.stop()
+    with open_region(daemon.base / "default" / "g" / "shm") as region:
+        left = (region.freeze_until_ns - time.monotonic_ns()) / 1e9
+    # Nobody renews it now: it holds for at most the daemon's hold (10 s).
+    assert 0 < left <= 10.5

@@ -1,0 +1,211 @@
+"""Scheduling between pods on the simulated GPU (issue 13): shares under contention, burst to the
+soft limit while the GPU is uncontended, the region's GPU/throttled/burst time, and freeze/resume.
+The simulator's kernels take exactly their stated time; bounds allow for a loaded 2-core machine,
+where a descheduled launching thread leaves the GPU idle now and then."""
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from vgpu_limiter.region import DeviceLimits, create_region, open_region
+
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program
+from tests.limiter.test_compute_limits import SIM_GPU0, concurrent, limit
+
+KERNEL_US = 500
+
+
+@pytest.fixture
+def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
+    """limited_env with this test's own device leases, one pod folder per name."""
+
+    def make(pod: str = "pod", **extra: str) -> dict[str, str]:
+        return limited_env(
+            SHM_BASE_PATH=str(tmp_path / "base"), SHM_PATH=str(tmp_path / pod), **extra
+        )
+
+    return make
+
+
+def workload(environment: dict[str, str], seconds: float, *options: str) -> "subprocess.Popen[str]":
+    return subprocess.Popen(
+        [WORKLOAD, "--duration", str(seconds), "--kernel-us", str(KERNEL_US), "--marks", *options],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def report(process: "subprocess.Popen[str]") -> dict[str, object]:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+def share_between(marks: list[list[float]], start: float, end: float) -> float:
+    """Percent of the GPU's time the program's finished kernels took from start to end (s)."""
+    done_at = [kernels for seconds, kernels in marks if seconds <= start]
+    done_by = [kernels for seconds, kernels in marks if seconds <= end]
+    first = done_at[-1] if done_at else 0
+    last = done_by[-1] if done_by else 0
+    return 100 * (last - first) * KERNEL_US * 1e-6 / (end - start)
+
+
+def test_three_pods_split_the_device_by_their_limits(compute_env: LimitedEnv) -> None:
+    shares = concurrent(
+        [limit(compute_env("a"), 20), limit(compute_env("b"), 30), limit(compute_env("c"), 50)]
+    )
+    for got, wanted in zip(shares, (20, 30, 50), strict=True):
+        assert got == pytest.approx(wanted, abs=4), shares
+
+
+def test_effective_limits_divide_an_oversubscribed_device(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """Two pods at 60 % with the scheduler's effective limits of 60 and 40 (high against low):
+    the limiter paces each at the smaller of its limit and the effective one."""
+    for name, effective in (("a", 6000), ("b", 4000)):
+        pod_with_burst(tmp_path / name, 60, 0)
+        with open_region(tmp_path / name / "shm") as region:
+            region.set_effective(0, effective)
+    shares = concurrent([compute_env("a"), compute_env("b")], seconds=3.0)
+    assert shares[0] == pytest.approx(60, abs=5), shares
+    assert shares[1] == pytest.approx(40, abs=4), shares
+
+
+def pod_with_burst(folder: Path, hard: int, soft: int) -> None:
+    create_region(
+        folder / "shm", "default", folder.name, {SIM_GPU0: DeviceLimits(0, hard * 100, soft * 100)}
+    ).close()
+
+
+def test_a_pod_bursts_while_alone_and_falls_back_when_another_wants_the_gpu(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    pod_with_burst(tmp_path / "a", 30, 100)
+    bursting = workload(compute_env("a"), 4)
+    time.sleep(2.0)
+    other = workload(limit(compute_env("b"), 70), 2)
+    first, second = report(bursting), report(other)
+    marks = first["marks"]
+    assert isinstance(marks, list)
+    assert share_between(marks, 0.3, 1.8) >= 90  # alone: up to its soft limit
+    # Within a second of the other pod's start the pair is back at its limits.
+    assert share_between(marks, 2.6, 3.8) == pytest.approx(30, abs=4)
+    rate = second["achieved_kernels_per_s"]
+    assert isinstance(rate, float)
+    other_share = 100 * rate * KERNEL_US * 1e-6
+    assert other_share == pytest.approx(70, abs=6)
+    with open_region(tmp_path / "a" / "shm") as region:
+        device = region.devices[0]
+    # The device words: its GPU time, the part above its hard limit, and its waits.
+    ran = sum(kernels for _, kernels in marks[-1:]) * KERNEL_US * 1e-6
+    assert device.gpu_ns / 1e9 == pytest.approx(ran, rel=0.1)
+    assert device.burst_ns / 1e9 == pytest.approx(0.7 * 1.9, rel=0.25)
+    assert device.throttled_ns / 1e9 > 0.5  # waited for its 30 % beside the other pod
+
+
+def test_no_burst_without_a_soft_limit(compute_env: LimitedEnv, tmp_path: Path) -> None:
+    pod_with_burst(tmp_path / "a", 30, 0)
+    result = report(workload(compute_env("a"), 2))
+    marks = result["marks"]
+    assert isinstance(marks, list)
+    assert share_between(marks, 0.2, 1.9) == pytest.approx(30, abs=3)
+    with open_region(tmp_path / "a" / "shm") as region:
+        assert region.devices[0].burst_ns == 0
+
+
+def largest_gap(marks: list[list[float]]) -> tuple[float, float]:
+    """(when, how long) of the longest time between two finished rounds."""
+    gaps = [(marks[i][0], marks[i + 1][0] - marks[i][0]) for i in range(len(marks) - 1)]
+    return max(gaps, key=lambda gap: gap[1])
+
+
+def test_a_frozen_pod_runs_nothing_until_resumed(compute_env: LimitedEnv, tmp_path: Path) -> None:
+    environment = limit(compute_env("a"), 50)
+    process = workload(environment, 3, "--batch", "1")
+    time.sleep(1.0)
+    with open_region(tmp_path / "a" / "shm") as region:
+        epoch = region.freeze_epoch
+        region.freeze(30)
+        assert region.frozen and region.freeze_epoch == epoch + 1
+        time.sleep(1.0)
+        region.resume()
+        assert not region.frozen
+    marks = report(process)["marks"]
+    assert isinstance(marks, list)
+    _, gap = largest_gap(marks)
+    # Nothing finished for the freeze's second, less what was queued before it (≤ 10 ms backlog).
+    assert 0.9 <= gap <= 1.5, gap
+    kernels = marks[-1][1]
+    assert 100 * kernels * KERNEL_US * 1e-6 / 2.0 == pytest.approx(50, abs=6)
+
+
+def test_a_freeze_the_daemon_stops_renewing_expires(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    process = workload(limit(compute_env("a"), 50), 3, "--batch", "1")
+    time.sleep(0.8)
+    with open_region(tmp_path / "a" / "shm") as region:
+        region.freeze(0.5)
+    out, err = process.communicate(timeout=60)
+    marks = json.loads(out)["marks"]
+    _, gap = largest_gap(marks)
+    assert 0.4 <= gap <= 1.0, gap
+    assert "freeze expired" in err
+
+
+def test_freezing_threads_that_synchronize_each_other(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """Four threads launch while a fifth synchronizes the context and their streams: a freeze in
+    the middle blocks the launches, deadlocks nothing, and all goes on after the resume."""
+    program = build_program("limiter_threads", tmp_path)
+    environment = compute_env("a") | {"TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 25}'}
+    process = subprocess.Popen(
+        [str(program), "4", "3", "200"], env=environment, stdout=subprocess.PIPE, text=True
+    )
+    time.sleep(1.0)
+    with open_region(tmp_path / "a" / "shm") as region:
+        region.freeze(30)
+        time.sleep(0.8)
+        region.resume()
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    result = json.loads(out)
+    assert result["failures"] == 0
+    # About 2.2 s of the 3 s ran, at 25 %.
+    got = 100 * result["kernels"] * 200e-6 / result["seconds"]
+    assert got == pytest.approx(25 * 2.2 / 3, abs=5)
+
+
+def test_a_frozen_process_killed_gives_its_memory_back(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    environment = limit(compute_env("a"), 50) | {"TENSOR_FUSION_CUDA_MEM_LIMIT": '{"0": "4GiB"}'}
+    process = subprocess.Popen(
+        [WORKLOAD, "--duration", "30", "--kernel-us", "500", "--alloc", "3GiB"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    folder = tmp_path / "a"
+    deadline = time.monotonic() + 20
+    while not (folder / "shm").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open_region(folder / "shm") as region:
+        while region.devices[0].memory_used < 3 << 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        region.freeze(30)
+        time.sleep(0.3)  # its launches wait now; its memory stays
+        assert region.devices[0].memory_used >= 3 << 30
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+        assert [p.pid for p in region.reap()] == [process.pid]
+        assert region.devices[0].memory_used == 0
+        region.resume()
