@@ -83,7 +83,12 @@ def _client(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
             1,
             "cannot read the API token /nonexistent/token",
         ),
-        (("pods", "create", "p"), {}, 2, "give at least one --mem, --compute or --burst"),
+        (
+            ("pods", "create", "p"),
+            {},
+            2,
+            "give at least one --mem, --compute, --burst or --oversubscribe",
+        ),
         (("pods", "create", "p", "--mem", "1GiB"), {}, 2, "expected GPU=VALUE"),
         (("pods", "create", "a/p", "-n", "b", "--mem", "0=1G"), {}, 2, "disagree"),
         (("shm", "show", "default/none", "--shm-base-path", "/nonexistent"), {}, 1, "no such pod"),

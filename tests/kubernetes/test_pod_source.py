@@ -119,10 +119,12 @@ def test_the_oversubscribe_annotation_reaches_the_region(daemon: Daemon, api: Ap
     assert spilled.returncode == 0, spilled.stdout + spilled.stderr
     api.put_pod("spill", annotations=annotations)  # turned off live
     assert wait_for(
-        lambda: next(g for g in (_pod(daemon, "spill") or {})["gpus"] if g["index"] == 0)[
-            "oversubscribe"
-        ]
-        is False,
+        lambda: (
+            next(g for g in (_pod(daemon, "spill") or {})["gpus"] if g["index"] == 0)[
+                "oversubscribe"
+            ]
+            is False
+        ),
         timeout=15,
     )
     assert _refused(_run(daemon, "spill", "--alloc", "2GiB"))

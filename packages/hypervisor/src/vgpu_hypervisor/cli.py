@@ -257,6 +257,7 @@ def _policy(qos: str | None, weight: int | None) -> dict[str, object]:
         body["weight"] = weight
     return body
 
+
 OversubscribeOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -206,9 +206,7 @@ class ViewCollector(Collector):
         yield energy
         yield xids
 
-    def _pods(
-        self, pods: Iterable[models.Pod], identity: dict[str, list[str]]
-    ) -> Iterator[GaugeMetricFamily]:
+    def _pods(self, pods: Iterable[models.Pod], identity: dict[str, list[str]]) -> Iterator[Metric]:
         pods = list(pods)
         for name, text, value_of in _POD_GAUGES:
             family = GaugeMetricFamily(name, text, labels=POD_GPU_LABELS)

@@ -12,7 +12,7 @@ from fastapi import Path as PathParam
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.auth import token_check
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
-from vgpu_hypervisor.daemon.api.errors import ERRORS
+from vgpu_hypervisor.daemon.api.errors import errors
 from vgpu_hypervisor.daemon.pods import PodNotFound
 
 log = logging.getLogger("vgpu_hypervisor.api")
@@ -22,7 +22,7 @@ ONE_POD = "/pods/{namespace}/{name}"
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(prefix=API, tags=["pods"])
-    changes_need_token = [Depends(token_check(context.token))]
+    changes_need_token = [Depends(token_check(context.token, context.reviewer))]
     changes = asyncio.Lock()
     store = context.node.store
 
@@ -41,7 +41,7 @@ def router(context: ApiContext) -> APIRouter:
     @routes.post(
         ONE_POD + "/freeze",
         response_model=models.Pod,
-        responses=ERRORS,
+        responses=errors(401, 404, 422),
         dependencies=changes_need_token,
     )
     async def freeze_pod(namespace: NameParam, name: NameParam) -> models.Pod:
@@ -54,7 +54,7 @@ def router(context: ApiContext) -> APIRouter:
     @routes.post(
         ONE_POD + "/resume",
         response_model=models.Pod,
-        responses=ERRORS,
+        responses=errors(401, 404, 422),
         dependencies=changes_need_token,
     )
     async def resume_pod(namespace: NameParam, name: NameParam) -> models.Pod:
