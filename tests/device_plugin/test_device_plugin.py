@@ -61,6 +61,29 @@ def test_list_and_watch_streams_a_lost_gpu_as_unhealthy(
     stream.cancel()
 
 
+def test_a_hardware_xid_makes_a_gpu_unhealthy_and_an_application_xid_does_not(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    requests = registered(node)
+    gpus = [str(d.uuid) for d in snapshot.devices]
+    stream = Watch(node.kubelet.plugin(requests["vgpu.io/gpu-compute"]))
+    assert {d.health for d in stream.next().devices} == {"Healthy"}
+
+    def with_xids(*xids: tuple[int, int]) -> NodeSnapshot:
+        hit = dataclasses.replace(snapshot.devices[0], xid_errors=xids)
+        return dataclasses.replace(snapshot, devices=(hit, snapshot.devices[1]))
+
+    # XID 13 (a program's own kernel fault): the GPU is fine, nothing is sent.
+    plugin.update_health(with_xids((13, 2)))
+    assert plugin.healthy == {gpus[0]: True, gpus[1]: True}
+    # XID 48 (double-bit ECC error): the GPU is unhealthy on every resource.
+    plugin.update_health(with_xids((13, 2), (48, 1)))
+    health = {d.ID: d.health for d in stream.next().devices}
+    assert {h for i, h in health.items() if i.startswith(gpus[0])} == {"Unhealthy"}
+    assert {h for i, h in health.items() if i.startswith(gpus[1])} == {"Healthy"}
+    stream.cancel()
+
+
 def allocate(
     node: Node, request: api_pb2.RegisterRequest, ids: list[str]
 ) -> api_pb2.ContainerAllocateResponse:

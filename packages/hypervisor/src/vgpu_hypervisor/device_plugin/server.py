@@ -54,15 +54,30 @@ class PluginConfig:
     register_timeout_s: float = 5.0
 
 
+# XIDs a program causes itself (a fault in its kernel, a watchdog on its own work): they say
+# nothing about the GPU, as NVIDIA's own device plugin also treats them.
+APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
+
+
 def healthy_gpus(uuids: Sequence[str], snapshot: NodeSnapshot) -> dict[str, bool]:
-    """Per advertised GPU: it is in the snapshot with its UUID and memory readable. A GPU that
-    fell off the bus, or whose driver stopped answering, fails one of these."""
+    """Per advertised GPU: it is in the snapshot with its UUID and memory readable, and no XID
+    error other than an application's came since the daemon started. A GPU that fell off the
+    bus, or whose driver stopped answering, fails the first; one with a double-bit ECC error or
+    that needs a reset, the second (until the daemon restarts, as a reset means draining it)."""
     seen = {
         device.uuid.lower()
         for device in snapshot.devices
-        if isinstance(device.uuid, str) and isinstance(device.memory_total, int)
+        if isinstance(device.uuid, str)
+        and isinstance(device.memory_total, int)
+        and not _hardware_xids(device.xid_errors)
     }
     return {uuid: uuid.lower() in seen for uuid in uuids}
+
+
+def _hardware_xids(xids: object) -> bool:
+    if not isinstance(xids, tuple):
+        return False  # the driver gives no events: nothing known against the GPU
+    return any(code not in APPLICATION_XIDS and count > 0 for code, count in xids)
 
 
 def inventory(snapshot: NodeSnapshot) -> list[Gpu]:
