@@ -743,6 +743,12 @@ def test_inspect_json(app: typer.Typer, busy: Region) -> None:
         "memory_used": 3 * GiB // 2,
         "compute_limit": 5000,
         "compute_percent": 50.0,
+        "compute_soft_limit": 0,
+        "oversubscribe": False,
+        "host_memory_used": 0,
+        "gpu_seconds": 0.0,
+        "throttled_seconds": 0.0,
+        "burst_seconds": 0.0,
         "generation": 0,
     }
     [process] = report["processes"]

@@ -73,6 +73,12 @@ def _device_report(device: DeviceInfo) -> dict[str, Any]:
         "memory_used": device.memory_used,
         "compute_limit": device.compute_limit,
         "compute_percent": device.compute_percent,
+        "compute_soft_limit": device.compute_soft_limit,
+        "oversubscribe": device.oversubscribe,
+        "host_memory_used": device.host_memory_used,
+        "gpu_seconds": device.gpu_ns / 1e9,
+        "throttled_seconds": device.throttled_ns / 1e9,
+        "burst_seconds": device.burst_ns / 1e9,
         "generation": device.generation,
     }
 
@@ -121,13 +127,20 @@ def _device_row(device: Mapping[str, Any]) -> list[str]:
     """Cells of one device; text from the file is never read as rich markup."""
     limit, used = device["memory_limit"], device["memory_used"]
     percent = device["compute_percent"]
+    host = device["host_memory_used"]
+    soft = device["compute_soft_limit"]
+    compute = "none" if percent is None else f"{percent:g}%"
+    if soft:
+        compute += f" (burst {soft / 100:g}%)"
     return [
         str(device["index"]),
         device["uuid"],
-        format_bytes(used),
+        format_bytes(used)
+        + (f" + {format_bytes(host)} host" if host else "")
+        + (" (oversubscribe)" if device["oversubscribe"] and not host else ""),
         "none" if limit == 0 else format_bytes(limit),
         "-" if limit == 0 else f"{100 * used / limit:.0f}%",
-        "none" if percent is None else f"{percent:g}%",
+        compute,
         str(device["generation"]),
     ]
 
