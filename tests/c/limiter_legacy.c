@@ -4,7 +4,7 @@
  *                       contexts are charged, refused and given back as their modern siblings;
  *                       reached by PATH (linked, dlopen or procaddress). Prints "N passed, M
  *                       failed".
- *   view                the v1 and v2 views of device 0 and 1 as JSON.
+ *   view                the v1 and v2 views of device 0 and 1 (-1 without one) as JSON.
  *   launch FORM SECONDS KERNEL_US
  *                       kernels of KERNEL_US launched for SECONDS with FORM (kernel, launch,
  *                       grid or gridasync); prints {"kernels": N, "seconds": S}.
@@ -196,18 +196,20 @@ static int view(void) {
     CUcontext context = NULL;
     unsigned int free_v1 = 0, total_v1 = 0, device0_v1 = 0, device1_v1 = 0;
     size_t free_v2 = 0, total_v2 = 0, device0_v2 = 0;
+    int count = 0;
     if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&context, 0) != CUDA_SUCCESS ||
         cuCtxSetCurrent(context) != CUDA_SUCCESS ||
         cuMemGetInfo(&free_v1, &total_v1) != CUDA_SUCCESS ||
         cuMemGetInfo_v2(&free_v2, &total_v2) != CUDA_SUCCESS ||
         cuDeviceTotalMem(&device0_v1, 0) != CUDA_SUCCESS ||
-        cuDeviceTotalMem(&device1_v1, 1) != CUDA_SUCCESS ||
-        cuDeviceTotalMem_v2(&device0_v2, 0) != CUDA_SUCCESS) {
+        cuDeviceTotalMem_v2(&device0_v2, 0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != 0 ||
+        (count > 1 && cuDeviceTotalMem(&device1_v1, 1) != CUDA_SUCCESS)) {
         fail("reading the views");
     }
     printf("{\"free_v1\": %u, \"total_v1\": %u, \"free_v2\": %zu, \"total_v2\": %zu, "
-           "\"device0_v1\": %u, \"device1_v1\": %u, \"device0_v2\": %zu}\n",
-           free_v1, total_v1, free_v2, total_v2, device0_v1, device1_v1, device0_v2);
+           "\"device0_v1\": %u, \"device1_v1\": %lld, \"device0_v2\": %zu}\n",
+           free_v1, total_v1, free_v2, total_v2, device0_v1,
+           count > 1 ? (long long)device1_v1 : -1LL, device0_v2);
     return 0;
 }
 
