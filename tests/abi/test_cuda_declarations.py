@@ -19,6 +19,11 @@ STRUCTS: list[tuple[str, list[str], bool]] = [
         ["gridDimX", "blockDimZ", "sharedMemBytes", "hStream", "attrs", "numAttrs"],
         False,
     ),
+    (
+        "CUDA_LAUNCH_PARAMS",
+        ["function", "gridDimZ", "blockDimZ", "sharedMemBytes", "hStream", "kernelParams"],
+        False,
+    ),
     ("CUDA_KERNEL_NODE_PARAMS_v1", ["func", "sharedMemBytes", "kernelParams", "extra"], False),
     ("CUDA_KERNEL_NODE_PARAMS_v2", ["func", "kernelParams", "extra", "kern", "ctx"], False),
     ("CUmemLocation", ["type", "id"], False),

@@ -362,6 +362,93 @@ static void test_contexts(void) {
     CHECK(cuCtxPopCurrent_v2(&popped) == CUDA_SUCCESS);
 }
 
+/* The deprecated entry points: legacy launches run for their parameter block's nanoseconds, the
+ * v1 views clamp at 4 GiB, the v1 destroys and releases free what their _v2 forms free, and a
+ * green context holds a context of its own. */
+static void test_deprecated(CUcontext current, uint64_t base) {
+    CUcontext owner = NULL, other_ctx = NULL, made = NULL, green_ctx = NULL;
+    CUmodule module = NULL, other_module = NULL;
+    CUfunction function = NULL, other_function = NULL;
+    CUstream stream = NULL, other = NULL;
+    CUevent start = NULL, stop = NULL;
+    float ms = 0;
+    uint64_t duration = 2000000; /* 2 ms */
+    CHECK(cuCtxSetCurrent(current) == CUDA_SUCCESS);
+    CHECK(cuModuleLoadData(&module, "image") == 0);
+    CHECK(cuModuleGetFunction(&function, module, "sleep") == 0);
+    CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    CHECK(cuStreamGetCtx(stream, &owner) == CUDA_SUCCESS && owner == current);
+    CHECK(cuEventCreate(&start, 0) == CUDA_SUCCESS && cuEventCreate(&stop, 0) == CUDA_SUCCESS);
+    CHECK(cuLaunch(function) == CUDA_ERROR_INVALID_VALUE); /* no block shape yet */
+    CHECK(cuFuncSetBlockShape(function, 0, 1, 1) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuFuncSetBlockShape(function, 32, 1, 1) == CUDA_SUCCESS);
+    CHECK(cuParamSetSize(function, sizeof duration) == CUDA_SUCCESS);
+    CHECK(cuParamSetv(function, 0, &duration, sizeof duration) == CUDA_SUCCESS);
+    CHECK(cuParamSetv(function, 250, &duration, sizeof duration) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuEventRecord(start, stream) == CUDA_SUCCESS);
+    CHECK(cuLaunchGridAsync(function, 2, 2, stream) == 0);
+    CHECK(cuLaunchGridAsync(function, 1, 1, stream) == 0);
+    CHECK(cuEventRecord(stop, stream) == CUDA_SUCCESS && cuEventSynchronize(stop) == 0);
+    CHECK(cuEventElapsedTime_v2(&ms, start, stop) == CUDA_SUCCESS && ms > 3.9f && ms < 4.5f);
+    CHECK(cuLaunchGrid(function, 0, 1) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuEventRecord(start, NULL) == CUDA_SUCCESS);
+    CHECK(cuLaunch(function) == CUDA_SUCCESS && cuLaunchGrid(function, 3, 1) == CUDA_SUCCESS);
+    CHECK(cuEventRecord(stop, NULL) == CUDA_SUCCESS && cuEventSynchronize(stop) == 0);
+    CHECK(cuEventElapsedTime_v2(&ms, start, stop) == CUDA_SUCCESS && ms > 3.9f && ms < 4.5f);
+
+    /* One kernel on each device; each launch names its own device's stream. */
+    CHECK(cuDevicePrimaryCtxRetain(&other_ctx, 1) == 0 && cuCtxSetCurrent(other_ctx) == 0);
+    CHECK(cuModuleLoadData(&other_module, "image") == 0);
+    CHECK(cuModuleGetFunction(&other_function, other_module, "sleep") == 0);
+    CHECK(cuStreamCreate(&other, 0) == CUDA_SUCCESS && cuCtxSetCurrent(current) == 0);
+    void *params[] = {&duration};
+    CUDA_LAUNCH_PARAMS launches[2] = {{function, 1, 1, 1, 32, 1, 1, 0, stream, params},
+                                      {other_function, 1, 1, 1, 32, 1, 1, 0, other, params}};
+    CHECK(cuLaunchCooperativeKernelMultiDevice(launches, 2, 0) == CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(stream) == 0 && cuStreamSynchronize(other) == 0);
+    CHECK(cuLaunchCooperativeKernelMultiDevice(launches, 0, 0) == CUDA_ERROR_INVALID_VALUE);
+    launches[1].hStream = stream; /* both on device 0 */
+    CHECK(cuLaunchCooperativeKernelMultiDevice(launches, 2, 0) == CUDA_ERROR_INVALID_DEVICE);
+    launches[1].hStream = NULL;
+    CHECK(cuLaunchCooperativeKernelMultiDevice(launches, 2, 0) == CUDA_ERROR_INVALID_HANDLE);
+    /* v1 reset and release, as _v2: the reset drops every retain at once. */
+    CHECK(cuDevicePrimaryCtxRetain(&other_ctx, 1) == 0 && cuDevicePrimaryCtxReset(1) == 0);
+    CHECK(used(1) == 0 && cuDevicePrimaryCtxRelease(1) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuDevicePrimaryCtxRetain(&other_ctx, 1) == 0 && used(1) == base);
+    CHECK(cuDevicePrimaryCtxRelease(1) == CUDA_SUCCESS && used(1) == 0);
+
+    /* The v1 views: what fits in an unsigned int, else its maximum. */
+    unsigned int free_v1 = 0, total_v1 = 0, bytes_v1 = 0;
+    CUdeviceptr big = 0;
+    CHECK(cuMemGetInfo(&free_v1, &total_v1) == CUDA_SUCCESS);
+    CHECK(free_v1 == UINT32_MAX && total_v1 == UINT32_MAX); /* 8 GiB */
+    CHECK(cuMemAlloc_v2(&big, 5 * GiB) == CUDA_SUCCESS);
+    CHECK(cuMemGetInfo(&free_v1, &total_v1) == 0 && free_v1 == 8 * GiB - base - 5 * GiB);
+    CHECK(cuMemFree_v2(big) == CUDA_SUCCESS);
+    CHECK(cuDeviceTotalMem(&bytes_v1, 0) == CUDA_SUCCESS && bytes_v1 == UINT32_MAX);
+    CHECK(cuMemGetInfo(NULL, &total_v1) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuDeviceTotalMem(&bytes_v1, 7) == CUDA_ERROR_INVALID_DEVICE);
+
+    CHECK(cuCtxCreate_v2(&made, 0, 0) == CUDA_SUCCESS && used(0) == 2 * base);
+    CHECK(cuCtxDestroy(made) == CUDA_SUCCESS && used(0) == base);
+    CHECK(cuCtxDestroy(made) == CUDA_ERROR_INVALID_CONTEXT && cuCtxSetCurrent(current) == 0);
+
+    CUgreenCtx green = NULL;
+    int descriptor = 0; /* resource partitions are not simulated: any descriptor */
+    CUdevResourceDesc desc = (CUdevResourceDesc)&descriptor;
+    CHECK(cuGreenCtxCreate(&green, desc, 0, 0) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuGreenCtxCreate(&green, NULL, 0, CU_GREEN_CTX_DEFAULT_STREAM) ==
+          CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM) == CUDA_SUCCESS);
+    CHECK(used(0) == 2 * base);
+    CHECK(cuCtxFromGreenCtx(&green_ctx, green) == 0 && cuCtxSetCurrent(green_ctx) == 0);
+    CHECK(cuMemAlloc_v2(&big, 10 * MiB) == CUDA_SUCCESS && used(0) == 2 * base + 10 * MiB);
+    CHECK(cuCtxSetCurrent(current) == 0 && cuGreenCtxDestroy(green) == 0 && used(0) == base);
+    CHECK(cuGreenCtxDestroy(green) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK(cuCtxFromGreenCtx(&green_ctx, green) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK(cuStreamDestroy_v2(stream) == CUDA_SUCCESS);
+}
+
 int main(void) {
     char state_path[] = "/tmp/vgpu-sim-test-XXXXXX";
     int fd = mkstemp(state_path);
@@ -391,6 +478,7 @@ int main(void) {
     test_proc_address();
     test_threads(ctx, base);
     test_contexts();
+    test_deprecated(ctx, base);
 
     CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS && used(0) == 0);
     CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_ERROR_INVALID_CONTEXT);

@@ -25,6 +25,8 @@ typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -226,6 +228,24 @@ typedef struct CUlaunchConfig_st {
     CUlaunchAttribute *attrs;
     unsigned int numAttrs;
 } CUlaunchConfig;
+
+/* One device's launch of cuLaunchCooperativeKernelMultiDevice. */
+typedef struct CUDA_LAUNCH_PARAMS_st {
+    CUfunction function;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
+typedef enum CUgreenCtxCreate_flags {
+    CU_GREEN_CTX_DEFAULT_STREAM = 0x1,
+} CUgreenCtxCreate_flags;
 
 /* Graphs */
 typedef struct CUDA_KERNEL_NODE_PARAMS_st {

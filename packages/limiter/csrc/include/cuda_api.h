@@ -27,6 +27,7 @@
     X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, LEGACY, (CUuuid *uuid, CUdevice dev), (uuid, dev)) \
     X(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, LEGACY, (CUuuid *uuid, CUdevice dev), (uuid, dev)) \
     X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, LEGACY, (size_t *bytes, CUdevice dev), (bytes, dev)) \
+    X(cuDeviceTotalMem, cuDeviceTotalMem, 2000, LEGACY, (unsigned int *bytes, CUdevice dev), (bytes, dev)) \
     X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, LEGACY, \
       (int *pi, CUdevice_attribute attrib, CUdevice dev), (pi, attrib, dev)) \
     X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010, LEGACY, (char *pciBusId, int len, CUdevice dev), \
@@ -34,6 +35,8 @@
     X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, LEGACY, (CUcontext *pctx, CUdevice dev), (pctx, dev)) \
     X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, LEGACY, (CUdevice dev), (dev)) \
     X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, LEGACY, (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, LEGACY, (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, LEGACY, (CUdevice dev), (dev)) \
     X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, LEGACY, \
       (CUdevice dev, unsigned int *flags, int *active), (dev, flags, active)) \
     X(cuDevicePrimaryCtxSetFlags_v2, cuDevicePrimaryCtxSetFlags, 11000, LEGACY, (CUdevice dev, unsigned int flags), \
@@ -49,6 +52,11 @@
       (CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev), \
       (pctx, ctxCreateParams, flags, dev)) \
     X(cuCtxDestroy_v2, cuCtxDestroy, 4000, LEGACY, (CUcontext ctx), (ctx)) \
+    X(cuCtxDestroy, cuCtxDestroy, 2000, LEGACY, (CUcontext ctx), (ctx)) \
+    X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, LEGACY, \
+      (CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags), (phCtx, desc, dev, flags)) \
+    X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, LEGACY, (CUgreenCtx hCtx), (hCtx)) \
+    X(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040, LEGACY, (CUcontext *pContext, CUgreenCtx hCtx), (pContext, hCtx)) \
     X(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000, LEGACY, (CUcontext ctx), (ctx)) \
     X(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000, LEGACY, (CUcontext *pctx), (pctx)) \
     X(cuCtxSetCurrent, cuCtxSetCurrent, 4000, LEGACY, (CUcontext ctx), (ctx)) \
@@ -60,6 +68,7 @@
     X(cuCtxSetLimit, cuCtxSetLimit, 3010, LEGACY, (CUlimit limit, size_t value), (limit, value)) \
     X(cuCtxGetLimit, cuCtxGetLimit, 3010, LEGACY, (size_t *pvalue, CUlimit limit), (pvalue, limit)) \
     X(cuMemGetInfo_v2, cuMemGetInfo, 3020, LEGACY, (size_t *free, size_t *total), (free, total)) \
+    X(cuMemGetInfo, cuMemGetInfo, 2000, LEGACY, (unsigned int *free, unsigned int *total), (free, total)) \
     X(cuMemAlloc, cuMemAlloc, 2000, LEGACY, (CUdeviceptr_v1 *dptr, unsigned int bytesize), (dptr, bytesize)) \
     X(cuMemFree, cuMemFree, 2000, LEGACY, (CUdeviceptr_v1 dptr), (dptr)) \
     X(cuMemAllocPitch, cuMemAllocPitch, 2000, LEGACY, \
@@ -140,6 +149,7 @@
       (hfunc, hmod, name)) \
     X(cuModuleUnload, cuModuleUnload, 2000, LEGACY, (CUmodule hmod), (hmod)) \
     X(cuStreamCreate, cuStreamCreate, 2000, LEGACY, (CUstream *phStream, unsigned int Flags), (phStream, Flags)) \
+    X(cuStreamGetCtx, cuStreamGetCtx, 9020, LEGACY, (CUstream hStream, CUcontext *pctx), (hStream, pctx)) \
     X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, LEGACY, \
       (CUstream *phStream, unsigned int flags, int priority), (phStream, flags, priority)) \
     X(cuStreamDestroy_v2, cuStreamDestroy, 4000, LEGACY, (CUstream hStream), (hStream)) \
@@ -189,6 +199,17 @@
        unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, \
        void **kernelParams), \
       (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams)) \
+    X(cuLaunchCooperativeKernelMultiDevice, cuLaunchCooperativeKernelMultiDevice, 9000, LEGACY, \
+      (CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags), \
+      (launchParamsList, numDevices, flags)) \
+    X(cuFuncSetBlockShape, cuFuncSetBlockShape, 2000, LEGACY, (CUfunction hfunc, int x, int y, int z), (hfunc, x, y, z)) \
+    X(cuParamSetSize, cuParamSetSize, 2000, LEGACY, (CUfunction hfunc, unsigned int numbytes), (hfunc, numbytes)) \
+    X(cuParamSetv, cuParamSetv, 2000, LEGACY, (CUfunction hfunc, int offset, void *ptr, unsigned int numbytes), \
+      (hfunc, offset, ptr, numbytes)) \
+    X(cuLaunch, cuLaunch, 2000, LEGACY, (CUfunction f), (f)) \
+    X(cuLaunchGrid, cuLaunchGrid, 2000, LEGACY, (CUfunction f, int grid_width, int grid_height), (f, grid_width, grid_height)) \
+    X(cuLaunchGridAsync, cuLaunchGridAsync, 2000, LEGACY, \
+      (CUfunction f, int grid_width, int grid_height, CUstream hStream), (f, grid_width, grid_height, hStream)) \
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, LEGACY, (CUstream hStream, CUstreamCaptureMode mode), \
       (hStream, mode)) \
     X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, PTSZ, (CUstream hStream, CUstreamCaptureMode mode), \

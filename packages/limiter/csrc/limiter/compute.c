@@ -26,6 +26,7 @@
  * the pod; the limiter then gives up exclusivity and charges the wall time it waited. */
 #define _GNU_SOURCE
 #include "compute.h"
+#include "pacing.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -772,4 +773,10 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
     struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 7};
     return paced(hStream, true, launch_real, &a);
+}
+
+/* For the deprecated launch entry points (legacy.c): a launch paced as these are. */
+CUresult vgpu_compute_paced(CUstream stream, bool per_thread, CUresult (*launch)(void *),
+                            void *arguments) {
+    return paced(stream, per_thread, launch, arguments);
 }

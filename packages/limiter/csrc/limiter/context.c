@@ -141,15 +141,74 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
     return create(pctx, dev, call_create_v4, &arguments);
 }
 
-CUresult cuCtxDestroy_v2(CUcontext ctx) {
+static CUresult destroy(CUcontext ctx, bool v1) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
     }
     vgpu_compute_context_gone(ctx);
-    result = VGPU_REAL(cuCtxDestroy_v2, ctx);
+    result = v1 ? VGPU_REAL(cuCtxDestroy, ctx) : VGPU_REAL(cuCtxDestroy_v2, ctx);
     if (result == CUDA_SUCCESS) {
         forget_context(ctx);
+    }
+    return result;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    return destroy(ctx, false);
+}
+
+/* The CUDA 2.0 form the driver still exports: it frees the same, so it gives back the same. */
+CUresult cuCtxDestroy(CUcontext ctx) {
+    return destroy(ctx, true);
+}
+
+/* A green context holds a context's overhead like any other; it is charged under the context
+ * cuCtxFromGreenCtx gives, where what is allocated in it is recorded too, so that destroying
+ * it gives back both. */
+static CUcontext green_context(CUgreenCtx green) {
+    CUcontext context = NULL;
+    return VGPU_REAL(cuCtxFromGreenCtx, &context, green) == CUDA_SUCCESS ? context : NULL;
+}
+
+CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                          unsigned int flags) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    int entry = vgpu_entry_of(dev);
+    if (entry == VGPU_ENTRY_OUTSIDE) {
+        vgpu_log(VGPU_LOG_INFO, "no green context on device %d: not one of the pod's GPUs", dev);
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (!vgpu_charge(entry, vgpu_state.context_overhead)) {
+        vgpu_log(VGPU_LOG_INFO, "a new green context on device %d does not fit the pod's limit",
+                 dev);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = VGPU_REAL(cuGreenCtxCreate, phCtx, desc, dev, flags);
+    CUcontext context = result == CUDA_SUCCESS && phCtx != NULL ? green_context(*phCtx) : NULL;
+    if (context == NULL || entry < 0) {
+        vgpu_uncharge(entry, vgpu_state.context_overhead);
+        return result;
+    }
+    remember_context(context, entry);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) {
+    CUresult result = vgpu_cuda_ready();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    CUcontext context = green_context(hCtx);
+    if (context != NULL) {
+        vgpu_compute_context_gone(context);
+    }
+    result = VGPU_REAL(cuGreenCtxDestroy, hCtx);
+    if (result == CUDA_SUCCESS && context != NULL) {
+        forget_context(context);
     }
     return result;
 }
@@ -183,21 +242,30 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     return result;
 }
 
-static CUresult release_primary(CUdevice dev, bool reset) {
+/* The driver's release or reset: the _v2 forms, or the CUDA 7.0 ones (v1), which free the
+ * same. */
+static CUresult release_real(CUdevice dev, bool reset, bool v1) {
+    if (v1) {
+        return reset ? VGPU_REAL(cuDevicePrimaryCtxReset, dev)
+                     : VGPU_REAL(cuDevicePrimaryCtxRelease, dev);
+    }
+    return reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
+                 : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+}
+
+static CUresult release_primary(CUdevice dev, bool reset, bool v1) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
     }
     if (dev < 0 || dev >= VGPU_MAX_ORDINALS) {
-        return reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
-                     : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+        return release_real(dev, reset, v1);
     }
     pthread_mutex_lock(&primary_lock);
     if (primary_context[dev] != NULL && (reset || primary_retains[dev] == 1)) {
         vgpu_compute_context_gone(primary_context[dev]); /* the context is about to go */
     }
-    result = reset ? VGPU_REAL(cuDevicePrimaryCtxReset_v2, dev)
-                   : VGPU_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+    result = release_real(dev, reset, v1);
     if (result == CUDA_SUCCESS && primary_retains[dev] > 0) {
         primary_retains[dev] = reset ? 0 : primary_retains[dev] - 1;
         if (primary_retains[dev] == 0) {
@@ -210,9 +278,17 @@ static CUresult release_primary(CUdevice dev, bool reset) {
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    return release_primary(dev, false);
+    return release_primary(dev, false, false);
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-    return release_primary(dev, true);
+    return release_primary(dev, true, false);
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    return release_primary(dev, false, true);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+    return release_primary(dev, true, true);
 }

@@ -14,16 +14,23 @@
     X(cuInit) \
     X(cuGetProcAddress) \
     X(cuGetProcAddress_v2) \
+    X(cuDeviceTotalMem) \
     X(cuDeviceTotalMem_v2) \
+    X(cuMemGetInfo) \
     X(cuMemGetInfo_v2) \
     X(cuCtxCreate) \
     X(cuCtxCreate_v2) \
     X(cuCtxCreate_v3) \
     X(cuCtxCreate_v4) \
     X(cuCtxSetLimit) \
+    X(cuCtxDestroy) \
     X(cuCtxDestroy_v2) \
+    X(cuGreenCtxCreate) \
+    X(cuGreenCtxDestroy) \
     X(cuDevicePrimaryCtxRetain) \
+    X(cuDevicePrimaryCtxRelease) \
     X(cuDevicePrimaryCtxRelease_v2) \
+    X(cuDevicePrimaryCtxReset) \
     X(cuDevicePrimaryCtxReset_v2) \
     X(cuMemAlloc) \
     X(cuMemAlloc_v2) \
@@ -63,6 +70,10 @@
     X(cuLaunchKernelEx_ptsz) \
     X(cuLaunchCooperativeKernel) \
     X(cuLaunchCooperativeKernel_ptsz) \
+    X(cuLaunchCooperativeKernelMultiDevice) \
+    X(cuLaunch) \
+    X(cuLaunchGrid) \
+    X(cuLaunchGridAsync) \
     X(cuGraphLaunch) \
     X(cuGraphLaunch_ptsz) \
     X(cuGraphInstantiate) \
@@ -79,6 +90,10 @@
     X(cuDeviceGetUuid_v2) \
     X(cuCtxGetCurrent) \
     X(cuCtxGetDevice) \
+    X(cuCtxPushCurrent_v2) \
+    X(cuCtxPopCurrent_v2) \
+    X(cuCtxFromGreenCtx) \
+    X(cuStreamGetCtx) \
     X(cuCtxGetLimit) \
     X(cuDeviceGetAttribute) \
     X(cuDeviceGetMemPool) \

@@ -3,6 +3,7 @@
  * shows used / limit). Devices without a limit are passed through untouched. A pod that the
  * daemon made keeps to its GPUs: on any other no context can be made (context.c). */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
@@ -50,6 +51,38 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     uint64_t limit = entry >= 0 ? vgpu_memory_limit(entry) : 0;
     if (limit != 0) {
         *bytes = minimum(limit, *bytes);
+    }
+    return result;
+}
+
+/* The CUDA 2.0 forms take unsigned int sizes: the same view, and over 4 GiB the most an
+ * unsigned int holds, as the driver gives it. */
+static unsigned int clamped(size_t bytes) {
+    return bytes > UINT_MAX ? UINT_MAX : (unsigned int)bytes;
+}
+
+CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
+    if (free == NULL || total == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t free_bytes;
+    size_t total_bytes;
+    CUresult result = cuMemGetInfo_v2(&free_bytes, &total_bytes);
+    if (result == CUDA_SUCCESS) {
+        *free = clamped(free_bytes);
+        *total = clamped(total_bytes);
+    }
+    return result;
+}
+
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
+    if (bytes == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t total;
+    CUresult result = cuDeviceTotalMem_v2(&total, dev);
+    if (result == CUDA_SUCCESS) {
+        *bytes = clamped(total);
     }
     return result;
 }

@@ -145,6 +145,64 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+CUresult cuCtxDestroy(CUcontext ctx) {
+    return cuCtxDestroy_v2(ctx);
+}
+
+/* A green context: a context of its own on a device, made current only through
+ * cuCtxFromGreenCtx. Resource partitions are not simulated; any descriptor is taken. */
+CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                          unsigned int flags) {
+    int device;
+    CUresult result = sim_device_argument(dev, &device);
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (phCtx == NULL || desc == NULL || flags != CU_GREEN_CTX_DEFAULT_STREAM) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct CUgreenCtx_st *green = calloc(1, sizeof *green);
+    if (green == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    result = sim_context_new(device, false, 0, &green->context);
+    if (result != CUDA_SUCCESS) {
+        free(green);
+        return result;
+    }
+    green->magic = SIM_GREEN_CONTEXT;
+    *phCtx = green;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(hCtx, SIM_GREEN_CONTEXT)) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    hCtx->magic = 0; /* kept, as every destroyed object, so a stale handle fails cleanly */
+    sim_context_free(hCtx->context);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pContext == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!sim_valid(hCtx, SIM_GREEN_CONTEXT)) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *pContext = hCtx->context;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
     CUresult result = sim_initialized();
     if (result != CUDA_SUCCESS) {
@@ -361,6 +419,15 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    return release_primary(dev, true);
+}
+
+/* The CUDA 7.0 forms, as the _v2 ones. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    return release_primary(dev, false);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
     return release_primary(dev, true);
 }
 

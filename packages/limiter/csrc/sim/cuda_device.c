@@ -1,5 +1,6 @@
 /* Simulated driver: initialization, versions, device enumeration and attributes, error text. */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,4 +315,17 @@ CUresult cuGetErrorString(CUresult error, const char **pStr) {
     default: break;
     }
     return cuGetErrorName(error, pStr);
+}
+
+/* The CUDA 2.0 form: sizes over 4 GiB read as the most an unsigned int holds. */
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
+    if (bytes == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t total;
+    CUresult result = cuDeviceTotalMem_v2(&total, dev);
+    if (result == CUDA_SUCCESS) {
+        *bytes = total > UINT_MAX ? UINT_MAX : (unsigned int)total;
+    }
+    return result;
 }

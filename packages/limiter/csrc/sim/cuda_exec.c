@@ -174,6 +174,19 @@ CUresult cuStreamDestroy_v2(CUstream hStream) {
     return CUDA_SUCCESS;
 }
 
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+    struct CUstream_st *stream;
+    CUresult result = sim_stream_resolve(hStream, &stream);
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (pctx == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pctx = stream->context;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuStreamSynchronize(CUstream hStream) {
     struct CUstream_st *stream;
     CUresult result = sim_stream_resolve(hStream, &stream);
@@ -354,9 +367,9 @@ CUresult cuEventDestroy_v2(CUevent hEvent) {
 
 /* --- launches ---------------------------------------------------------------------------- */
 
-static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                       unsigned int bx, unsigned int by, unsigned int bz, CUstream hStream,
-                       void **kernelParams) {
+CUresult sim_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                    unsigned int bx, unsigned int by, unsigned int bz, CUstream hStream,
+                    void **kernelParams) {
     struct CUstream_st *stream;
     CUresult result = sim_stream_resolve(hStream, &stream);
     if (result != CUDA_SUCCESS) {
@@ -378,8 +391,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
                         void **kernelParams, void **extra) {
     (void)sharedMemBytes;
     (void)extra;
-    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream,
-                  kernelParams);
+    return sim_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream,
+                      kernelParams);
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -396,8 +409,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
     if (config == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
-                  config->blockDimY, config->blockDimZ, config->hStream, kernelParams);
+    return sim_launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                      config->blockDimY, config->blockDimZ, config->hStream, kernelParams);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
@@ -411,8 +424,8 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
                                    unsigned int sharedMemBytes, CUstream hStream,
                                    void **kernelParams) {
     (void)sharedMemBytes;
-    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream,
-                  kernelParams);
+    return sim_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream,
+                      kernelParams);
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

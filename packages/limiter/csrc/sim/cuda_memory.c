@@ -4,6 +4,7 @@
  * prefers the host for the whole allocation; then it lives in host memory and the device is
  * not charged, until the preference goes back to the device. */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -321,4 +322,19 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     *free = target->config.total_memory - target->used_memory;
     sim_unlock(state);
     return CUDA_SUCCESS;
+}
+
+/* The CUDA 2.0 form: sizes over 4 GiB read as the most an unsigned int holds. */
+CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
+    if (free == NULL || total == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t free_bytes;
+    size_t total_bytes;
+    CUresult result = cuMemGetInfo_v2(&free_bytes, &total_bytes);
+    if (result == CUDA_SUCCESS) {
+        *free = free_bytes > UINT_MAX ? UINT_MAX : (unsigned int)free_bytes;
+        *total = total_bytes > UINT_MAX ? UINT_MAX : (unsigned int)total_bytes;
+    }
+    return result;
 }

@@ -34,6 +34,7 @@ enum sim_magic {
     SIM_POOL = 0x504f4f31,
     SIM_ARRAY = 0x41525231,
     SIM_VMM_HANDLE = 0x564d4d31,
+    SIM_GREEN_CONTEXT = 0x47524e31,
 };
 
 struct CUctx_st {
@@ -67,9 +68,20 @@ struct CUmod_st {
     uint32_t magic;
 };
 
+/* The bytes a function's legacy parameter block (cuParamSetv) holds. */
+#define SIM_PARAM_BYTES 256
+
 struct CUfunc_st {
     uint32_t magic;
     struct CUmod_st *module;
+    int block[3];                   /* cuFuncSetBlockShape, for the legacy launches */
+    unsigned param_size;            /* cuParamSetSize */
+    unsigned char params[SIM_PARAM_BYTES];
+};
+
+struct CUgreenCtx_st {
+    uint32_t magic;
+    struct CUctx_st *context; /* the context cuCtxFromGreenCtx gives */
 };
 
 struct CUgraphNode_st {
@@ -199,6 +211,11 @@ void sim_pools_release_unused(void);
 void sim_pool_returned(struct CUmemPoolHandle_st *pool, uint64_t bytes);
 /* The kernel duration of a launch: nanoseconds in the uint64_t that kernelParams[0] points to. */
 uint64_t sim_kernel_duration(void **kernel_params);
+/* Launch a kernel of the given shape on a stream (0: the current context's), running for the
+ * nanoseconds its parameters give. */
+CUresult sim_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                    unsigned int bx, unsigned int by, unsigned int bz, CUstream hStream,
+                    void **kernelParams);
 
 static inline uint64_t sim_round_up(uint64_t value, uint64_t unit) {
     return vgpu_round_up(value, unit);

@@ -40,7 +40,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     ),
     "memory info": re.compile(r"^(cuMemGetInfo|cuDeviceTotalMem|nvmlDeviceGetMemoryInfo)$"),
     "context": re.compile(
-        r"^(cuCtxCreate|cuCtxDestroy|cuDevicePrimaryCtx(Retain|Release|Reset)|cuGreenCtxCreate"
+        r"^(cuCtxCreate|cuCtxDestroy|cuDevicePrimaryCtx(Retain|Release|Reset)|cuGreenCtx(Create|Destroy)"
         r"|cuCtxSetLimit)$"
     ),
 }
