@@ -356,12 +356,19 @@ def pods_freeze(
     *,
     flags: Mapping[str, object],
     namespace: NamespaceOption = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", metavar="GPU", help="Freeze this GPU only (index or UUID).", show_default=False
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Freeze a pod: its workers' next GPU launches wait until resume; memory stays. The daemon
     holds the freeze; 10 s after it stops, the pod runs again."""
     namespace, name = _pod_name(pod, namespace)
-    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze")
+    params = {"gpu": gpu} if gpu is not None else None
+    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze", params=params)
     _show(document, as_json, _pods)
 
 
