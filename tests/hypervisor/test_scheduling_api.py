@@ -63,6 +63,20 @@ def test_freeze_and_resume(daemon: Daemon) -> None:
     assert any("event=freeze" in line and "worker=f" in line for line in lines)
 
 
+def test_freezing_one_gpu(daemon: Daemon) -> None:
+    body = {"name": "two", "gpus": {"0": {"compute": 50}, "1": {"compute": 50}}}
+    assert daemon.api("POST", "/api/v1/pods", json=body).status_code == 201
+    uuid1 = daemon.http.get("/api/v1/gpus").json()[1]["uuid"]
+    frozen = daemon.cli("pods", "freeze", "two", "--gpu", "1", "--json")
+    assert frozen.returncode == 0, frozen.stderr
+    with open_region(daemon.base / "default" / "two" / "shm") as region:
+        assert region.frozen and [g.lower() for g in region.frozen_gpus()] == [uuid1.lower()]
+    unknown = daemon.api("POST", "/api/v1/pods/default/two/freeze", params={"gpu": "7"})
+    assert unknown.status_code == 422
+    assert "gpu 7: pod default/two has no limits on it" in unknown.text
+    assert daemon.cli("pods", "resume", "two").returncode == 0
+
+
 def test_a_freeze_ends_when_the_daemon_is_gone(daemon: Daemon) -> None:
     assert daemon.cli("pods", "create", "g", "--compute", "0=50").returncode == 0
     assert daemon.cli("pods", "freeze", "g").returncode == 0

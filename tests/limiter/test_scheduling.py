@@ -146,6 +146,28 @@ def test_a_frozen_pod_runs_nothing_until_resumed(compute_env: LimitedEnv, tmp_pa
     assert 100 * kernels * KERNEL_US * 1e-6 / 2.0 == pytest.approx(50, abs=6)
 
 
+def test_a_freeze_of_one_gpu_holds_that_gpu_only(compute_env: LimitedEnv, tmp_path: Path) -> None:
+    other_gpu = SIM_GPU0[:-1] + "2"
+    folder = tmp_path / "a"
+    limits = DeviceLimits(0, 5000)
+    create_region(folder / "shm", "default", "a", {SIM_GPU0: limits, other_gpu: limits}).close()
+    process = workload(compute_env("a"), 3, "--batch", "1")
+    time.sleep(0.8)
+    with open_region(folder / "shm") as region:
+        region.freeze(30, uuid=other_gpu)  # not the GPU the program runs on
+        assert region.frozen_gpus() == [other_gpu]
+        time.sleep(0.6)
+        region.freeze(30, uuid=SIM_GPU0)  # now its GPU too
+        time.sleep(0.8)
+        region.resume()
+        assert region.frozen_gpus() == []
+    marks = report(process)["marks"]
+    assert isinstance(marks, list)
+    when, gap = largest_gap(marks)
+    assert 0.7 <= gap <= 1.3, (when, gap)
+    assert when >= 1.3  # nothing stopped while only the other GPU was frozen
+
+
 def test_a_freeze_the_daemon_stops_renewing_expires(
     compute_env: LimitedEnv, tmp_path: Path
 ) -> None:
@@ -199,7 +221,9 @@ def test_a_frozen_process_killed_gives_its_memory_back(
     while not (folder / "shm").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     with open_region(folder / "shm") as region:
-        while region.devices[0].memory_used < 3 << 30 and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            not region.devices or region.devices[0].memory_used < 3 << 30
+        ):
             time.sleep(0.05)
         region.freeze(30)
         time.sleep(0.3)  # its launches wait now; its memory stays

@@ -517,6 +517,12 @@ def pods_freeze(
     *,
     flags: Mapping[str, object],
     namespace: NamespaceOption = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", metavar="GPU", help="Freeze this GPU only (index or UUID).", show_default=False
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     form: OutputOption = None,
 ) -> None:
@@ -524,7 +530,8 @@ def pods_freeze(
     holds the freeze; 10 s after it stops, the pod runs again."""
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
-    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze")
+    params = {"gpu": gpu} if gpu is not None else None
+    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze", params=params)
     output.show(document, chosen, "pods")
 
 

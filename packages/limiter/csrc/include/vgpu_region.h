@@ -61,6 +61,8 @@
 #define VGPU_SCHED_EFFECTIVE 0
 #define VGPU_SCHED_EFFECTIVE_NS 1
 #define VGPU_EFFECTIVE_STALE_NS 5000000000ULL
+/* Nonzero on some entries: a freeze of the pod (VGPU_REGION_FROZEN) holds those GPUs only. */
+#define VGPU_SCHED_FROZEN 2
 
 struct vgpu_region_device {
     char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */

@@ -118,7 +118,11 @@ VGPU_REGION_API int vgpu_region_safe_set_policy(struct vgpu_region *region, uint
  * VGPU_EFFECTIVE_STALE_NS. */
 VGPU_REGION_API int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry,
                                                    uint32_t effective, uint64_t now_ns);
-/* Resume a frozen pod and wake its waiting launches at once. */
+/* Mark a device entry as one the pod's freeze holds (nonzero), or clear the mark; with no entry
+ * marked, a freeze holds every GPU of the pod. */
+VGPU_REGION_API int vgpu_region_safe_freeze_device(struct vgpu_region *region, unsigned entry,
+                                                   uint64_t frozen);
+/* Resume a frozen pod and wake its waiting launches at once (device marks cleared). */
 VGPU_REGION_API int vgpu_region_safe_resume(struct vgpu_region *region);
 VGPU_REGION_API int vgpu_region_safe_reclaim_process(struct vgpu_region *region, unsigned slot,
                                                      int32_t pid, uint64_t pid_namespace,

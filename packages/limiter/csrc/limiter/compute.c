@@ -531,6 +531,16 @@ static bool current_device(CUcontext *context, CUdevice *ordinal) {
     return true;
 }
 
+/* The region entry of the current context's device; -1 when not known. Only while frozen. */
+static int frozen_entry(void) {
+    CUcontext context;
+    CUdevice ordinal;
+    if (!current_device(&context, &ordinal) || ordinal < 0 || ordinal >= VGPU_MAX_ORDINALS) {
+        return -1;
+    }
+    return vgpu_entry_of(ordinal);
+}
+
 static void close_for_freeze(struct device *state, const void *unused) {
     (void)unused;
     if (state->open) {
@@ -544,7 +554,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    if (vgpu_frozen()) {
+    if (vgpu_frozen() && vgpu_freeze_holds(frozen_entry())) {
         /* Trap and wait: no lock or lease is held meanwhile, so other threads (synchronizing,
          * say) and other pods go on. */
         each_device(close_for_freeze, NULL);

@@ -46,6 +46,22 @@ bool vgpu_frozen(void) {
     return (flags & VGPU_REGION_FROZEN) != 0 && frozen_until(region, flags, vgpu_monotonic_ns());
 }
 
+bool vgpu_freeze_holds(int entry) {
+    const struct vgpu_region *region = vgpu_state.region;
+    if (region == NULL) {
+        return false;
+    }
+    uint32_t count = atomic_load(&region->device_count);
+    bool marked = false;
+    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        marked |= atomic_load(&region->devices[i].scheduler_state[VGPU_SCHED_FROZEN]) != 0;
+    }
+    if (!marked || entry < 0 || entry >= VGPU_REGION_MAX_DEVICES) {
+        return true;
+    }
+    return atomic_load(&region->devices[entry].scheduler_state[VGPU_SCHED_FROZEN]) != 0;
+}
+
 void vgpu_freeze_wait(void) {
     struct vgpu_region *region = vgpu_state.region;
     if (region == NULL) {

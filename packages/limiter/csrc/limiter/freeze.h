@@ -8,6 +8,10 @@
 /* Whether the pod is frozen now: one load of the region's flags in the common case. */
 bool vgpu_frozen(void);
 
+/* Whether the pod's freeze holds device entry `entry` (-1: not known, held): every GPU unless
+ * some are marked (VGPU_SCHED_FROZEN). */
+bool vgpu_freeze_holds(int entry);
+
 /* Wait while the pod is frozen (on a futex the resume wakes; at most until the deadline). The
  * caller holds no lock and no device lease. */
 void vgpu_freeze_wait(void);

@@ -140,8 +140,23 @@ int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry, u
     return 0;
 }
 
+int vgpu_region_safe_freeze_device(struct vgpu_region *region, unsigned entry, uint64_t frozen) {
+    if (entry >= VGPU_REGION_MAX_DEVICES) {
+        return VGPU_REGION_ERROR;
+    }
+    GUARDED(atomic_store(&region->devices[entry].scheduler_state[VGPU_SCHED_FROZEN], frozen));
+    return 0;
+}
+
+static void clear_frozen_marks(struct vgpu_region *region) {
+    for (unsigned i = 0; i < VGPU_REGION_MAX_DEVICES; i++) {
+        atomic_store(&region->devices[i].scheduler_state[VGPU_SCHED_FROZEN], 0);
+    }
+}
+
 int vgpu_region_safe_resume(struct vgpu_region *region) {
-    GUARDED(atomic_fetch_and(&region->flags, ~(uint32_t)VGPU_REGION_FROZEN);
+    GUARDED(clear_frozen_marks(region);
+            atomic_fetch_and(&region->flags, ~(uint32_t)VGPU_REGION_FROZEN);
             atomic_store(&region->freeze_until_ns, 0);
             /* Launches waiting in the limiter sleep on the flags word. */
             syscall(SYS_futex, (uint32_t *)&region->flags, FUTEX_WAKE, INT_MAX, NULL, NULL, 0));

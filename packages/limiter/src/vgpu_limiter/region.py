@@ -536,12 +536,27 @@ class Region:
         until = int(header.freeze_until_ns)
         return bool(header.flags & FLAG_FROZEN) and until > time.monotonic_ns()
 
-    def freeze(self, seconds: float) -> None:
-        """Freeze the pod for ``seconds`` from now; called again, renews the deadline."""
+    def freeze(self, seconds: float, uuid: str | None = None) -> None:
+        """Freeze the pod for ``seconds`` from now (called again, renews the deadline): every
+        GPU, or with ``uuid`` that GPU (added to those frozen already; resume clears them)."""
         if not seconds > 0:
             raise ValueError(f"freeze time must be positive, got {seconds!r}")
+        region = self._writable()
+        if uuid is not None:
+            index = self.device(uuid).index
+            self._call(int(_library().vgpu_region_safe_freeze_device(region, index, 1)))
         until = time.monotonic_ns() + int(seconds * 1e9)
-        self._call(int(_library().vgpu_region_safe_freeze(self._writable(), until)))
+        self._call(int(_library().vgpu_region_safe_freeze(region, until)))
+
+    def frozen_gpus(self) -> list[str]:
+        """The GPUs a freeze holds when it holds only some ([]: all, when frozen)."""
+        snapshot = self._snapshot()
+        marked = _constant("VGPU_SCHED_FROZEN")
+        return [
+            _text(snapshot.devices[i].uuid)
+            for i in range(int(snapshot.device_count))
+            if snapshot.devices[i].scheduler_state[marked]
+        ]
 
     def resume(self) -> None:
         """Resume a frozen pod; waiting launches are woken at once."""

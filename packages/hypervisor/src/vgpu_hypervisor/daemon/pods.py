@@ -294,12 +294,13 @@ class PodStore:
 
     # Freeze and resume
 
-    def freeze(self, namespace: str, name: str) -> PodRecord:
-        """Freeze a pod: its workers' next launches wait until resume (or the hold runs out)."""
+    def freeze(self, namespace: str, name: str, uuid: str | None = None) -> PodRecord:
+        """Freeze a pod (every GPU, or the GPU ``uuid``): its workers' next launches there wait
+        until resume (or the hold runs out)."""
         with self._lock:
             region = self._existing(namespace, name)
             try:
-                region.freeze(FREEZE_HOLD_S)
+                region.freeze(FREEZE_HOLD_S, uuid)
             except RegionError as error:
                 raise PodError(_one_line(error)) from None
             return self._record(namespace, name, region.path)

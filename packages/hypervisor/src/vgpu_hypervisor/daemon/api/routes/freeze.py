@@ -6,18 +6,19 @@ import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.auth import token_check
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
-from vgpu_hypervisor.daemon.api.errors import errors
+from vgpu_hypervisor.daemon.api.errors import ApiError, errors
 from vgpu_hypervisor.daemon.pods import PodNotFound
 
 log = logging.getLogger("vgpu_hypervisor.api")
 NameParam = Annotated[str, PathParam(pattern=models.NAME_PATTERN, max_length=253)]
 ONE_POD = "/pods/{namespace}/{name}"
+GPU_KEY = r"^([0-9]{1,2}|GPU-[0-9a-fA-F-]{36})$"
 
 
 def router(context: ApiContext) -> APIRouter:
@@ -44,11 +45,25 @@ def router(context: ApiContext) -> APIRouter:
         responses=errors(401, 404, 422),
         dependencies=changes_need_token,
     )
-    async def freeze_pod(namespace: NameParam, name: NameParam) -> models.Pod:
+    async def freeze_pod(
+        namespace: NameParam,
+        name: NameParam,
+        gpu: Annotated[
+            str | None,
+            Query(pattern=GPU_KEY, description="Freeze this GPU only (index or UUID)."),
+        ] = None,
+    ) -> models.Pod:
         """Freeze a pod: its workers' next launches wait until resume; memory stays."""
-        found(namespace, name)
-        await change(lambda: store.freeze(namespace, name))
-        log.info("pod %s/%s frozen", namespace, name)
+        pod = found(namespace, name)
+        uuid = None
+        if gpu is not None:
+            uuid = next(
+                (g.uuid for g in pod.gpus if gpu.lower() in (g.uuid.lower(), str(g.index))), None
+            )
+            if uuid is None:
+                raise ApiError(422, f"gpu {gpu}: pod {namespace}/{name} has no limits on it")
+        await change(lambda: store.freeze(namespace, name, uuid))
+        log.info("pod %s/%s frozen%s", namespace, name, f" on {uuid}" if uuid else "")
         return found(namespace, name)
 
     @routes.post(
