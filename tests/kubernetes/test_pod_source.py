@@ -15,6 +15,7 @@ from tests.kubernetes.apiserver import ApiServer
 
 GiB = 1 << 30
 MiB = 1 << 20
+QOS = "tensor-fusion.ai/qos"
 VRAM = "tensor-fusion.ai/vram-limit"
 COMPUTE = "tensor-fusion.ai/compute-limit"
 BACKOFF_MAX_S = 0.5
@@ -106,6 +107,20 @@ def test_a_pod_gets_its_limits_live_and_its_region_goes_after_its_last_worker(
     log = _log(daemon)
     assert "pod default/train: region created" in log and "limits changed" in log
     assert "kept until its 1 worker(s) exit" in log
+
+
+def test_burst_and_qos_annotations_reach_the_region(daemon: Daemon, api: ApiServer) -> None:
+    base = {COMPUTE: "30", "tensor-fusion.ai/gpu-ids": "0"}
+    api.put_pod("bursty", annotations=base | {"tensor-fusion.ai/compute-burst": "80", QOS: "high"})
+
+    def shown() -> tuple[object, object, object]:
+        pod = _pod(daemon, "bursty") or {"gpus": [{"index": 0}]}
+        gpu = next(g for g in pod["gpus"] if g["index"] == 0)
+        return gpu.get("compute_limit"), gpu.get("compute_burst"), pod.get("qos")
+
+    assert wait_for(lambda: shown() == (30.0, 80.0, "high"), timeout=15), shown()
+    api.put_pod("bursty", annotations=base)  # both taken away live
+    assert wait_for(lambda: shown() == (30.0, None, "medium"), timeout=15), shown()
 
 
 def test_the_oversubscribe_annotation_reaches_the_region(daemon: Daemon, api: ApiServer) -> None:

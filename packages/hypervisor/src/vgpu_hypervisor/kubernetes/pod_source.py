@@ -29,6 +29,7 @@ from lightkube.resources.core_v1 import Pod
 from vgpu_common.units import format_size
 
 from vgpu_hypervisor.daemon.pods import Limits, PodError, PodNotFound, PodStore
+from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
 from vgpu_hypervisor.kubernetes.annotations import (
     DEFAULT_NAMES,
     NodeGpu,
@@ -269,6 +270,7 @@ class PodSource:
                 memory=gpu.memory or 0,
                 compute=100.0 if gpu.compute is None else gpu.compute,
                 oversubscribe=found.oversubscribe,
+                burst=gpu.burst or 0,
             )
             for uuid, gpu in found.gpus.items()
         }
@@ -284,6 +286,10 @@ class PodSource:
                 after = {d.uuid.lower(): d.limits for d in record.devices}
                 if before != after:
                     log.info("pod %s: limits changed: %s", pod.key, _describe(found))
+            # The class from tensor-fusion.ai/qos (medium without it); the weight stays the API's.
+            self._store.set_policy(
+                pod.namespace, pod.name, QOS_BY_NAME[found.qos or "medium"], None
+            )
             marker = record.path.parent / MARKER
             if _marker(record.path) != pod.uid:
                 marker.write_text(pod.uid + "\n")
