@@ -179,6 +179,9 @@ class PodGpu(_Document):
         default=0.0, description="Time its launches waited for their share or another pod."
     )
     burst_seconds: float = Field(default=0.0, description="GPU time run above the hard limit.")
+    oom_refusals: int = Field(
+        default=0, description="Allocations the memory limit refused, since the region was made."
+    )
     utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
 
 

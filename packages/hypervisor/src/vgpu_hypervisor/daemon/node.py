@@ -236,6 +236,7 @@ class Node:
                     gpu_seconds=device.gpu_ns / 1e9,
                     throttled_seconds=device.throttled_ns / 1e9,
                     burst_seconds=device.burst_ns / 1e9,
+                    oom_refusals=device.refusals,
                 )
             )
         return models.Pod(
