@@ -182,6 +182,9 @@ class PodGpu(_Document):
     oom_refusals: int = Field(
         default=0, description="Allocations the memory limit refused, since the region was made."
     )
+    last_refused_bytes: int | None = Field(
+        default=None, description="Size of the last allocation the limit refused; null: none."
+    )
     utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
 
 

@@ -63,6 +63,9 @@ class Node:
         self.view = NodeView(taken_at=0.0, snapshot=None)
         # The Kubernetes pods of this node (the pod source's cache) when the daemon follows them.
         self.kubernetes: PodLookup | None = None
+        # Called with every new view, in the refreshing thread, one at a time (under the lock):
+        # what reacts to the regions' counters (events on Kubernetes pods). Must not block.
+        self.watchers: list[Callable[[NodeView], None]] = []
 
     def sample(self) -> NodeSnapshot:
         """One NVML pass (blocking)."""
@@ -80,6 +83,8 @@ class Node:
             self.store.publish_effective(records)
             view = self._build(records)
             self.view = view
+            for watcher in self.watchers:
+                watcher(view)
             return view
 
     def _settle(self, record: PodRecord) -> PodRecord:
@@ -237,6 +242,7 @@ class Node:
                     throttled_seconds=device.throttled_ns / 1e9,
                     burst_seconds=device.burst_ns / 1e9,
                     oom_refusals=device.refusals,
+                    last_refused_bytes=device.refused_bytes_last if device.refusals else None,
                 )
             )
         return models.Pod(
