@@ -31,11 +31,11 @@ def test_refused_allocations_are_counted_in_the_api_and_the_metrics(daemon: Daem
     fits = daemon.workload("small", "--alloc", "256MiB")
     output, _ = fits.communicate(timeout=30)
     assert json.loads(output).get("error") is None
-    for attempt in range(2):
+    for count in (1, 2):
         refused = daemon.workload("small", "--alloc", "2GiB")
         output, _ = refused.communicate(timeout=30)
         assert json.loads(output)["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
-        wait_for(lambda count=attempt + 1: _refusals(daemon, "small") == count)
+        assert wait_for(lambda: _refusals(daemon, "small") == count)  # noqa: B023 (waited here)
     assert wait_for(lambda: _metric(daemon, "small") == 2)
     # Another pod's count is its own.
     other = daemon.api("POST", "/api/v1/pods", json={"name": "other", "gpus": {"0": {}}})
