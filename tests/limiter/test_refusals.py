@@ -3,6 +3,8 @@ call path counts once with its size, what fits counts nothing, and an allocation
 oversubscription serves from host memory is not a refusal."""
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from tests.limiter.test_oversubscription import OUT_OF_MEMORY, UUID, make_pod, s
 
 GiB = 1 << 30
 MiB = 1 << 20
+TF_LIMITER = str(Path(sys.executable).with_name("tf-limiter"))
 
 
 def workload(environment: dict[str, str], *options: str) -> dict[str, object]:
@@ -41,6 +44,11 @@ def test_a_refused_allocation_is_counted_with_its_size(
     assert counted(pod_folder) == (1, 4 * GiB - 510 * MiB)
     workload(environment, "--path", path, "--alloc", str(5 * GiB))
     assert counted(pod_folder) == (2, 5 * GiB)
+    command = [TF_LIMITER, "inspect", "--path", str(pod_folder / "shm"), "--json"]
+    inspect = run(command, dict(os.environ))
+    assert inspect.returncode == 0, inspect.stderr
+    (device,) = [d for d in json.loads(inspect.stdout)["devices"] if d["uuid"] == UUID]
+    assert (device["refusals"], device["refused_bytes_last"]) == (2, 5 * GiB)
 
 
 def test_every_refused_kind_of_allocation_counts_once(

@@ -744,6 +744,8 @@ def test_inspect_json(app: typer.Typer, busy: Region) -> None:
         "compute_limit": 5000,
         "compute_percent": 50.0,
         "generation": 0,
+        "refusals": 0,
+        "refused_bytes_last": 0,
     }
     [process] = report["processes"]
     assert (process["slot"], process["pid"], process["memory"]) == (

@@ -74,6 +74,8 @@ def _device_report(device: DeviceInfo) -> dict[str, Any]:
         "compute_limit": device.compute_limit,
         "compute_percent": device.compute_percent,
         "generation": device.generation,
+        "refusals": device.refusals,
+        "refused_bytes_last": device.refused_bytes_last,
     }
 
 

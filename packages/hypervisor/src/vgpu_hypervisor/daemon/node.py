@@ -8,6 +8,7 @@ after every change through the API, so a reply already shows what it did).
 """
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +24,8 @@ from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
 from vgpu_hypervisor.kubernetes.identity import PodLookup, pod_of
+
+log = logging.getLogger("vgpu_hypervisor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +87,10 @@ class Node:
             view = self._build(records)
             self.view = view
             for watcher in self.watchers:
-                watcher(view)
+                try:
+                    watcher(view)
+                except Exception:  # a watcher's bug must not stop the passes over the regions
+                    log.exception("a watcher of the node's views failed")
             return view
 
     def _settle(self, record: PodRecord) -> PodRecord:
