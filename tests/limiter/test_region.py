@@ -750,6 +750,8 @@ def test_inspect_json(app: typer.Typer, busy: Region) -> None:
         "throttled_seconds": 0.0,
         "burst_seconds": 0.0,
         "generation": 0,
+        "refusals": 0,
+        "refused_bytes_last": 0,
     }
     [process] = report["processes"]
     assert (process["slot"], process["pid"], process["memory"]) == (

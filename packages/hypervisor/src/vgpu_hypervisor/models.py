@@ -179,6 +179,12 @@ class PodGpu(_Document):
         default=0.0, description="Time its launches waited for their share or another pod."
     )
     burst_seconds: float = Field(default=0.0, description="GPU time run above the hard limit.")
+    oom_refusals: int = Field(
+        default=0, description="Allocations the memory limit refused, since the region was made."
+    )
+    last_refused_bytes: int | None = Field(
+        default=None, description="Size of the last allocation the limit refused; null: none."
+    )
     utilization: int | None = Field(description="SM utilization of the pod's workers, percent.")
 
 

@@ -82,7 +82,11 @@ struct vgpu_region_device {
     VGPU_ATOMIC(uint64_t) throttled_ns; /* time its launches waited for its share or the lease */
     VGPU_ATOMIC(uint64_t) burst_ns;     /* GPU time it ran above its hard limit */
     VGPU_ATOMIC(uint64_t) scheduler_state[8]; /* owned by the scheduler */
-    uint64_t spare[4];
+    /* Allocations refused at memory_limit, and the size of the last one: the daemon reports
+     * them (a region written before these words existed reads 0 here). */
+    VGPU_ATOMIC(uint64_t) refusals;
+    VGPU_ATOMIC(uint64_t) refused_bytes_last;
+    uint64_t spare[2];
 };
 
 struct vgpu_region_process {

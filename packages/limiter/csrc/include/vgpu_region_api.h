@@ -63,6 +63,8 @@ struct vgpu_region_device_view {
     uint64_t gpu_ns;
     uint64_t throttled_ns;
     uint64_t burst_ns;
+    uint64_t refusals;           /* allocations refused at memory_limit */
+    uint64_t refused_bytes_last; /* the size of the last one */
 };
 
 /* Create {folder}/shm complete with `devices` (written to a private file whose space is

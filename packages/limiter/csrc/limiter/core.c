@@ -245,7 +245,11 @@ uint64_t vgpu_memory_used(int entry) {
 }
 
 bool vgpu_charge(int entry, uint64_t bytes) {
-    return entry < 0 || bytes == 0 || vgpu_region_reserve(vgpu_state.region, entry, bytes);
+    return entry < 0 || bytes == 0 || vgpu_region_reserve(vgpu_state.region, entry, bytes, true);
+}
+
+bool vgpu_try_charge(int entry, uint64_t bytes) {
+    return entry < 0 || bytes == 0 || vgpu_region_reserve(vgpu_state.region, entry, bytes, false);
 }
 
 void vgpu_uncharge(int entry, uint64_t bytes) {

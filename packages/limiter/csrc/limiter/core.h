@@ -56,8 +56,11 @@ int vgpu_current_entry(void);
 uint64_t vgpu_memory_limit(int entry);
 uint64_t vgpu_memory_used(int entry);
 
-/* Charge or give back device memory of this process to the pod. */
+/* Charge or give back device memory of this process to the pod. A charge refused at the limit
+ * is counted in the region as a refused allocation; vgpu_try_charge is for callers that have
+ * a way on when it does not fit (host-backed memory, a later resync), so nothing is counted. */
 bool vgpu_charge(int entry, uint64_t bytes);
+bool vgpu_try_charge(int entry, uint64_t bytes);
 void vgpu_uncharge(int entry, uint64_t bytes);
 
 #endif

@@ -96,7 +96,7 @@ static void settle_device(int ordinal) {
     if (target < charged[ordinal]) {
         vgpu_uncharge(entry, charged[ordinal] - target);
         charged[ordinal] = target;
-    } else if (target > charged[ordinal] && vgpu_charge(entry, target - charged[ordinal])) {
+    } else if (target > charged[ordinal] && vgpu_try_charge(entry, target - charged[ordinal])) {
         charged[ordinal] = target;
     }
 }

@@ -149,7 +149,7 @@ static CUresult allocate(uint64_t bytes, struct allocation *a) {
     }
     int entry = vgpu_current_entry();
     bool spill = a->may_oversubscribe && entry >= 0 && oversubscribed(entry);
-    if (spill && !vgpu_charge(entry, bytes)) {
+    if (spill && !vgpu_try_charge(entry, bytes)) {
         if (vgpu_region_self(vgpu_state.region) == NULL) {
             return charge(entry, bytes); /* no slot: refused, and said why */
         }

@@ -315,7 +315,8 @@ static bool worth_reaping(const struct vgpu_region *region, int entry, uint64_t 
     return now_ns >= due && atomic_compare_exchange_strong(&next_ns, &due, now_ns + 1000000ULL);
 }
 
-bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes) {
+bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes,
+                         bool count_refusal) {
     struct vgpu_region_process *self = vgpu_region_self(region);
     if (self == NULL) {
         return false;
@@ -324,6 +325,12 @@ bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes) 
     if (!try_reserve(region, entry, bytes) &&
         (!worth_reaping(region, entry, bytes) || vgpu_region_reap(region) == 0 ||
          !try_reserve(region, entry, bytes))) {
+        if (count_refusal) {
+            /* Only for the daemon's reports: relaxed, and nothing on the way that fits. */
+            struct vgpu_region_device *device = &region->devices[entry];
+            atomic_store_explicit(&device->refused_bytes_last, bytes, memory_order_relaxed);
+            atomic_fetch_add_explicit(&device->refusals, 1, memory_order_relaxed);
+        }
         return false;
     }
     /* The pod total first, then the slot: a process killed in between leaks its reservation
@@ -388,6 +395,8 @@ void vgpu_region_read_device(const struct vgpu_region *region, unsigned entry,
     view->gpu_ns = atomic_load(&live->gpu_ns);
     view->throttled_ns = atomic_load(&live->throttled_ns);
     view->burst_ns = atomic_load(&live->burst_ns);
+    view->refusals = atomic_load(&live->refusals);
+    view->refused_bytes_last = atomic_load(&live->refused_bytes_last);
     memcpy(view->uuid, device->uuid, sizeof view->uuid);
     view->uuid[sizeof view->uuid - 1] = '\0';
 }

@@ -34,8 +34,10 @@ void vgpu_region_read_limits(const struct vgpu_region *region, int entry,
 struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region);
 
 /* Reserve `bytes` on a device for this process without ever passing the pod's limit; dead
- * processes' slots are reclaimed first when it would not fit. */
-bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes);
+ * processes' slots are reclaimed first when it would not fit. A reservation the limit refuses
+ * is counted in the device's refusals when `count_refusal`. */
+bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes,
+                         bool count_refusal);
 void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes);
 
 /* The same for host-backed (oversubscribed) memory: counted in host_memory_used and the slot's

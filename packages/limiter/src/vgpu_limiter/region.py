@@ -234,6 +234,8 @@ class DeviceInfo:
     gpu_ns: int = 0  # GPU time charged to the pod
     throttled_ns: int = 0  # time its launches waited for their share
     burst_ns: int = 0  # GPU time above the hard limit
+    refusals: int = 0  # allocations refused at memory_limit
+    refused_bytes_last: int = 0  # the size of the last one
 
     @property
     def limits(self) -> DeviceLimits:
@@ -617,6 +619,8 @@ class Region:
             gpu_ns=int(view.gpu_ns),
             throttled_ns=int(view.throttled_ns),
             burst_ns=int(view.burst_ns),
+            refusals=int(view.refusals),
+            refused_bytes_last=int(view.refused_bytes_last),
         )
 
     @property

@@ -80,6 +80,8 @@ def _device_report(device: DeviceInfo) -> dict[str, Any]:
         "throttled_seconds": device.throttled_ns / 1e9,
         "burst_seconds": device.burst_ns / 1e9,
         "generation": device.generation,
+        "refusals": device.refusals,
+        "refused_bytes_last": device.refused_bytes_last,
     }
 
 

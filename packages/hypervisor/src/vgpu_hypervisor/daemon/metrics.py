@@ -121,7 +121,7 @@ _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...
         lambda g: g.utilization,
     ),
 )
-# The scheduler's time counters of a pod on a GPU (the limiter's region words).
+# Counters of a pod on a GPU (the limiter's region words): the scheduler's times, refusals.
 _POD_COUNTERS: tuple[tuple[str, str, Callable[[models.PodGpu], float]], ...] = (
     (
         "tf_pod_gpu_seconds",
@@ -137,6 +137,11 @@ _POD_COUNTERS: tuple[tuple[str, str, Callable[[models.PodGpu], float]], ...] = (
         "tf_pod_burst_seconds",
         "GPU time the pod ran above its hard limit.",
         lambda g: g.burst_seconds,
+    ),
+    (
+        "tf_pod_oom_refusals",
+        "Allocations of the pod refused at its memory limit on the GPU.",
+        lambda g: g.oom_refusals,
     ),
 )
 

@@ -8,6 +8,7 @@ after every change through the API, so a reply already shows what it did).
 """
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +24,8 @@ from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
 from vgpu_hypervisor.kubernetes.identity import PodLookup, pod_of
+
+log = logging.getLogger("vgpu_hypervisor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Node:
         self.view = NodeView(taken_at=0.0, snapshot=None)
         # The Kubernetes pods of this node (the pod source's cache) when the daemon follows them.
         self.kubernetes: PodLookup | None = None
+        # Called with every new view, in the refreshing thread, one at a time (under the lock):
+        # what reacts to the regions' counters (events on Kubernetes pods). Must not block.
+        self.watchers: list[Callable[[NodeView], None]] = []
 
     def sample(self) -> NodeSnapshot:
         """One NVML pass (blocking)."""
@@ -80,6 +86,11 @@ class Node:
             self.store.publish_effective(records)
             view = self._build(records)
             self.view = view
+            for watcher in self.watchers:
+                try:
+                    watcher(view)
+                except Exception:  # a watcher's bug must not stop the passes over the regions
+                    log.exception("a watcher of the node's views failed")
             return view
 
     def _settle(self, record: PodRecord) -> PodRecord:
@@ -236,6 +247,8 @@ class Node:
                     gpu_seconds=device.gpu_ns / 1e9,
                     throttled_seconds=device.throttled_ns / 1e9,
                     burst_seconds=device.burst_ns / 1e9,
+                    oom_refusals=device.refusals,
+                    last_refused_bytes=device.refused_bytes_last if device.refusals else None,
                 )
             )
         return models.Pod(

@@ -2,7 +2,8 @@
 
 Posting is fire-and-forget on the daemon's event loop, callable from any thread; the same
 (pod, reason, message) is posted at most once per ``interval_s``, so a pod whose annotations
-stay wrong, seen again at every re-list, does not flood the API server.
+stay wrong, seen again at every re-list, does not flood the API server; events whose message
+changes every time (a count, a size) are limited per (pod, reason) instead.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ class EventPoster:
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def post(self, pod: KubePod, reason: str, message: str) -> bool:
-        """Post a Warning event on ``pod`` unless the same one went out lately; whether it
-        was sent. Thread-safe."""
-        key = (pod.uid, reason, message)
+    def post(self, pod: KubePod, reason: str, message: str, *, per_pod: bool = False) -> bool:
+        """Post a Warning event on ``pod`` unless the same one went out lately (with
+        ``per_pod``, any event of that reason on the pod: for messages that change each
+        time); whether it was sent. Thread-safe."""
+        key = (pod.uid, reason, "" if per_pod else message)
         now = self._clock()
         with self._lock:
             if now - self._last.get(key, -self._interval) < self._interval:

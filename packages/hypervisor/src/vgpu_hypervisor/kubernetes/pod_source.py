@@ -136,9 +136,9 @@ class PodSource:
         return self._pods.get(uid)
 
     def by_key(self, namespace: str, name: str) -> KubePod | None:
-        return next(
-            (p for p in self._pods.values() if (p.namespace, p.name) == (namespace, name)), None
-        )
+        # A copy: the daemon's refresh thread asks while the event loop changes the dict.
+        pods = tuple(self._pods.values())
+        return next((p for p in pods if (p.namespace, p.name) == (namespace, name)), None)
 
     def pending(self) -> list[KubePod]:
         """Pods of this node not yet running that ask for vgpu resources, oldest first."""

@@ -13,6 +13,7 @@ from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
+from vgpu_hypervisor.kubernetes.refusals import RefusalReporter
 from vgpu_hypervisor.settings import Settings
 
 
@@ -67,7 +68,7 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
         memory_unit=settings.gpu_memory_unit,
     )
     events = EventPoster(client, settings.node_name, asyncio.get_running_loop())
-    return PodSource(
+    source = PodSource(
         client,
         settings.node_name,
         node.store,
@@ -79,3 +80,5 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
             first=min(0.5, settings.kube_backoff_max_s), most=settings.kube_backoff_max_s
         ),
     )
+    node.watchers.append(RefusalReporter(source, events).observe)
+    return source
