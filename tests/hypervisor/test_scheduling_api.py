@@ -40,6 +40,11 @@ def test_freeze_and_resume(daemon: Daemon) -> None:
         first = region.freeze_until_ns
         # The daemon renews the freeze at every pass, so it never runs out while it lives.
         wait_for(lambda: region.freeze_until_ns > first, timeout=5)
+    # The influx file notes a change it saw between two of its writes: let it see the freeze.
+    wait_for(
+        lambda: daemon.metrics_file.exists() and "event=freeze" in daemon.metrics_file.read_text(),
+        timeout=30,
+    )
     reply = daemon.http.get("/metrics").text.splitlines()
     assert any(line.startswith("tf_pod_frozen{") and line.endswith(" 1.0") for line in reply)
     for name in ("gpu", "throttled", "burst"):
@@ -59,7 +64,7 @@ def test_freeze_and_resume(daemon: Daemon) -> None:
         found = [line for line in lines if line.startswith("tf_scheduler_event,")]
         return found if any("event=resume" in line for line in found) else None
 
-    lines = wait_for(events, timeout=10)
+    lines = wait_for(events, timeout=30)
     assert any("event=freeze" in line and "worker=f" in line for line in lines)
 
 

@@ -87,7 +87,7 @@ def node(daemon: Daemon) -> Iterator[Daemon]:
         == 0
     )
     assert daemon.cli("pods", "create", "small", "--mem", "1=2GiB").returncode == 0
-    worker = daemon.workload("small", "--alloc", "1GiB", "--hold", "60")
+    worker = daemon.workload("small", "--device", "1", "--alloc", "1GiB", "--hold", "60")
     try:
         wait_for(lambda: "small" in daemon.cli("workers").stdout, timeout=30)
         yield daemon
