@@ -56,7 +56,7 @@ def test_the_v1_view_is_the_pods_clamped_to_an_unsigned_int(
 def got_share(environment: dict[str, str], program: Path, form: str) -> float:
     result = run([str(program), "launch", form, "2", "1000"], environment, timeout=60)
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report: dict[str, float] = json.loads(result.stdout)
     return 100 * report["kernels"] * 1000e-6 / report["seconds"]
 
 
