@@ -85,17 +85,26 @@ def _listen(value: object) -> ListenAddress:
     return parse_listen_address(value)
 
 
-def _interval(value: object) -> float:
-    forms = "expected seconds between 0.05 and 60"
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(forms)
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(forms) from None
-    if not math.isfinite(seconds) or not 0.05 <= seconds <= 60:
-        raise ValueError(forms)
-    return seconds
+def _seconds(low: float, high: float) -> Callable[[object], float]:
+    """A validator of seconds from ``low`` to ``high``."""
+    forms = f"expected seconds between {low:g} and {high:g}"
+
+    def check(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(forms)
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(forms) from None
+        if not math.isfinite(seconds) or not low <= seconds <= high:
+            raise ValueError(forms)
+        return seconds
+
+    return check
+
+
+_interval = _seconds(0.05, 60)
+_backoff = _seconds(0.1, 600)
 
 
 def _log_level(value: object) -> str:
@@ -160,19 +169,6 @@ def _kubernetes(value: object) -> bool | None:
         return _switch(value)
     except ValueError:
         raise ValueError("expected true, false or auto") from None
-
-
-def _backoff(value: object) -> float:
-    forms = "expected seconds between 0.1 and 600"
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(forms)
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(forms) from None
-    if not math.isfinite(seconds) or not 0.1 <= seconds <= 600:
-        raise ValueError(forms)
-    return seconds
 
 
 def _resource_name(value: object) -> str:
