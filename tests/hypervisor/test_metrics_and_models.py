@@ -61,7 +61,15 @@ def test_influx_lines_escape_tags_and_leave_out_what_is_missing() -> None:
         f"tf_worker_usage,uuid={UUID},node=node\\ 1,namespace=team\\ a,worker=p\\,1,workload=p\\,1 "
     )
     assert f"memory_bytes={8 << 30}i" in worker_line and "compute_percentage" not in worker_line
-    assert "memory_percentage=10.0" in worker_line
+    assert "memory_percentage=10.0" in worker_line and "host_memory_bytes" not in worker_line
+
+
+def test_influx_lines_carry_host_backed_memory_of_an_oversubscribed_pod() -> None:
+    view = _view()
+    share = view.pods[0].gpus[0].model_copy(update={"host_memory_used": 3 << 30})
+    pod = view.pods[0].model_copy(update={"gpus": [share]})
+    _, worker_line = influx_lines(NodeView(view.taken_at, None, view.gpus, (pod,)))
+    assert f"host_memory_bytes={3 << 30}i" in worker_line
 
 
 def test_the_metrics_file_rotates(tmp_path: Path) -> None:

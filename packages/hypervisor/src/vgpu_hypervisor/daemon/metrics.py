@@ -349,6 +349,8 @@ def influx_lines(view: NodeView, node: str = HOSTNAME) -> list[str]:
     for pod in view.pods:
         for share in pod.gpus:
             fields = {"memory_bytes": share.memory_used}
+            if share.host_memory_used:  # oversubscribed: the part kept in host memory
+                fields["host_memory_bytes"] = share.host_memory_used
             if share.utilization is not None:
                 fields["compute_percentage"] = float(share.utilization)
             total = totals.get(share.uuid.lower())
