@@ -6,6 +6,7 @@ import subprocess
 
 import grpc
 import pytest
+from vgpu_hypervisor.daemon.pods import Limits
 from vgpu_hypervisor.device_plugin import DevicePlugin
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
@@ -96,6 +97,19 @@ def allocate(
     assert len(response.container_responses) == 1
     answer: api_pb2.ContainerAllocateResponse = response.container_responses[0]
     return answer
+
+
+def test_allocate_passes_on_the_limits_the_region_holds(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    """The pod source made the region first, from annotations lower than the resources: the
+    container's env says what the region says, so the limiter has nothing to warn about."""
+    uuid = str(snapshot.devices[0].uuid)
+    node.store.create("team", "lowered", {uuid: Limits(memory=1 * GiB, compute=20.0)})
+    node.pods[:] = [gpu_pod("lowered", 1, "2026-01-01T00:00:00Z", memory=4, compute=50)]
+    envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
+    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 1 * GiB}
+    assert json.loads(envs["TENSOR_FUSION_CUDA_UP_LIMIT"]) == {uuid: 20.0}
 
 
 def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(

@@ -20,8 +20,9 @@ from vgpu_hypervisor.device_plugin.resources import COMPUTE_UNITS, ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 
 PendingPods = Callable[[], Sequence[KubePod]]
-# Makes sure the pod's region exists (with these limits when it is new); its folder on the host.
-PreparePod = Callable[[KubePod, Mapping[str, Limits]], Path]
+# Makes sure the pod's region exists (with these limits when it is new); its folder on the host
+# and the limits the region holds now for those GPUs (the pod source's, annotations included).
+PreparePod = Callable[[KubePod, Mapping[str, Limits]], tuple[Path, Mapping[str, Limits]]]
 LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
 # NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")

@@ -26,7 +26,7 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     """A PreparePod that creates missing regions in ``store``; the host folder of the pod.
     With ``assign`` (the pod source), the pod source sets the pod's limits on its GPUs first."""
 
-    def prepare(pod: KubePod, limits: Mapping[str, Limits]) -> Path:
+    def prepare(pod: KubePod, limits: Mapping[str, Limits]) -> tuple[Path, Mapping[str, Limits]]:
         if assign is not None:
             assign(pod.uid, list(limits))
         for uuid in limits:
@@ -34,6 +34,25 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
         # Made by the pod source already: its limits (annotations included) stand.
         with contextlib.suppress(PodConflict):
             store.create(pod.namespace, pod.name, limits)
-        return region_path(store.base, pod.namespace, pod.name).parent
+        folder = region_path(store.base, pod.namespace, pod.name).parent
+        return folder, _held(store, pod, limits)
 
     return prepare
+
+
+def _held(store: PodStore, pod: KubePod, asked: Mapping[str, Limits]) -> Mapping[str, Limits]:
+    """The limits the region holds for the GPUs asked about, so that the container's env says
+    what the region says (the limiter warns when the two differ); those asked where the region
+    has no entry for a GPU."""
+    devices = {d.uuid.lower(): d for d in store.get(pod.namespace, pod.name).devices}
+    held: dict[str, Limits] = {}
+    for uuid, wanted in asked.items():
+        device = devices.get(uuid.lower())
+        if device is None:
+            held[uuid] = wanted
+            continue
+        percent = device.compute_percent
+        held[uuid] = Limits(
+            memory=device.memory_limit, compute=100.0 if percent is None else percent
+        )
+    return held

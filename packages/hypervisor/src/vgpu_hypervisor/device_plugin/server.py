@@ -224,7 +224,7 @@ class DevicePlugin:
             pod, container = self._matcher.match(len(ids))
             limits = pod_limits(pod, layout, uuids)
             try:
-                folder = self._prepare(pod, limits)
+                folder, limits = self._prepare(pod, limits)
             except Exception as error:
                 raise AllocationError(
                     f"pod {pod.key}: cannot prepare its region: {error}"
