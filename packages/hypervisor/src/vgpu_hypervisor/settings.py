@@ -85,7 +85,7 @@ def _listen(value: object) -> ListenAddress:
     return parse_listen_address(value)
 
 
-def _seconds(low: float, high: float) -> Callable[[object], float]:
+def _seconds_between(low: float, high: float) -> Callable[[object], float]:
     """A validator of seconds from ``low`` to ``high``."""
     forms = f"expected seconds between {low:g} and {high:g}"
 
@@ -103,8 +103,8 @@ def _seconds(low: float, high: float) -> Callable[[object], float]:
     return check
 
 
-_interval = _seconds(0.05, 60)
-_backoff = _seconds(0.1, 600)
+_interval = _seconds_between(0.05, 60)
+_backoff = _seconds_between(0.1, 600)
 
 
 def _log_level(value: object) -> str:

@@ -222,9 +222,9 @@ class DevicePlugin:
                 raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
             uuids = sorted({gpu_of(d) for d in ids})
             pod, container = self._matcher.match(len(ids))
-            limits = pod_limits(pod, layout, uuids)
+            asked = pod_limits(pod, layout, uuids)
             try:
-                folder, limits = self._prepare(pod, limits)
+                folder, limits = self._prepare(pod, asked)
             except Exception as error:
                 raise AllocationError(
                     f"pod {pod.key}: cannot prepare its region: {error}"
