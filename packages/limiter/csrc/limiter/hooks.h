@@ -114,6 +114,10 @@
 
 /* NVML entry points with a wrapper in the limiter. */
 #define VGPU_NVML_HOOKS(X) \
+    X(nvmlDeviceGetCount) \
+    X(nvmlDeviceGetCount_v2) \
+    X(nvmlDeviceGetHandleByIndex) \
+    X(nvmlDeviceGetHandleByIndex_v2) \
     X(nvmlDeviceGetMemoryInfo) \
     X(nvmlDeviceGetMemoryInfo_v2)
 
