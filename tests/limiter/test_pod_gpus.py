@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 from vgpu_limiter.region import create_region, open_region
@@ -167,19 +168,25 @@ def listing(count, handle):
             "total": pynvml.nvmlDeviceGetMemoryInfo(device).total,
         })
     return gpus
-outside = pynvml.nvmlDeviceGetHandleByUUID("%s")
+outside = pynvml.nvmlDeviceGetHandleByUUID("OUTSIDE")
 print(json.dumps({
     "v2": listing("nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"),
     "v1": listing("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex"),
     "by_uuid": pynvml.nvmlDeviceGetUUID(outside),
 }))
-""" % GPU0  # noqa: UP031
+""".replace("OUTSIDE", GPU0)
 
 
-def nvml_gpus(environment: dict[str, str]) -> dict[str, list[dict[str, object]] | str]:
+class NvmlListing(TypedDict):
+    v1: list[dict[str, Any]]  # uuid and total of each GPU, by its index
+    v2: list[dict[str, Any]]
+    by_uuid: str
+
+
+def nvml_gpus(environment: dict[str, str]) -> NvmlListing:
     result = run([sys.executable, "-c", NVML_LISTING], environment)
     assert result.returncode == 0, result.stderr
-    listed: dict[str, list[dict[str, object]] | str] = json.loads(result.stdout)
+    listed: NvmlListing = json.loads(result.stdout)
     assert listed["v1"] == listed["v2"]
     return listed
 
@@ -199,7 +206,7 @@ def test_nvml_lists_every_gpu_outside_a_confined_pod(
     limited_env: LimitedEnv, tmp_path: Path
 ) -> None:
     without = nvml_gpus(limited_env(preload=False))
-    assert [gpu["uuid"] for gpu in without["v2"]] == [GPU0, GPU1]  # type: ignore[index]
+    assert [gpu["uuid"] for gpu in without["v2"]] == [GPU0, GPU1]
     # SHM_PATH alone, a private region, and a named pod whose region lists no GPU yet.
     unnamed = limited_env('{"0": "1GiB"}')
     private = limited_env()
@@ -208,5 +215,5 @@ def test_nvml_lists_every_gpu_outside_a_confined_pod(
     solo = pod_environment(limited_env, tmp_path / "base") | {"POD_NAME": "solo"}
     for environment in (unnamed, private, solo):
         listed = nvml_gpus(environment)
-        assert [gpu["uuid"] for gpu in listed["v2"]] == [GPU0, GPU1]  # type: ignore[index]
-    assert nvml_gpus(unnamed)["v2"][0]["total"] == GiB  # type: ignore[index]
+        assert [gpu["uuid"] for gpu in listed["v2"]] == [GPU0, GPU1]
+    assert nvml_gpus(unnamed)["v2"][0]["total"] == GiB

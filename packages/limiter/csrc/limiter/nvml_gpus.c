@@ -14,7 +14,7 @@
 
 struct pod_gpus {
     bool confined;
-    unsigned count;                    /* the pod's GPUs when confined */
+    unsigned count;                  /* the pod's GPUs when confined */
     unsigned node[MAX_NVML_DEVICES]; /* node index of the pod's i-th GPU */
 };
 
