@@ -150,8 +150,23 @@ def test_a_limit_for_a_gpu_outside_the_pod_is_named_in_the_log(
 
 
 NVML_LISTING = """
-import ctypes, json, pynvml
+import ctypes, json, os, pynvml, threading
 pynvml.nvmlInit()
+def count():
+    number = ctypes.c_uint()
+    assert pynvml._nvmlGetFunctionPointer("nvmlDeviceGetCount_v2")(ctypes.byref(number)) == 0
+    return number.value
+# The first calls race from eight threads; a forked child counts again on its own.
+counts = []
+threads = [threading.Thread(target=lambda: counts.append(count())) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+child = os.fork()
+if child == 0:
+    os._exit(count())
+child_count = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 def listing(count, handle):
     number = ctypes.c_uint()
     assert pynvml._nvmlGetFunctionPointer(count)(ctypes.byref(number)) == 0
@@ -166,6 +181,7 @@ def listing(count, handle):
         gpus.append({
             "uuid": pynvml.nvmlDeviceGetUUID(device),
             "total": pynvml.nvmlDeviceGetMemoryInfo(device).total,
+            "index": pynvml.nvmlDeviceGetIndex(device),
         })
     return gpus
 outside = pynvml.nvmlDeviceGetHandleByUUID("OUTSIDE")
@@ -173,6 +189,7 @@ print(json.dumps({
     "v2": listing("nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"),
     "v1": listing("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex"),
     "by_uuid": pynvml.nvmlDeviceGetUUID(outside),
+    "counts": sorted(set(counts)) + [child_count],
 }))
 """.replace("OUTSIDE", GPU0)
 
@@ -181,6 +198,7 @@ class NvmlListing(TypedDict):
     v1: list[dict[str, Any]]  # uuid and total of each GPU, by its index
     v2: list[dict[str, Any]]
     by_uuid: str
+    counts: list[int]  # the distinct counts eight racing threads saw, then a forked child's
 
 
 def nvml_gpus(environment: dict[str, str]) -> NvmlListing:
@@ -188,6 +206,8 @@ def nvml_gpus(environment: dict[str, str]) -> NvmlListing:
     assert result.returncode == 0, result.stderr
     listed: NvmlListing = json.loads(result.stdout)
     assert listed["v1"] == listed["v2"]
+    assert listed["counts"] == [len(listed["v2"])] * 2
+    assert [gpu["index"] for gpu in listed["v2"]] == list(range(len(listed["v2"])))
     return listed
 
 
@@ -197,7 +217,7 @@ def test_nvml_lists_only_the_pods_gpus(limited_env: LimitedEnv, tmp_path: Path) 
     create_region(path, "default", "train", {GPU1: (4 * GiB, 0)}).close()
     confined = nvml_gpus(pod_environment(limited_env, base))
     # One GPU, GPU 1, with the pod's memory view; index 1 is past the count.
-    assert confined["v2"] == [{"uuid": GPU1, "total": 4 * GiB}]
+    assert confined["v2"] == [{"uuid": GPU1, "total": 4 * GiB, "index": 0}]
     # A GPU outside the pod is not listed, but a handle by UUID is left alone.
     assert confined["by_uuid"] == GPU0
 

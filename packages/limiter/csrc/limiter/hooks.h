@@ -118,6 +118,7 @@
     X(nvmlDeviceGetCount_v2) \
     X(nvmlDeviceGetHandleByIndex) \
     X(nvmlDeviceGetHandleByIndex_v2) \
+    X(nvmlDeviceGetIndex) \
     X(nvmlDeviceGetMemoryInfo) \
     X(nvmlDeviceGetMemoryInfo_v2)
 

@@ -1,8 +1,9 @@
 /* NVML enumeration in a pod that keeps to its GPUs (view.c: vgpu_pod_confined): the device count
  * is the pod's GPUs and index i is the pod's i-th GPU in the node's NVML order, so nvidia-smi or
- * pynvml under the library list only those. Any other process sees NVML unchanged. Handles got
- * by UUID, PCI bus id or serial are not touched: the pod cannot see other GPUs listed, and no
- * context can be made on them (context.c). */
+ * pynvml under the library list only those, and nvmlDeviceGetIndex of such a GPU is its index in
+ * that list. Any other process sees NVML unchanged. Handles got by UUID, PCI bus id or serial
+ * are not touched, nor is the index of a GPU outside the pod: the pod cannot see other GPUs
+ * listed, and no context can be made on them (context.c). */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 
@@ -155,4 +156,25 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
     return handle_of(index, device, false);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    struct pod_gpus local;
+    const struct pod_gpus *gpus;
+    nvmlReturn_t result = pod_gpus(&local, &gpus);
+    if (result != NVML_SUCCESS) {
+        return result;
+    }
+    result = vgpu_real.nvmlDeviceGetIndex != NULL ? vgpu_real.nvmlDeviceGetIndex(device, index)
+                                                  : NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (result != NVML_SUCCESS || !gpus->confined) {
+        return result;
+    }
+    for (unsigned i = 0; i < gpus->count; i++) {
+        if (gpus->node[i] == *index) {
+            *index = i;
+            break;
+        }
+    }
+    return result;
 }
