@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 from vgpu_limiter.region import create_region, open_region
@@ -146,3 +147,93 @@ def test_a_limit_for_a_gpu_outside_the_pod_is_named_in_the_log(
     assert result.get("error") is None, result
     assert f"({GPU1}) is not one of the GPUs of pod default/train" in str(result["stderr"])
     assert pod_gpus(path) == [GPU0]
+
+
+NVML_LISTING = """
+import ctypes, json, os, pynvml, threading
+pynvml.nvmlInit()
+def count():
+    number = ctypes.c_uint()
+    assert pynvml._nvmlGetFunctionPointer("nvmlDeviceGetCount_v2")(ctypes.byref(number)) == 0
+    return number.value
+# The first calls race from eight threads; a forked child counts again on its own.
+counts = []
+threads = [threading.Thread(target=lambda: counts.append(count())) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+child = os.fork()
+if child == 0:
+    os._exit(count())
+child_count = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+def listing(count, handle):
+    number = ctypes.c_uint()
+    assert pynvml._nvmlGetFunctionPointer(count)(ctypes.byref(number)) == 0
+    gpus = []
+    for index in range(number.value + 1):
+        device = pynvml.c_nvmlDevice_t()
+        result = pynvml._nvmlGetFunctionPointer(handle)(index, ctypes.byref(device))
+        if index == number.value:
+            assert result == pynvml.NVML_ERROR_INVALID_ARGUMENT, result
+            break
+        assert result == 0, result
+        gpus.append({
+            "uuid": pynvml.nvmlDeviceGetUUID(device),
+            "total": pynvml.nvmlDeviceGetMemoryInfo(device).total,
+            "index": pynvml.nvmlDeviceGetIndex(device),
+        })
+    return gpus
+outside = pynvml.nvmlDeviceGetHandleByUUID("OUTSIDE")
+print(json.dumps({
+    "v2": listing("nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"),
+    "v1": listing("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex"),
+    "by_uuid": pynvml.nvmlDeviceGetUUID(outside),
+    "counts": sorted(set(counts)) + [child_count],
+}))
+""".replace("OUTSIDE", GPU0)
+
+
+class NvmlListing(TypedDict):
+    v1: list[dict[str, Any]]  # uuid and total of each GPU, by its index
+    v2: list[dict[str, Any]]
+    by_uuid: str
+    counts: list[int]  # the distinct counts eight racing threads saw, then a forked child's
+
+
+def nvml_gpus(environment: dict[str, str]) -> NvmlListing:
+    result = run([sys.executable, "-c", NVML_LISTING], environment)
+    assert result.returncode == 0, result.stderr
+    listed: NvmlListing = json.loads(result.stdout)
+    assert listed["v1"] == listed["v2"]
+    assert listed["counts"] == [len(listed["v2"])] * 2
+    assert [gpu["index"] for gpu in listed["v2"]] == list(range(len(listed["v2"])))
+    return listed
+
+
+def test_nvml_lists_only_the_pods_gpus(limited_env: LimitedEnv, tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    path = base / "default" / "train" / "shm"
+    create_region(path, "default", "train", {GPU1: (4 * GiB, 0)}).close()
+    confined = nvml_gpus(pod_environment(limited_env, base))
+    # One GPU, GPU 1, with the pod's memory view; index 1 is past the count.
+    assert confined["v2"] == [{"uuid": GPU1, "total": 4 * GiB, "index": 0}]
+    # A GPU outside the pod is not listed, but a handle by UUID is left alone.
+    assert confined["by_uuid"] == GPU0
+
+
+def test_nvml_lists_every_gpu_outside_a_confined_pod(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    without = nvml_gpus(limited_env(preload=False))
+    assert [gpu["uuid"] for gpu in without["v2"]] == [GPU0, GPU1]
+    # SHM_PATH alone, a private region, and a named pod whose region lists no GPU yet.
+    unnamed = limited_env('{"0": "1GiB"}')
+    private = limited_env()
+    private.pop("SHM_PATH")
+    (tmp_path / "base" / "default" / "solo").mkdir(parents=True)
+    solo = pod_environment(limited_env, tmp_path / "base") | {"POD_NAME": "solo"}
+    for environment in (unnamed, private, solo):
+        listed = nvml_gpus(environment)
+        assert [gpu["uuid"] for gpu in listed["v2"]] == [GPU0, GPU1]
+    assert nvml_gpus(unnamed)["v2"][0]["total"] == GiB

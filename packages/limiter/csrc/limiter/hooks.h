@@ -114,6 +114,11 @@
 
 /* NVML entry points with a wrapper in the limiter. */
 #define VGPU_NVML_HOOKS(X) \
+    X(nvmlDeviceGetCount) \
+    X(nvmlDeviceGetCount_v2) \
+    X(nvmlDeviceGetHandleByIndex) \
+    X(nvmlDeviceGetHandleByIndex_v2) \
+    X(nvmlDeviceGetIndex) \
     X(nvmlDeviceGetMemoryInfo) \
     X(nvmlDeviceGetMemoryInfo_v2)
 
