@@ -208,9 +208,7 @@ class Daemon:
                 self.process.wait()
 
 
-def start_daemon(
-    work: Path, base: Path, env: dict[str, str], extra: Sequence[str] = ()
-) -> Daemon:
+def start_daemon(work: Path, base: Path, env: dict[str, str], extra: Sequence[str] = ()) -> Daemon:
     """Start the daemon with its log, token and API in `work`, its pods under `base`; `extra`
     flags are added (e.g. --simulate). Returns once its API listens."""
     with socket.socket() as probe:

@@ -68,7 +68,9 @@ class Bench:
         self.uuid = self._uuid()
 
     def start_daemon(self) -> None:
-        extra = ["--simulate", "--sim-state", self.plain["VGPU_SIM_STATE"]] if self.simulated else []
+        extra = (
+            ["--simulate", "--sim-state", self.plain["VGPU_SIM_STATE"]] if self.simulated else []
+        )
         self.daemon = gpu.start_daemon(self.work, self.base, self.plain, extra)
 
     def stop(self) -> None:
@@ -99,7 +101,9 @@ class Bench:
         if limit is not None:
             hundredths = round(limit * 100)
             limits = DeviceLimits(0, hundredths, round(burst * 100))
-            with create_region(folder / "shm", NAMESPACE, folder.name, {self.uuid: limits}) as region:
+            with create_region(
+                folder / "shm", NAMESPACE, folder.name, {self.uuid: limits}
+            ) as region:
                 region.set_policy(qos)
         return env
 
