@@ -25,6 +25,8 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +179,64 @@ def overlap_rates(reports: list[dict[str, Any]], seconds: int) -> list[float]:
     ]
 
 
+class Daemon:
+    """The node daemon (tf-hypervisor) on a base path, for its boost correction, its API on a
+    free local port; stopped when the benchmark ends."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, token_file: Path) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{port}/api/v1"
+        self.token_file = token_file
+
+    def post(self, path: str) -> None:
+        """A change through the API (e.g. /pods/{namespace}/{name}/freeze)."""
+        request = urllib.request.Request(
+            self.url + path,
+            method="POST",
+            headers={"Authorization": f"Bearer {self.token_file.read_text().strip()}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_daemon(work: Path, base: Path, env: dict[str, str], extra: Sequence[str] = ()) -> Daemon:
+    """Start the daemon with its log, token and API in `work`, its pods under `base`; `extra`
+    flags are added (e.g. --simulate). Returns once its API listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = work / "daemon.log"
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "vgpu_hypervisor", "daemon", "--config", ""),
+            *("--shm-base-path", str(base)),
+            *("--listen", f"127.0.0.1:{port}", "--token-file", str(work / "token")),
+            *("--log-path", str(log)),
+            *extra,
+        ],
+        env=env,
+    )
+    daemon = Daemon(process, port, work / "token")
+    atexit.register(daemon.stop)
+    for _ in range(300):
+        if "API listening" in (log.read_text() if log.exists() else ""):
+            return daemon
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    daemon.stop()
+    raise RuntimeError(f"the daemon did not start: {log.read_text() if log.exists() else ''}")
+
+
 class Node:
     def __init__(self, library: str) -> None:
         self.library = library
@@ -186,29 +246,7 @@ class Node:
         self.daemon: subprocess.Popen[bytes] | None = None
 
     def start_daemon(self) -> None:
-        """The node daemon on this node's base path, for its boost correction (its API on a
-        free local port); it runs until the benchmark ends."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        log = self.work / "daemon.log"
-        self.daemon = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "vgpu_hypervisor", "daemon", "--config", ""),
-                *("--shm-base-path", str(self.work / "base")),
-                *("--listen", f"127.0.0.1:{port}", "--token-file", str(self.work / "token")),
-                *("--log-path", str(log)),
-            ],
-            env=self.plain,
-        )
-        atexit.register(self.daemon.terminate)
-        for _ in range(300):
-            if "API listening" in (log.read_text() if log.exists() else ""):
-                return
-            if self.daemon.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError(f"the daemon did not start: {log.read_text() if log.exists() else ''}")
+        self.daemon = start_daemon(self.work, self.work / "base", self.plain).process
 
     def pod_env(self, limit: float | None, pod: str | None = None) -> dict[str, str]:
         self.pods += 1

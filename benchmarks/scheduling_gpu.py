@@ -11,12 +11,19 @@ ran, over the work per second of one unlimited program alone.
   freeze   how long after a freeze the pod's last work finished (p50, p99), short kernels
 On a GPU the workload is a bf16 4096³ matmul loop (PyTorch); with --sim, the simulated GPU's
 workload (500 µs kernels; 50 µs for freeze).
-Usage: python benchmarks/scheduling_gpu.py --library path/to/libcuda_limiter.so [--sim] [--only …]
+With --daemon the node daemon (tf-hypervisor) runs throughout on the pods' base path: it adopts
+the benchmark's regions, publishes the weights itself (its pod passes), freezes through its API,
+and its boost correction applies (on the simulated GPU only when VGPU_SIM_ACTIVE_POWER_W exceeds
+the 700 W limit). Without it the benchmark publishes the weights and freezes the regions itself.
+Every line says "daemon": whether it ran.
+Usage: python benchmarks/scheduling_gpu.py --library path/to/libcuda_limiter.so [--sim] [--daemon]
+       [--only …]
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +49,7 @@ from vgpu_limiter.region import (
 )
 
 SIM_KERNEL_US = 500
+NAMESPACE = "bench"
 
 
 class Bench:
@@ -50,12 +58,28 @@ class Bench:
         self.simulated = simulated
         self.seconds = seconds
         self.work = Path(tempfile.mkdtemp(prefix="vgpu-sched-"))
+        self.base = self.work / "base"
         self.pods = 0
+        self.daemon: gpu.Daemon | None = None
         plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         if simulated:
-            plain |= sim.environment(state=self.work / "node.state", base=plain)
+            # One device, so that the daemon's simulated node matches the pods'.
+            plain |= sim.environment(devices="1", state=self.work / "node.state", base=plain)
         self.plain = plain
         self.uuid = self._uuid()
+
+    def start_daemon(self) -> None:
+        extra = (
+            ["--simulate", "--sim-state", self.plain["VGPU_SIM_STATE"]] if self.simulated else []
+        )
+        self.daemon = gpu.start_daemon(self.work, self.base, self.plain, extra)
+
+    def stop(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+
+    def emit(self, record: dict[str, Any]) -> None:
+        print(json.dumps(record | {"daemon": self.daemon is not None}), flush=True)
 
     def _uuid(self) -> str:
         if self.simulated:
@@ -71,13 +95,16 @@ class Bench:
     def pod(self, limit: float | None, burst: float = 0, qos: int = QOS_MEDIUM) -> dict[str, str]:
         """A fresh pod's environment; its region made first when it has a burst or a class."""
         self.pods += 1
-        folder = self.work / f"pod{self.pods}"
-        env = self.plain | {"LD_PRELOAD": self.library, "SHM_BASE_PATH": str(self.work / "base")}
+        # {base}/{namespace}/{pod}: where the daemon finds (adopts) a pod's region.
+        folder = self.base / NAMESPACE / f"pod{self.pods}"
+        env = self.plain | {"LD_PRELOAD": self.library, "SHM_BASE_PATH": str(self.base)}
         env["SHM_PATH"] = str(folder)
         if limit is not None:
             hundredths = round(limit * 100)
             limits = DeviceLimits(0, hundredths, round(burst * 100))
-            with create_region(folder / "shm", "bench", folder.name, {self.uuid: limits}) as region:
+            with create_region(
+                folder / "shm", NAMESPACE, folder.name, {self.uuid: limits}
+            ) as region:
                 region.set_policy(qos)
         return env
 
@@ -104,7 +131,14 @@ class Bench:
 
     def together(self, envs: list[dict[str, str]]) -> list[float]:
         handles = [self.start(env, self.seconds) for env in envs]
-        return gpu.overlap_rates([self.collect(h) for h in handles], self.seconds)
+        rates = gpu.overlap_rates([self.collect(h) for h in handles], self.seconds)
+        self.clear()
+        return rates
+
+    def clear(self) -> None:
+        """Remove the finished pods' regions: the daemon's scheduler counts every pod it finds,
+        so pods of an earlier run would oversubscribe the next."""
+        shutil.rmtree(self.base / NAMESPACE, ignore_errors=True)
 
     def baseline(self) -> float:
         if self.simulated:
@@ -117,15 +151,11 @@ def pct(rate: float, baseline: float) -> float:
     return round(100 * rate / baseline, 1)
 
 
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
-
-
 def shares(bench: Bench, base: float) -> None:
     for limits in ([30, 70], [30, 30], [20, 30, 50]):
         unlimited = bench.together([bench.pod(None) for _ in limits])
         limited = bench.together([bench.pod(limit) for limit in limits])
-        emit(
+        bench.emit(
             {
                 "scenario": "shares",
                 "limits": limits,
@@ -142,6 +172,7 @@ def burst(bench: Bench, base: float) -> None:
     time.sleep(alone)
     second = bench.start(bench.pod(70), bench.seconds)
     reports = [bench.collect(first), bench.collect(second)]
+    bench.clear()
     a, b = reports
     offset = b["started"] - a["started"]
 
@@ -152,7 +183,7 @@ def burst(bench: Bench, base: float) -> None:
 
     settled = offset + 1.0
     end = min(offset + bench.seconds, alone + bench.seconds)
-    emit(
+    bench.emit(
         {
             "scenario": "burst",
             "limit": 30,
@@ -193,18 +224,39 @@ def publisher(bench: Bench, pods: list[tuple[dict[str, str], int, int]]) -> Call
     return finish
 
 
+def published(envs: list[dict[str, str]], timeout: float = 10.0) -> list[float]:
+    """The effective limits (%) the daemon published into the pods' regions, once it has
+    published one for every pod (its pod pass runs every second at most)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        values = []
+        for env in envs:
+            with open_region(Path(env["SHM_PATH"]) / "shm") as region:
+                values.append(region.effective(0) / 100)
+        if all(values) or time.monotonic() > deadline:
+            return values
+        time.sleep(0.1)
+
+
 def weights(bench: Bench, base: float) -> None:
     for name, classes in (("equal", [QOS_MEDIUM, QOS_MEDIUM]), ("high_low", [QOS_HIGH, QOS_LOW])):
         pods = [(bench.pod(60, qos=qos), 60, qos) for qos in classes]
-        finish = publisher(bench, pods)
-        try:
-            limited = bench.together([env for env, _, _ in pods])
-        finally:
-            finish()
+        envs = [env for env, _, _ in pods]
+        extra: dict[str, Any] = {}
+        if bench.daemon is not None:
+            # The daemon's own pass publishes the weights; the run starts once it has.
+            extra["published"] = published(envs)
+            limited = bench.together(envs)
+        else:
+            finish = publisher(bench, pods)
+            try:
+                limited = bench.together(envs)
+            finally:
+                finish()
         formula = effective_limits(
             {str(i): (6000, weight_of(qos, 0)) for i, qos in enumerate(classes)}
         )
-        emit(
+        bench.emit(
             {
                 "scenario": "weights",
                 "case": name,
@@ -212,6 +264,7 @@ def weights(bench: Bench, base: float) -> None:
                 "formula": [formula[str(i)] / 100 for i in range(len(classes))],
                 "limited": [pct(r, base) for r in limited],
             }
+            | extra
         )
 
 
@@ -222,17 +275,26 @@ def freeze(bench: Bench, base: float, count: int = 10) -> None:
     env = bench.pod(50)
     seconds = 1 + count * 0.6 + 1
     handle = bench.start(env, seconds, kernel_us=50)
-    region_path = Path(env["SHM_PATH"]) / "shm"
+    folder = Path(env["SHM_PATH"])
     time.sleep(1.0)
     frozen_at = []
-    with open_region(region_path) as region:
+    calls = []  # how long each freeze call took to return
+    with open_region(folder / "shm") as region:
         for _ in range(count):
             frozen_at.append(time.time())
-            region.freeze(10)
+            if bench.daemon is not None:  # through its API: its passes renew freezes
+                bench.daemon.post(f"/pods/{NAMESPACE}/{folder.name}/freeze")
+            else:
+                region.freeze(10)
+            calls.append(time.time() - frozen_at[-1])
             time.sleep(0.3)
-            region.resume()
+            if bench.daemon is not None:
+                bench.daemon.post(f"/pods/{NAMESPACE}/{folder.name}/resume")
+            else:
+                region.resume()
             time.sleep(0.3)
     report = bench.collect(handle)
+    bench.clear()
     marks = report["marks"]
     latencies = []
     for at in frozen_at:
@@ -241,13 +303,14 @@ def freeze(bench: Bench, base: float, count: int = 10) -> None:
         latencies.append(max(0.0, (before[-1] if before else relative) - relative))
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(0.99 * count))]
-    emit(
+    bench.emit(
         {
             "scenario": "freeze",
             "kernel_us": 50 if bench.simulated else "matmul",
             "freezes": count,
             "latency_ms_p50": round(1000 * statistics.median(latencies), 2),
             "latency_ms_p99": round(1000 * p99, 2),
+            "call_ms_max": round(1000 * max(calls), 2),
         }
     )
 
@@ -258,18 +321,29 @@ def main() -> None:
     parser.add_argument("--sim", action="store_true", help="on the simulated GPU")
     parser.add_argument("--only", nargs="*", default=["shares", "burst", "weights", "freeze"])
     parser.add_argument("--seconds", type=int, default=6)
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="run the node daemon (tf-hypervisor) throughout: it adopts the pods, publishes "
+        "the weights and its boost correction applies",
+    )
     args = parser.parse_args()
     bench = Bench(str(Path(args.library).resolve()), args.sim, args.seconds)
-    base = bench.baseline()
-    emit({"scenario": "baseline", "simulated": args.sim, "rate_per_s": round(base, 3)})
-    for name, scenario in (
-        ("shares", shares),
-        ("burst", burst),
-        ("weights", weights),
-        ("freeze", freeze),
-    ):
-        if name in args.only:
-            scenario(bench, base)
+    if args.daemon:
+        bench.start_daemon()
+    try:
+        base = bench.baseline()
+        bench.emit({"scenario": "baseline", "simulated": args.sim, "rate_per_s": round(base, 3)})
+        for name, scenario in (
+            ("shares", shares),
+            ("burst", burst),
+            ("weights", weights),
+            ("freeze", freeze),
+        ):
+            if name in args.only:
+                scenario(bench, base)
+    finally:
+        bench.stop()
 
 
 if __name__ == "__main__":
