@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
-from vgpu_hypervisor.device_plugin import DevicePlugin, Layout, PluginConfig, inventory
+from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
+from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 from vgpu_limiter import library_path as limiter_library

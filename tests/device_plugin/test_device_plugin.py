@@ -7,8 +7,8 @@ import subprocess
 import grpc
 import pytest
 from vgpu_hypervisor.daemon.pods import Limits
-from vgpu_hypervisor.device_plugin import DevicePlugin
 from vgpu_hypervisor.device_plugin.proto import api_pb2
+from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
 from vgpu_limiter import sim
 

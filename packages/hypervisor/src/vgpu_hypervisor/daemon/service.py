@@ -32,15 +32,13 @@ from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
-from vgpu_hypervisor.device_plugin.allocation import PendingPods
-from vgpu_hypervisor.device_plugin.resources import ResourceError
-from vgpu_hypervisor.device_plugin.runner import build_plugin
-from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the device plugin (gRPC) and the pod source load only when they run
+    from vgpu_hypervisor.device_plugin.allocation import PendingPods
+    from vgpu_hypervisor.device_plugin.server import DevicePlugin
     from vgpu_hypervisor.kubernetes.pod_source import PodSource
 
 log = logging.getLogger("vgpu_hypervisor")
@@ -148,7 +146,7 @@ class Daemon:
         settings: Settings,
         *,
         listener: socket.socket | None = None,
-        pending_pods: PendingPods | None = None,
+        pending_pods: "PendingPods | None" = None,
     ) -> None:
         """``pending_pods``: this node's pods from the API server, for the device plugin's
         Allocate (the pod source gives it; without one Allocate says so)."""
@@ -287,6 +285,9 @@ class Daemon:
             return
         pending = source.pending if source is not None else self._pending_pods
         assign = source.assign if source is not None else None
+        from vgpu_hypervisor.device_plugin.resources import ResourceError
+        from vgpu_hypervisor.device_plugin.runner import build_plugin
+
         try:
             self._plugin = build_plugin(settings, snapshot, store, pending, assign)
             await asyncio.to_thread(self._plugin.start)

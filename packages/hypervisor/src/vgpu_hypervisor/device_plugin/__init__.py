@@ -1,15 +1,6 @@
-"""The kubelet device plugin (API v1beta1): resources, Allocate's answer, the gRPC servers."""
+"""The kubelet device plugin (API v1beta1): resources (`resources`), Allocate's answer
+(`allocation`, `prepare`), the gRPC servers (`server`) and their start (`runner`).
 
-from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout
-from vgpu_hypervisor.device_plugin.resources import Gpu, ResourceNames
-from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
-
-__all__ = [
-    "AllocationError",
-    "DevicePlugin",
-    "Gpu",
-    "Layout",
-    "PluginConfig",
-    "ResourceNames",
-    "inventory",
-]
+Nothing is imported here: the daemon's settings read `resources` on every start, and gRPC and
+the generated stubs load only when the plugin runs.
+"""

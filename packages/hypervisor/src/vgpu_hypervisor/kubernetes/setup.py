@@ -1,20 +1,24 @@
-"""Whether the daemon follows Kubernetes, and the client and pod source it does it with."""
+"""Whether the daemon follows Kubernetes, and the client and pod source it does it with.
+
+The client library and the pod source are imported only when the daemon follows Kubernetes: a
+bare-metal daemon neither needs nor loads them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from lightkube import AsyncClient, KubeConfig
-from lightkube.core.exceptions import ConfigError
-
-from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
-from vgpu_hypervisor.kubernetes.events import EventPoster
-from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
-from vgpu_hypervisor.kubernetes.refusals import RefusalReporter
 from vgpu_hypervisor.settings import Settings
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
+    from vgpu_hypervisor.daemon.node import Node
+    from vgpu_hypervisor.kubernetes.pod_source import PodSource
 
 
 class KubernetesSetupError(Exception):
@@ -30,6 +34,9 @@ def enabled(settings: Settings, environ: Mapping[str, str] = os.environ) -> bool
 
 def open_client(settings: Settings) -> AsyncClient:
     """A client from --kubeconfig, else the pod's service account, else ~/.kube/config."""
+    from lightkube import AsyncClient, KubeConfig
+    from lightkube.core.exceptions import ConfigError
+
     try:
         if settings.kubeconfig is not None:
             config = KubeConfig.from_file(settings.kubeconfig)
@@ -55,6 +62,10 @@ def node_gpus(node: Node) -> list[NodeGpu]:
 
 def pod_source(settings: Settings, node: Node) -> PodSource:
     """The pod source of this node, its client from the settings; KubernetesSetupError."""
+    from vgpu_hypervisor.kubernetes.events import EventPoster
+    from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
+    from vgpu_hypervisor.kubernetes.refusals import RefusalReporter
+
     if not settings.node_name:
         raise KubernetesSetupError(
             "Kubernetes is on but NODE_NAME is not set (--node-name or NODE_NAME: the "
