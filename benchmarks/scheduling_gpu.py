@@ -15,7 +15,10 @@ With --daemon the node daemon (tf-hypervisor) runs throughout on the pods' base 
 the benchmark's regions, publishes the weights itself (its pod passes), freezes through its API,
 and its boost correction applies (on the simulated GPU only when VGPU_SIM_ACTIVE_POWER_W exceeds
 the 700 W limit). Without it the benchmark publishes the weights and freezes the regions itself.
-Every line says "daemon": whether it ran.
+Every line says "daemon": whether it ran. Beside each pod's share (work done), "charged" is the
+GPU time its region was charged over the same window and "throttled" the time its launches waited
+(both in percent of the window, sampled from the regions), so a shortfall shows whether the pod
+lacked GPU time or did less work with the time it had.
 Usage: python benchmarks/scheduling_gpu.py --library path/to/libcuda_limiter.so [--sim] [--daemon]
        [--only …]
 """
@@ -53,8 +56,12 @@ NAMESPACE = "bench"
 
 
 class Bench:
-    def __init__(self, library: str, simulated: bool, seconds: int) -> None:
+    def __init__(
+        self, library: str, simulated: bool, seconds: int, logs: Path | None = None
+    ) -> None:
         self.library = library
+        self.logs = logs
+        self.unlimited = True  # run the unlimited column
         self.simulated = simulated
         self.seconds = seconds
         self.work = Path(tempfile.mkdtemp(prefix="vgpu-sched-"))
@@ -99,6 +106,9 @@ class Bench:
         folder = self.base / NAMESPACE / f"pod{self.pods}"
         env = self.plain | {"LD_PRELOAD": self.library, "SHM_BASE_PATH": str(self.base)}
         env["SHM_PATH"] = str(folder)
+        if self.logs is not None:  # the limiter's pacing statistics, once a second per process
+            self.logs.mkdir(parents=True, exist_ok=True)
+            env |= {"TF_LOG_LEVEL": "debug", "TF_LOG_PATH": str(self.logs / f"pod{self.pods}.log")}
         if limit is not None:
             hundredths = round(limit * 100)
             limits = DeviceLimits(0, hundredths, round(burst * 100))
@@ -107,6 +117,9 @@ class Bench:
             ) as region:
                 region.set_policy(qos)
         return env
+
+    def counters(self, envs: list[dict[str, str]]) -> "Counters":
+        return Counters(self.uuid, [Path(env["SHM_PATH"]) / "shm" for env in envs])
 
     def start(self, env: dict[str, str], seconds: float, kernel_us: int = SIM_KERNEL_US) -> Any:
         started = time.time()
@@ -130,10 +143,26 @@ class Bench:
         return {"marks": marks, "started": started}
 
     def together(self, envs: list[dict[str, str]]) -> list[float]:
+        return self.together_counted(envs)[0]
+
+    def together_counted(
+        self, envs: list[dict[str, str]]
+    ) -> tuple[list[float], list[tuple[float, float]]]:
+        """The pods' rates while all ran, and each limited pod's (charged, throttled) percent of
+        that window, from its region's counters."""
+        counters = self.counters(
+            [env for env in envs if "SHM_PATH" in env and (Path(env["SHM_PATH"]) / "shm").exists()]
+        )
         handles = [self.start(env, self.seconds) for env in envs]
-        rates = gpu.overlap_rates([self.collect(h) for h in handles], self.seconds)
+        try:
+            reports = [self.collect(h) for h in handles]
+        finally:
+            counters.stop()
+        rates = gpu.overlap_rates(reports, self.seconds)
+        begin = max(report["started"] for report in reports)
+        end = min(report["started"] for report in reports) + self.seconds
         self.clear()
-        return rates
+        return rates, counters.percent(begin, end)
 
     def clear(self) -> None:
         """Remove the finished pods' regions: the daemon's scheduler counts every pod it finds,
@@ -147,14 +176,65 @@ class Bench:
         return rate
 
 
+class Counters:
+    """Samples the pods' region counters (GPU time charged, time throttled) every 50 ms, with the
+    wall-clock time, until stopped."""
+
+    def __init__(self, uuid: str, paths: list[Path]) -> None:
+        self.uuid = uuid
+        self.paths = paths
+        self.samples: list[list[tuple[float, int, int]]] = [[] for _ in paths]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        regions = [open_region(path, writable=False) for path in self.paths]
+        try:
+            while True:
+                for region, samples in zip(regions, self.samples, strict=True):
+                    device = region.device(self.uuid)
+                    samples.append((time.time(), device.gpu_ns, device.throttled_ns))
+                if self._stop.wait(0.05):
+                    return
+        finally:
+            for region in regions:
+                region.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def percent(self, begin: float, end: float) -> list[tuple[float, float]]:
+        def at(samples: list[tuple[float, int, int]], t: float, field: int) -> float:
+            before = [s for s in samples if s[0] <= t] or samples[:1]
+            after = [s for s in samples if s[0] >= t] or samples[-1:]
+            a, b = before[-1], after[0]
+            if b[0] == a[0]:
+                return float(a[field])
+            return a[field] + (b[field] - a[field]) * (t - a[0]) / (b[0] - a[0])
+
+        span = (end - begin) * 1e9
+        return [
+            (
+                round(100 * (at(s, end, 1) - at(s, begin, 1)) / span, 1),
+                round(100 * (at(s, end, 2) - at(s, begin, 2)) / span, 1),
+            )
+            for s in self.samples
+        ]
+
+
 def pct(rate: float, baseline: float) -> float:
     return round(100 * rate / baseline, 1)
 
 
-def shares(bench: Bench, base: float) -> None:
-    for limits in ([30, 70], [30, 30], [20, 30, 50]):
-        unlimited = bench.together([bench.pod(None) for _ in limits])
-        limited = bench.together([bench.pod(limit) for limit in limits])
+SHARES = ([30, 70], [30, 30], [20, 30, 50])
+
+
+def shares(bench: Bench, base: float, sets: list[list[int]] | None = None) -> None:
+    for limits in sets or SHARES:
+        unlimited = bench.together([bench.pod(None) for _ in limits]) if bench.unlimited else []
+        limited, counted = bench.together_counted([bench.pod(limit) for limit in limits])
         bench.emit(
             {
                 "scenario": "shares",
@@ -162,19 +242,39 @@ def shares(bench: Bench, base: float) -> None:
                 "unlimited": [pct(r, base) for r in unlimited],
                 "limited": [pct(r, base) for r in limited],
                 "busy": round(sum(pct(r, base) for r in limited), 1),
+                "charged": [c for c, _ in counted],
+                "throttled": [t for _, t in counted],
             }
         )
 
 
 def burst(bench: Bench, base: float) -> None:
     alone = 3
-    first = bench.start(bench.pod(30, burst=100), alone + bench.seconds)
+    env = bench.pod(30, burst=100)
+    counters = bench.counters([env])
+    # Long enough to outlast the second pod, whose start-up (imports) takes a few seconds.
+    first = bench.start(env, alone + bench.seconds + 10)
+    # Alone means before the second pod's process exists: its start-up (CUDA context, warm-up
+    # launches) already contends for the GPU. So the first must be launching before the clock
+    # of its time alone starts.
+    deadline = time.monotonic() + 60
+    while not counters.samples[0] or counters.samples[0][-1][1] == 0:
+        if time.monotonic() > deadline or first[0].poll() is not None:
+            raise RuntimeError("the bursting pod never launched")
+        time.sleep(0.05)
     time.sleep(alone)
+    second_launched = time.time()
     second = bench.start(bench.pod(70), bench.seconds)
-    reports = [bench.collect(first), bench.collect(second)]
+    try:
+        b = bench.collect(second)
+        a = bench.collect(first)
+    finally:
+        counters.stop()
     bench.clear()
-    a, b = reports
     offset = b["started"] - a["started"]
+    alone_end = second_launched - a["started"]
+    if alone_end < 1.5:
+        raise RuntimeError(f"the bursting pod ran alone for {alone_end:.1f} s only")
 
     def rate(report: dict[str, Any], begin: float, end: float) -> float:
         return (gpu.done_at(report["marks"], end) - gpu.done_at(report["marks"], begin)) / (
@@ -182,17 +282,22 @@ def burst(bench: Bench, base: float) -> None:
         )
 
     settled = offset + 1.0
-    end = min(offset + bench.seconds, alone + bench.seconds)
+    end = min(offset + bench.seconds, a["marks"][-1][0])
+    ((charged_alone, _),) = counters.percent(a["started"] + 0.5, second_launched)
+    ((charged_with, _),) = counters.percent(a["started"] + settled, a["started"] + end)
     bench.emit(
         {
             "scenario": "burst",
             "limit": 30,
             "burst": 100,
-            "alone": pct(rate(a, 0.5, offset), base),
+            "alone": pct(rate(a, 0.5, alone_end), base),
+            "alone_charged": charged_alone,
+            "alone_seconds": round(alone_end - 0.5, 2),
             "with_70_from_1s": [
                 pct(rate(a, settled, end), base),
                 pct(rate(b, settled - offset, end - offset), base),
             ],
+            "charged_with_70": charged_with,
             "per_100ms_after_start": [
                 pct(rate(a, offset + k / 10, offset + (k + 1) / 10), base) for k in range(10)
             ],
@@ -322,13 +427,31 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["shares", "burst", "weights", "freeze"])
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument(
+        "--shares",
+        nargs="*",
+        metavar="L1,L2,...",
+        help="the sets of limits of the shares scenario (default: 30,70 30,30 20,30,50)",
+    )
+    parser.add_argument(
+        "--no-unlimited",
+        action="store_true",
+        help="leave out the shares' unlimited column (quicker comparisons of limiter builds)",
+    )
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        help="a folder for each pod's limiter log at debug level (its pacing statistics)",
+    )
+    parser.add_argument(
         "--daemon",
         action="store_true",
         help="run the node daemon (tf-hypervisor) throughout: it adopts the pods, publishes "
         "the weights and its boost correction applies",
     )
     args = parser.parse_args()
-    bench = Bench(str(Path(args.library).resolve()), args.sim, args.seconds)
+    bench = Bench(str(Path(args.library).resolve()), args.sim, args.seconds, args.logs)
+    sets = [[int(v) for v in text.split(",")] for text in args.shares or []]
+    bench.unlimited = not args.no_unlimited
     if args.daemon:
         bench.start_daemon()
     try:
@@ -340,7 +463,9 @@ def main() -> None:
             ("weights", weights),
             ("freeze", freeze),
         ):
-            if name in args.only:
+            if name == "shares" and name in args.only:
+                shares(bench, base, sets)
+            elif name in args.only:
                 scenario(bench, base)
     finally:
         bench.stop()
