@@ -51,6 +51,13 @@ def test_boost_is_bounded_and_grows_with_power(
     assert boost_from(power_w + more_w, busy, limit_w) >= boost
 
 
+@given(st.floats(0.95, 1.0), st.floats(700.0, 900.0))
+def test_a_saturated_gpu_has_no_boost_whatever_the_power_reads(busy: float, power_w: float) -> None:
+    """A GPU kept 95-100 % busy has no idle time for boost to spend: a mean power read above the
+    limit (the energy counter's step timing) must not make one, at most what 5 % idle allows."""
+    assert boost_from(power_w, busy, 700.0) <= boost_from(700.0, 0.95, 700.0) < 1.021
+
+
 def feed(
     estimator: BoostEstimator, power_w: float, busy: int, seconds: float, start: float = 0.0
 ) -> tuple[float | None, float]:
@@ -81,6 +88,15 @@ def test_the_estimate_follows_the_readings() -> None:
     assert estimator.add(now + 0.05, 5, 25, 700_000) == kept
     saturated, _ = feed(estimator, 700.0, 100, 1.5, now + 0.05)
     assert saturated == 1.0
+
+
+def test_one_window_alone_is_not_published() -> None:
+    """The first windows of a load publish nothing until several agree (their median)."""
+    estimator = BoostEstimator()
+    boost, now = feed(estimator, 320.6, 25, 0.45)
+    assert boost is None and len(estimator._estimates) in range(1, 5)
+    boost, _ = feed(estimator, 320.6, 25, 0.5, now)
+    assert boost == pytest.approx(boost_from(320.6, 0.25, 700.0), rel=0.02)
 
 
 # --- the daemon and the limiter ----------------------------------------------------------------
