@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from vgpu_hypervisor.gpu.boost_estimate import MAX_BOOST, BoostEstimator, boost_from
+from vgpu_hypervisor.gpu.boost_estimate import MAX_BOOST, BoostEstimator, boost_from, ceiling
 from vgpu_limiter.lease import DeviceLease
 
 from tests.hypervisor.conftest import Daemon
@@ -88,6 +88,25 @@ def test_the_estimate_follows_the_readings() -> None:
     assert estimator.add(now + 0.05, 5, 25, 700_000) == kept
     saturated, _ = feed(estimator, 700.0, 100, 1.5, now + 0.05)
     assert saturated == 1.0
+
+
+def test_a_busier_load_gets_at_most_the_boost_its_utilization_allows_at_once() -> None:
+    """Pods that keep the GPU 98 % busy start after a 60 % load: within half a second the boost
+    is what 98 % leaves room for, not the 60 % load's, which the median would keep for seconds."""
+    estimator = BoostEstimator()
+    partial, now = feed(estimator, 532.6, 60, 2.0)
+    assert partial is not None and partial > 1.05
+    busier, now = feed(estimator, 700.0, 98, 0.5, now)
+    assert busier is not None and busier <= ceiling(0.98) < 1.01
+    # Idle again: the 60 % load's estimate is still there for it (the median was not touched
+    # by the ceiling), and an idle GPU does not lower it.
+    _, now = feed(estimator, 112.0, 0, 1.0, now)
+    assert estimator.boost == pytest.approx(partial, rel=0.03)
+
+
+@given(st.floats(0.05, 1.0), st.floats(0.0, 0.95))
+def test_the_ceiling_falls_as_the_gpu_gets_busier(busy: float, less: float) -> None:
+    assert 1.0 <= ceiling(busy) <= ceiling(busy * less if busy * less >= 0.01 else 0.01)
 
 
 def test_one_window_alone_is_not_published() -> None:

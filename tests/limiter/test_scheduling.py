@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from vgpu_limiter.region import DeviceLimits, create_region, open_region
+from vgpu_limiter.lease import DeviceLease, lease_path
+from vgpu_limiter.region import DeviceLimits, create_region, ffi, open_region
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program
 from tests.limiter.test_compute_limits import SIM_GPU0, concurrent, limit
@@ -108,6 +109,35 @@ def test_a_pod_bursts_while_alone_and_falls_back_when_another_wants_the_gpu(
     assert device.gpu_ns / 1e9 == pytest.approx(ran, rel=0.1)
     assert device.burst_ns / 1e9 == pytest.approx(0.7 * 1.9, rel=0.25)
     assert device.throttled_ns / 1e9 > 0.5  # waited for its 30 % beside the other pod
+
+
+def test_a_pod_of_two_processes_bursts_while_no_other_pod_wants_the_gpu(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """The pod's own processes take turns with the lease; that is no other pod wanting the GPU,
+    so together they run up to the pod's soft limit (they share its bucket), not its hard one."""
+    pod_with_burst(tmp_path / "a", 30, 100)
+    processes = [workload(compute_env("a"), 2.5) for _ in range(2)]
+    shares = [share_between(report(p)["marks"], 0.4, 2.3) for p in processes]  # type: ignore[arg-type]
+    assert sum(shares) >= 85, shares
+    with open_region(tmp_path / "a" / "shm") as region:
+        assert region.devices[0].burst_ns > 0
+
+
+def test_a_waiter_killed_while_waiting_does_not_stop_burst(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """A process killed while it waited for the lease leaves its count in the lease's waiters.
+    A count that no live waiter renews is no one waiting: a pod alone still bursts."""
+    base = tmp_path / "base"
+    DeviceLease.open(base, SIM_GPU0).close()
+    with lease_path(base, SIM_GPU0).open("r+b") as lease:
+        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
+        lease.write((1).to_bytes(8, "little"))
+    pod_with_burst(tmp_path / "a", 30, 100)
+    marks = report(workload(compute_env("a"), 2))["marks"]
+    assert isinstance(marks, list)
+    assert share_between(marks, 0.3, 1.8) >= 90
 
 
 def test_no_burst_without_a_soft_limit(compute_env: LimitedEnv, tmp_path: Path) -> None:

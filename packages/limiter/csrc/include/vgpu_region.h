@@ -139,6 +139,8 @@ struct vgpu_region {
 #define VGPU_LEASE_HOLD_NS 100000000ULL
 #define VGPU_LEASE_DRAINED_NS 500000ULL
 #define VGPU_LEASE_WAITERS_MAX 65536U /* more waiters than this are a scribble: ignored */
+#define VGPU_LEASE_WAITING_EVERY_NS 20000000ULL
+#define VGPU_LEASE_WANTED_NS 100000000ULL
 
 struct vgpu_device_lease {
     uint64_t magic;
@@ -161,7 +163,11 @@ struct vgpu_device_lease {
      * whoever has work. 0: none said. */
     VGPU_ATOMIC(uint64_t) drains_ns;
     VGPU_ATOMIC(uint64_t) drained_owner; /* the holder last taken over for being drained */
-    uint64_t spare[3];
+    /* When a waiter last said it waits (CLOCK_MONOTONIC; waiters say so at least every
+     * VGPU_LEASE_WAITING_EVERY_NS). A waiter killed while it waits never takes itself off
+     * `waiters`: a count not renewed for VGPU_LEASE_WANTED_NS is no one waiting. 0: never. */
+    VGPU_ATOMIC(uint64_t) waiting_ns;
+    uint64_t spare[2];
 };
 
 /* What only the node daemon says about a GPU: {base}/.node/{uuid}, made by the daemon, mode

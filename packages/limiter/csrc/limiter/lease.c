@@ -58,7 +58,10 @@ struct vgpu_lease {
     uint64_t drains_ns;  /* what this process last said in vgpu_lease_expect */
     uint64_t distrust_until_ns; /* until then, the lease is taken when free, never waited for */
     uint64_t distrust_ns;
+    _Atomic uint64_t *pod; /* this pod's words (lease.h), or NULL */
 };
+
+enum { POD_WAITERS = 0, POD_WAITING_NS = 1, POD_HOLDER = 2 };
 
 /* The node's base folder, which the daemon owns (SHM_BASE_PATH, read by the configuration). */
 static const char *base_path(void) {
@@ -130,6 +133,36 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid) {
     return lease;
 }
 
+void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words) {
+    lease->pod = pod_words;
+}
+
+/* Whether a waiter count is one: in range, and renewed lately (a waiter killed while it waited
+ * leaves its count behind, which would otherwise keep every pod from bursting and make each
+ * release wait for nobody). */
+static bool waiting(uint64_t waiters, uint64_t said_ns, uint64_t now) {
+    return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX && said_ns <= now &&
+           now - said_ns < VGPU_LEASE_WANTED_NS;
+}
+
+/* Count this process in (or out of) the waiters: the pod's count first in and last out, so that
+ * the node's never seems to hold more of this pod's waiters than the pod's own does. */
+static void count_waiter(struct vgpu_lease *lease, bool in, uint64_t now) {
+    if (in) {
+        if (lease->pod != NULL) {
+            atomic_store(&lease->pod[POD_WAITING_NS], now);
+            atomic_fetch_add(&lease->pod[POD_WAITERS], 1);
+        }
+        atomic_store(&lease->shared->waiting_ns, now);
+        atomic_fetch_add(&lease->shared->waiters, 1);
+    } else {
+        atomic_fetch_sub(&lease->shared->waiters, 1);
+        if (lease->pod != NULL) {
+            atomic_fetch_sub(&lease->pod[POD_WAITERS], 1);
+        }
+    }
+}
+
 /* Sleep until the lease is released (or `nanoseconds` pass): a shared futex, so a release wakes
  * a waiter in another process within microseconds. */
 static void wait_release(struct vgpu_device_lease *shared, uint32_t seen, uint64_t nanoseconds) {
@@ -182,6 +215,16 @@ static bool take(struct vgpu_device_lease *shared, uint64_t owner, uint64_t me, 
     return atomic_compare_exchange_strong(&shared->owner, &owner, me);
 }
 
+/* take(), saying first in the pod's words that this process takes it: a process of the pod that
+ * then sees it the owner knows it for the pod's own (vgpu_lease_touch says so again while it
+ * holds, should a pod-mate's failed claim have overwritten it). */
+static bool claim(struct vgpu_lease *lease, uint64_t owner, uint64_t me, uint64_t now) {
+    if (lease->pod != NULL) {
+        atomic_store(&lease->pod[POD_HOLDER], me);
+    }
+    return take(lease->shared, owner, me, now);
+}
+
 bool vgpu_lease_acquire(struct vgpu_lease *lease) {
     struct vgpu_device_lease *shared = lease->shared;
     uint64_t me = token();
@@ -213,7 +256,7 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
         /* A released lease goes first to those that waited before the release. */
         bool yielding = until > now && until - now <= YIELD_NS;
         bool first = waiting && seen != waited_from;
-        if (owner == 0 && (first || !yielding || !trusting) && take(shared, owner, me, now)) {
+        if (owner == 0 && (first || !yielding || !trusting) && claim(lease, owner, me, now)) {
             held = true;
             break;
         }
@@ -228,7 +271,7 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
         bool unchanged = !drained || stale(activity, now) || overdue ||
                          atomic_compare_exchange_strong(&shared->activity_ns, &activity, now);
         if (owner != 0 && (stale(activity, now) || overdue || drained) && unchanged &&
-            take(shared, owner, me, now)) {
+            claim(lease, owner, me, now)) {
             atomic_fetch_add(&shared->takeovers, 1);
             if (drained) {
                 atomic_store(&shared->drained_owner, owner); /* so it knows why */
@@ -243,9 +286,16 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
             break; /* the epoch runs without it */
         }
         if (!waiting) {
-            atomic_fetch_add(&shared->waiters, 1);
+            count_waiter(lease, true, now);
             waiting = true;
             waited_from = seen;
+        } else {
+            /* Still waiting, said at least every VGPU_LEASE_WAITING_EVERY_NS (the sleeps
+             * below are no longer). */
+            atomic_store(&shared->waiting_ns, now);
+            if (lease->pod != NULL) {
+                atomic_store(&lease->pod[POD_WAITING_NS], now);
+            }
         }
         if (owner == 0) {
             pause_for(20000); /* free but kept for earlier waiters a moment */
@@ -257,11 +307,13 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
             if (drains >= activity && drains > now && drains - now < left) {
                 left = drains + VGPU_LEASE_DRAINED_NS - now; /* look again once it may be idle */
             }
-            wait_release(shared, seen, left + 10000);
+            left += 10000;
+            wait_release(shared, seen,
+                         left < VGPU_LEASE_WAITING_EVERY_NS ? left : VGPU_LEASE_WAITING_EVERY_NS);
         }
     }
     if (waiting) {
-        atomic_fetch_sub(&shared->waiters, 1);
+        count_waiter(lease, false, 0);
     }
     uint64_t now = vgpu_monotonic_ns();
     if (held) {
@@ -299,6 +351,9 @@ void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now) {
     lease->touched_ns = now;
     if (lease->exclusive) {
         atomic_store(&lease->shared->activity_ns, now);
+        if (lease->pod != NULL && atomic_load(&lease->pod[POD_HOLDER]) != token()) {
+            atomic_store(&lease->pod[POD_HOLDER], token());
+        }
     }
 }
 
@@ -312,6 +367,10 @@ void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns) {
 void vgpu_lease_release(struct vgpu_lease *lease) {
     uint64_t me = token();
     lease->exclusive = false;
+    if (lease->pod != NULL) {
+        uint64_t mine = me;
+        atomic_compare_exchange_strong(&lease->pod[POD_HOLDER], &mine, 0);
+    }
     if (atomic_compare_exchange_strong(&lease->shared->owner, &me, 0) && vgpu_lease_wanted(lease)) {
         atomic_store(&lease->shared->yield_until_ns, vgpu_monotonic_ns() + YIELD_NS);
         atomic_fetch_add(&lease->shared->releases, 1);
@@ -319,14 +378,33 @@ void vgpu_lease_release(struct vgpu_lease *lease) {
     }
 }
 
-bool vgpu_lease_held_elsewhere(const struct vgpu_lease *lease) {
+bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {
     uint64_t owner = atomic_load(&lease->shared->owner);
-    return owner != 0 && owner != token();
+    return owner != 0 && owner != token() &&
+           (lease->pod == NULL || owner != atomic_load(&lease->pod[POD_HOLDER]));
 }
 
 bool vgpu_lease_wanted(const struct vgpu_lease *lease) {
     uint64_t waiters = atomic_load(&lease->shared->waiters);
-    return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX;
+    uint64_t said = atomic_load(&lease->shared->waiting_ns);
+    return waiting(waiters, said, vgpu_monotonic_ns());
+}
+
+bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease) {
+    uint64_t waiters = atomic_load(&lease->shared->waiters);
+    uint64_t said = atomic_load(&lease->shared->waiting_ns);
+    uint64_t now = vgpu_monotonic_ns();
+    if (!waiting(waiters, said, now)) {
+        return false;
+    }
+    if (lease->pod == NULL) {
+        return true;
+    }
+    uint64_t ours = atomic_load(&lease->pod[POD_WAITERS]);
+    if (!waiting(ours, atomic_load(&lease->pod[POD_WAITING_NS]), now)) {
+        ours = 0;
+    }
+    return waiters > ours;
 }
 
 /* The daemon's node file, looked for at most every NODE_RETRY_NS while missing. */

@@ -29,10 +29,18 @@ void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now);
  * idle for want of this process's launches, and a waiter may take the lease. */
 void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns);
 void vgpu_lease_release(struct vgpu_lease *lease);
-/* Whether another process holds it now. */
-bool vgpu_lease_held_elsewhere(const struct vgpu_lease *lease);
-/* Whether another process is waiting for it. */
+/* This pod's own words about the lease, VGPU_LEASE_POD_WORDS of them in its region (shared by the
+ * pod's processes alone): how many of its processes wait for it, when one last said so, and
+ * which of them takes or holds it. With them a pod of several processes tells its own processes
+ * from other pods (burst is for a GPU no other pod wants). */
+#define VGPU_LEASE_POD_WORDS 3
+void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words);
+/* Whether a process of another pod holds it now (without pod words: any other process). */
+bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease);
+/* Whether another process is waiting for it (said so lately: see waiting_ns). */
 bool vgpu_lease_wanted(const struct vgpu_lease *lease);
+/* Whether a process of another pod is waiting for it (as wanted without pod words). */
+bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease);
 /* The GPU's boost as the daemon last published it in its node file (VGPU_BOOST_ONE ..
  * VGPU_BOOST_MAX), or VGPU_BOOST_ONE when none is published or it is stale. */
 uint32_t vgpu_lease_boost(struct vgpu_lease *lease);

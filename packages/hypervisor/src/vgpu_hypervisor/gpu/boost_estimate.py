@@ -51,10 +51,18 @@ newest utilization reading and its mean, differ by at most this share of the lar
 FIRST_ESTIMATES = 5
 """Windows estimated before the first is published: one window alone may be off by the
 counter's step timing, which the median of several evens out."""
+RECENT_S = 0.4
+"""Utilization readings this recent bound the boost at once (see ``ceiling``)."""
 HISTORY = 40
 """The published boost is the median of this many latest window estimates (2 s of readings
 every 50 ms): a window that straddles the end of the work (whose last 100 ms were idle, say)
 slips through the checks above now and then, and P_busy magnifies its error by 1/U."""
+
+
+def ceiling(busy: float) -> float:
+    """The most boost a GPU busy ``busy`` of the time can have: its power at the limit (the
+    model below, with the power controller holding the mean there)."""
+    return boost_from(1.0, busy, 1.0)
 
 
 def boost_from(power_w: float, busy: float, limit_w: float) -> float:
@@ -77,7 +85,9 @@ class BoostEstimator:
     """One GPU's estimate from its readings, oldest first."""
 
     boost: float | None = None
-    """The median of the latest window estimates; None until one could be made."""
+    """The median of the latest window estimates, at most the ceiling of the latest utilization;
+    None until one could be made."""
+    _median: float | None = None
     _energy: deque[tuple[float, int]] = field(default_factory=deque)  # (time, mJ) when it moved
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -89,6 +99,23 @@ class BoostEstimator:
         query) and give the estimate, which stays as it was when the readings say too little."""
         if energy_mj is None or utilization is None or not limit_mw or limit_mw <= 0:
             return self.boost
+        self._measure(now, energy_mj, utilization, limit_mw)
+        if self._median is not None:
+            # A load that keeps the GPU busier than the one measured (a new pod's work) has at
+            # most the boost its utilization leaves room for, from its first readings: the
+            # median would take a second or two to follow, charging the new load the old one's
+            # boost (on an H100, 1.15 of a 60 % load charged to pods keeping it 95 % busy).
+            self.boost = min(self._median, self._ceiling(now))
+        return self.boost
+
+    def _ceiling(self, now: float) -> float:
+        recent = [value for at, value in self._busy if now - at <= RECENT_S]
+        if not recent or sum(recent) / len(recent) < MIN_BUSY:
+            return MAX_BOOST  # idle: the estimate is kept for the next busy spell
+        return ceiling(sum(recent) / len(recent))
+
+    def _measure(self, now: float, energy_mj: int, utilization: int, limit_mw: int) -> None:
+        """Add the readings, and a window estimate to the median when the load was steady."""
         if self._busy and now - self._busy[-1][0] > GAP_S:
             self._energy.clear()  # readings resumed after a pause: the old ones say nothing
             self._busy.clear()
@@ -103,13 +130,13 @@ class BoostEstimator:
             self._busy.popleft()
         (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
         if last - first < MIN_SPAN_S:
-            return self.boost
+            return
         # Utilization over the span the energy covers (readings after its first step).
         middle = (first + last) / 2
         early = [value for at, value in self._busy if first < at <= middle]
         late = [value for at, value in self._busy if at > middle]
         if not early or not late or not self._steady_power(middle):
-            return self.boost
+            return
         busy = (sum(early) + sum(late)) / (len(early) + len(late))
         if (
             busy < MIN_BUSY
@@ -117,14 +144,13 @@ class BoostEstimator:
             # NVML's utilization lags when work stops or starts: wait until it settled
             or _differ(late[-1], busy)
         ):
-            return self.boost
+            return
         power_w = (last_mj - first_mj) / (last - first) / 1000.0
         estimate = boost_from(power_w, busy, limit_mw / 1000.0)
         if math.isfinite(estimate):
             self._estimates.append(estimate)
             if len(self._estimates) >= FIRST_ESTIMATES:
-                self.boost = statistics.median(self._estimates)
-        return self.boost
+                self._median = statistics.median(self._estimates)
 
     def _steady_power(self, middle: float) -> bool:
         """Whether the window's two halves drew about the same power (energy steps around the
