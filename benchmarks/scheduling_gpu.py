@@ -5,7 +5,7 @@ Every scenario runs its pods at once, side by side with the same pods unlimited 
 ran, over the work per second of one unlimited program alone.
   shares   30/70, 30/30 and 20/30/50
   burst    a pod at 30 with burst 100 alone, then with a 70 % pod starting: its share alone and
-           the pair's from 1 s after the start
+           the pair's from 1 s after the start; and such a pod of two processes alone
   weights  oversubscribed: 60/60 of equal class, 60 high against 60 low (the scheduler's rule,
            daemon/scheduler.py, published into the regions as the daemon does)
   freeze   how long after a freeze the pod's last work finished (p50, p99), short kernels
@@ -301,6 +301,20 @@ def burst(bench: Bench, base: float) -> None:
             "per_100ms_after_start": [
                 pct(rate(a, offset + k / 10, offset + (k + 1) / 10), base) for k in range(10)
             ],
+        }
+    )
+    # A pod of two processes, alone: its own processes are no contention, so together they
+    # reach its soft limit.
+    env = bench.pod(30, burst=100)
+    together = bench.together([env, env])
+    bench.emit(
+        {
+            "scenario": "burst",
+            "case": "one pod of two processes, alone",
+            "limit": 30,
+            "burst": 100,
+            "shares": [pct(r, base) for r in together],
+            "pod": round(sum(pct(r, base) for r in together), 1),
         }
     )
 
