@@ -65,7 +65,9 @@
 /* A launch after this long without one starts a new epoch: its wait for the bucket then spreads
  * the pod's work evenly (a 25 % pod that synchronizes every 8 ms of work runs 8 ms in 32, not 32
  * in 128, so that NVML's utilization, from which the daemon estimates the boost, stays steady:
- * lumpier, a 40 µs-kernel loop on an H100 kept a stale boost of ~1.09 and got 22.8 % of 25).
+ * lumpier, a 40 µs-kernel loop at 25 % on an H100 got 22.8 % with the daemon and 25.0 % without,
+ * as if charged the boost of the matmul run before it; with this pause, 23.6 % and 24.8 % once
+ * the estimate had caught up).
  * While another process waits for the GPU the epoch instead goes on through such gaps (they are
  * idle, not charged: note_gap) until its quantum: a hand-over at every synchronization left the
  * GPU idle a moment each time (82 epochs a second for a 70 % matmul pod beside a 30 % one, which
@@ -705,9 +707,9 @@ void vgpu_compute_quiesce(void) {
                 close_epoch(state, true);
             } else if (state->open) {
                 /* The epoch goes on: a marker now ends its launches so far, so that the gap
-                 * until the program's next launch is seen as idle (note_gap) and not charged
-                 * with the launches after it. Unmarked, a loop of 40 µs kernels that
-                 * synchronizes every 200 got 22.9 % at a 25 % limit on an H100. */
+                 * until the program's next launch is seen as idle (note_gap). Unmarked, the
+                 * last launches before the synchronization share a marker with the first ones
+                 * after it, and the gap between them is charged. */
                 mark(state);
             }
             pthread_mutex_unlock(&state->lock);
