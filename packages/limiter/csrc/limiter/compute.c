@@ -162,7 +162,7 @@ static bool contended(struct device *state, uint64_t now) {
     if (state->lease == NULL) {
         return true; /* no way to know: no burst */
     }
-    if (vgpu_lease_wanted_by_other_pod(state->lease) ||
+    if (vgpu_lease_wanted_by_other_pod(state->lease, now) ||
         vgpu_lease_held_by_other_pod(state->lease)) {
         atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         return true;
@@ -609,7 +609,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         uint64_t now = vgpu_monotonic_ns();
         bool paused = state->open && now - state->last_launch_ns > PAUSE_NS &&
                       (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
-                       !vgpu_lease_wanted(state->lease));
+                       !vgpu_lease_wanted(state->lease, now));
         if (state->open &&
             (paused || (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
             /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
@@ -651,8 +651,8 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
         wait_for_backlog(state, now);
         /* Another process waits: its turn comes after a contended quantum. Only another pod's
          * ends a burst (the pod's own processes share its bucket). */
-        bool contended = state->lease != NULL && vgpu_lease_wanted(state->lease);
-        if (contended && vgpu_lease_wanted_by_other_pod(state->lease)) {
+        bool contended = state->lease != NULL && vgpu_lease_wanted(state->lease, now);
+        if (contended && vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
         if (state->done_ns < (contended ? QUANTUM_NS : SOLO_QUANTUM_NS)) {
@@ -702,7 +702,8 @@ void vgpu_compute_quiesce(void) {
              * each of which leaves the GPU idle a moment: closing at every synchronization cost
              * a 70 % pod beside a 30 % one 1-4 points. Alone, the epoch goes on (a pause closes
              * it anyway; a holder that stops launching loses the lease once drained). */
-            if (state->open && (state->lease == NULL || vgpu_lease_wanted(state->lease)) &&
+            if (state->open &&
+                (state->lease == NULL || vgpu_lease_wanted(state->lease, vgpu_monotonic_ns())) &&
                 (retire(state, false, 0), state->done_ns >= QUANTUM_NS)) {
                 close_epoch(state, true);
             } else if (state->open) {

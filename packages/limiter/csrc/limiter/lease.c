@@ -137,23 +137,31 @@ void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words
     lease->pod = pod_words;
 }
 
-/* Whether a waiter count is one: in range, and renewed lately (a waiter killed while it waited
- * leaves its count behind, which would otherwise keep every pod from bursting and make each
- * release wait for nobody). */
+/* Whether a waiter count is one: in range, and renewed within VGPU_LEASE_WANTED_NS of `now` (a
+ * waiter killed while it waited leaves its count behind, which would otherwise keep every pod from
+ * bursting and make each release wait for nobody). Either side: a caller's `now` may be from
+ * before its own wait for the lease, older than a renewal made meanwhile. */
 static bool waiting(uint64_t waiters, uint64_t said_ns, uint64_t now) {
-    return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX && said_ns <= now &&
-           now - said_ns < VGPU_LEASE_WANTED_NS;
+    uint64_t apart = said_ns > now ? said_ns - now : now - said_ns;
+    return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX && apart < VGPU_LEASE_WANTED_NS;
 }
 
 /* Count this process in (or out of) the waiters: the pod's count first in and last out, so that
  * the node's never seems to hold more of this pod's waiters than the pod's own does. */
+/* Say that this process still waits, in the lease and in the pod's words. */
+static void say_waiting(struct vgpu_lease *lease, uint64_t now) {
+    if (lease->pod != NULL) {
+        atomic_store(&lease->pod[POD_WAITING_NS], now);
+    }
+    atomic_store(&lease->shared->waiting_ns, now);
+}
+
 static void count_waiter(struct vgpu_lease *lease, bool in, uint64_t now) {
     if (in) {
+        say_waiting(lease, now);
         if (lease->pod != NULL) {
-            atomic_store(&lease->pod[POD_WAITING_NS], now);
             atomic_fetch_add(&lease->pod[POD_WAITERS], 1);
         }
-        atomic_store(&lease->shared->waiting_ns, now);
         atomic_fetch_add(&lease->shared->waiters, 1);
     } else {
         atomic_fetch_sub(&lease->shared->waiters, 1);
@@ -290,12 +298,8 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
             waiting = true;
             waited_from = seen;
         } else {
-            /* Still waiting, said at least every VGPU_LEASE_WAITING_EVERY_NS (the sleeps
-             * below are no longer). */
-            atomic_store(&shared->waiting_ns, now);
-            if (lease->pod != NULL) {
-                atomic_store(&lease->pod[POD_WAITING_NS], now);
-            }
+            /* At least every VGPU_LEASE_WAITING_EVERY_NS: the sleeps below are no longer. */
+            say_waiting(lease, now);
         }
         if (owner == 0) {
             pause_for(20000); /* free but kept for earlier waiters a moment */
@@ -371,7 +375,8 @@ void vgpu_lease_release(struct vgpu_lease *lease) {
         uint64_t mine = me;
         atomic_compare_exchange_strong(&lease->pod[POD_HOLDER], &mine, 0);
     }
-    if (atomic_compare_exchange_strong(&lease->shared->owner, &me, 0) && vgpu_lease_wanted(lease)) {
+    if (atomic_compare_exchange_strong(&lease->shared->owner, &me, 0) &&
+        vgpu_lease_wanted(lease, vgpu_monotonic_ns())) {
         atomic_store(&lease->shared->yield_until_ns, vgpu_monotonic_ns() + YIELD_NS);
         atomic_fetch_add(&lease->shared->releases, 1);
         syscall(SYS_futex, (uint32_t *)&lease->shared->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
@@ -384,17 +389,14 @@ bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {
            (lease->pod == NULL || owner != atomic_load(&lease->pod[POD_HOLDER]));
 }
 
-bool vgpu_lease_wanted(const struct vgpu_lease *lease) {
-    uint64_t waiters = atomic_load(&lease->shared->waiters);
-    uint64_t said = atomic_load(&lease->shared->waiting_ns);
-    return waiting(waiters, said, vgpu_monotonic_ns());
+bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now) {
+    return waiting(atomic_load(&lease->shared->waiters), atomic_load(&lease->shared->waiting_ns),
+                   now);
 }
 
-bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease) {
+bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now) {
     uint64_t waiters = atomic_load(&lease->shared->waiters);
-    uint64_t said = atomic_load(&lease->shared->waiting_ns);
-    uint64_t now = vgpu_monotonic_ns();
-    if (!waiting(waiters, said, now)) {
+    if (!waiting(waiters, atomic_load(&lease->shared->waiting_ns), now)) {
         return false;
     }
     if (lease->pod == NULL) {

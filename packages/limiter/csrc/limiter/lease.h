@@ -37,10 +37,11 @@ void vgpu_lease_release(struct vgpu_lease *lease);
 void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words);
 /* Whether a process of another pod holds it now (without pod words: any other process). */
 bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease);
-/* Whether another process is waiting for it (said so lately: see waiting_ns). */
-bool vgpu_lease_wanted(const struct vgpu_lease *lease);
+/* Whether another process is waiting for it at `now` (vgpu_monotonic_ns; a waiter said so
+ * lately: see waiting_ns). */
+bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now);
 /* Whether a process of another pod is waiting for it (as wanted without pod words). */
-bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease);
+bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now);
 /* The GPU's boost as the daemon last published it in its node file (VGPU_BOOST_ONE ..
  * VGPU_BOOST_MAX), or VGPU_BOOST_ONE when none is published or it is stale. */
 uint32_t vgpu_lease_boost(struct vgpu_lease *lease);
