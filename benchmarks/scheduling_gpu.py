@@ -42,11 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import limiter_compute_gpu as gpu
 from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
 from vgpu_limiter import sim
+from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import (
     QOS_HIGH,
     QOS_LOW,
     QOS_MEDIUM,
     DeviceLimits,
+    RegionError,
     create_region,
     open_region,
 )
@@ -119,7 +121,7 @@ class Bench:
         return env
 
     def counters(self, envs: list[dict[str, str]]) -> "Counters":
-        return Counters(self.uuid, [Path(env["SHM_PATH"]) / "shm" for env in envs])
+        return Counters(self.uuid, [Path(env["SHM_PATH"]) / "shm" for env in envs], self.base)
 
     def start(self, env: dict[str, str], seconds: float, kernel_us: int = SIM_KERNEL_US) -> Any:
         started = time.time()
@@ -147,9 +149,9 @@ class Bench:
 
     def together_counted(
         self, envs: list[dict[str, str]]
-    ) -> tuple[list[float], list[tuple[float, float]]]:
-        """The pods' rates while all ran, and each limited pod's (charged, throttled) percent of
-        that window, from its region's counters."""
+    ) -> tuple[list[float], list[tuple[float, float]], float]:
+        """The pods' rates while all ran, each limited pod's (charged, throttled) percent of
+        that window, from its region's counters, and the mean boost published meanwhile."""
         counters = self.counters(
             [env for env in envs if "SHM_PATH" in env and (Path(env["SHM_PATH"]) / "shm").exists()]
         )
@@ -162,7 +164,7 @@ class Bench:
         begin = max(report["started"] for report in reports)
         end = min(report["started"] for report in reports) + self.seconds
         self.clear()
-        return rates, counters.percent(begin, end)
+        return rates, counters.percent(begin, end), counters.boost(begin, end)
 
     def clear(self) -> None:
         """Remove the finished pods' regions: the daemon's scheduler counts every pod it finds,
@@ -177,13 +179,15 @@ class Bench:
 
 
 class Counters:
-    """Samples the pods' region counters (GPU time charged, time throttled) every 50 ms, with the
-    wall-clock time, until stopped."""
+    """Samples the pods' region counters (GPU time charged, time throttled) and the boost the
+    daemon publishes for the GPU every 50 ms, with the wall-clock time, until stopped."""
 
-    def __init__(self, uuid: str, paths: list[Path]) -> None:
+    def __init__(self, uuid: str, paths: list[Path], base: Path) -> None:
         self.uuid = uuid
         self.paths = paths
+        self.base = base
         self.samples: list[list[tuple[float, int, int]]] = [[] for _ in paths]
+        self.boosts: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -191,15 +195,28 @@ class Counters:
     def _run(self) -> None:
         regions = [open_region(path, writable=False) for path in self.paths]
         try:
+            lease = DeviceLease.open(self.base, self.uuid)
+        except RegionError:
+            lease = None  # no boost to read (no node file)
+        try:
             while True:
                 for region, samples in zip(regions, self.samples, strict=True):
                     device = region.device(self.uuid)
                     samples.append((time.time(), device.gpu_ns, device.throttled_ns))
+                if lease is not None:
+                    self.boosts.append((time.time(), lease.boost() or 1.0))
                 if self._stop.wait(0.05):
                     return
         finally:
             for region in regions:
                 region.close()
+            if lease is not None:
+                lease.close()
+
+    def boost(self, begin: float, end: float) -> float:
+        """The mean boost published over the window (1: none)."""
+        values = [value for at, value in self.boosts if begin <= at <= end]
+        return round(statistics.mean(values), 3) if values else 1.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -234,7 +251,7 @@ SHARES = ([30, 70], [30, 30], [20, 30, 50])
 def shares(bench: Bench, base: float, sets: list[list[int]] | None = None) -> None:
     for limits in sets or SHARES:
         unlimited = bench.together([bench.pod(None) for _ in limits]) if bench.unlimited else []
-        limited, counted = bench.together_counted([bench.pod(limit) for limit in limits])
+        limited, counted, boost = bench.together_counted([bench.pod(limit) for limit in limits])
         bench.emit(
             {
                 "scenario": "shares",
@@ -244,6 +261,7 @@ def shares(bench: Bench, base: float, sets: list[list[int]] | None = None) -> No
                 "busy": round(sum(pct(r, base) for r in limited), 1),
                 "charged": [c for c, _ in counted],
                 "throttled": [t for _, t in counted],
+                "boost": boost,
             }
         )
 
