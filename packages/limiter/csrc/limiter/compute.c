@@ -4,9 +4,8 @@
  * Metering, not guessing: a process runs its work on a limited GPU in epochs. An epoch takes the
  * node-wide device lease (lease.c), so no other limited pod's work runs meanwhile, records an
  * event before its first launch and a marker event after about every MARK_EVERY_NS of launched
- * work and at its end, and ends after QUANTUM_NS of GPU time while another pod waits for the
- * device, SOLO_QUANTUM_NS while none does, or earlier when the program pauses (or synchronizes
- * while another pod waits).
+ * work and at its end, and ends after QUANTUM_NS of GPU time, or earlier when the program
+ * pauses (or synchronizes while another pod waits).
  * Its GPU time E is the time from the start event to the last marker, measured by the GPU
  * itself. Markers are sparse because each costs the GPU a short gap between kernels: one per
  * launch cost 20-50 µs kernels about 3 % of their throughput. E is debited from the pod's token
@@ -33,6 +32,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "core.h"
@@ -41,20 +41,22 @@
 #include "log.h"
 #include "region.h"
 
-/* GPU time per epoch while another pod waits for the lease. Each hand-over leaves the GPU idle
- * a moment (the holder's last kernel to the next holder's first): on an H100, a 70 % matmul pod
- * beside a 30 % one got 67.1 % with 8 ms epochs and 68.4 % with 16 ms (32 ms: no better). */
-#define QUANTUM_NS 16000000ULL
-/* GPU time per epoch while no one waits. Each epoch costs a program whose launches are bound by
- * its host (a JAX loop of ~50 µs steps) a little time to get going again after its wait, which
- * the epoch is charged for: at 8 ms such a loop got 22.5 % at a 25 % limit, at 32 ms 25.6 %. */
-#define SOLO_QUANTUM_NS 32000000ULL
+/* GPU time per epoch. Each hand-over to another pod leaves the GPU idle 250-370 µs on an H100
+ * (the holder's last kernel to the next holder's first, read from the GPU's global timer:
+ * benchmarks/handover_gpu.py), of which ~170 µs is the GPU switching contexts: at 16 ms a 20/30/50
+ * set handed over 45-50 times a second and lost 1.5-1.8 % of the GPU, at 32 ms 20 times and
+ * 0.6-0.7 %. Alone, each epoch costs a program whose launches are bound by its host (a JAX loop of
+ * ~50 µs steps) a little time to get going again after its wait, which the epoch is charged for:
+ * at 8 ms such a loop got 22.5 % at a 25 % limit, at 32 ms 25.6 %. */
+#define QUANTUM_NS 32000000ULL
 /* GPU time launches may run ahead. It covers launch jitter and a launching thread that sleeps
  * longer than asked (a busy host): at 4 ms a 70 % pod beside a 30 % one on a loaded 2-core
  * machine left the GPU idle for a tenth of the time; at 10 ms for 3-4 %. */
 #define BACKLOG_NS 10000000ULL
+/* A kernel at least this long runs one at a time (wait_for_backlog). */
+#define LONG_KERNEL_NS 8000000ULL
 /* The bucket holds at most L of this much wall time: enough for a pod that waited for the lease
- * (at most a SOLO_QUANTUM_NS epoch of another) to lose nothing, and little enough that what a
+ * (at most a QUANTUM_NS epoch of another) to lose nothing, and little enough that what a
  * pod saves while idle (compiling, loading) adds at most 0.05 L to its next 1-s window. At 100 ms,
  * a Triton loop after its compile got 82.3 % in its first second at a 75 % limit. */
 #define BURST_NS 50000000ULL
@@ -120,7 +122,10 @@ struct device {
     struct {              /* what pacing did, logged about once a second at debug level */
         uint64_t since_ns;
         uint64_t charged_ns;
+        uint64_t capped_ns;     /* what the pod's bucket could not hold (its cap) */
+        uint64_t lease_wait_ns; /* waited for the device lease */
         unsigned epochs, launches, markers, switches;
+        unsigned paused, lost, quantum, synchronized; /* why epochs ended */
     } stats;
 };
 
@@ -198,8 +203,10 @@ static uint32_t pace_rate(struct device *state, int entry, uint32_t *hard) {
 }
 
 /* Add what accrued since the last refill at `compute` (hundredths of a percent), capped at what
- * the hard limit `hard` saves: a pod that bursts keeps no more in hand than without. */
-static int64_t refill(struct vgpu_region_device *device, uint32_t compute, uint32_t hard) {
+ * the hard limit `hard` saves: a pod that bursts keeps no more in hand than without. What the
+ * cap cut off is added to `*capped`. */
+static int64_t refill(struct vgpu_region_device *device, uint32_t compute, uint32_t hard,
+                      uint64_t *capped) {
     _Atomic uint64_t *bucket = &device->compute_state[BUCKET];
     _Atomic uint64_t *refilled = &device->compute_state[REFILLED];
     uint64_t now = vgpu_monotonic_ns();
@@ -218,13 +225,16 @@ static int64_t refill(struct vgpu_region_device *device, uint32_t compute, uint3
             next = (int64_t)current + accrued;
             next = next > cap ? cap : next;
         } while (!atomic_compare_exchange_weak(bucket, &current, (uint64_t)next));
+        *capped += (uint64_t)((int64_t)current + accrued - next);
     }
     return (int64_t)atomic_load(bucket);
 }
 
 /* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once);
- * the time waited is the pod's throttled time. Sets the rate the next epoch runs at. */
-static void wait_for_budget(struct device *state, struct vgpu_region_device *device, int entry) {
+ * the time waited is the pod's throttled time. Sets the rate the next epoch runs at; adds what
+ * the bucket's cap cut off to `*capped`. */
+static void wait_for_budget(struct device *state, struct vgpu_region_device *device, int entry,
+                            uint64_t *capped) {
     uint64_t began = 0;
     for (;;) {
         uint32_t hard;
@@ -234,7 +244,7 @@ static void wait_for_budget(struct device *state, struct vgpu_region_device *dev
         if (!limited(compute) && compute != VGPU_COMPUTE_UNLIMITED) {
             break;
         }
-        int64_t balance = refill(device, compute, hard);
+        int64_t balance = refill(device, compute, hard, capped);
         if (balance >= 0) {
             break;
         }
@@ -345,14 +355,41 @@ static void log_stats(struct device *state, uint64_t charged) {
     }
     if (state->stats.since_ns != 0) {
         vgpu_log(VGPU_LOG_DEBUG,
-                 "pacing: %u epochs, %u launches, %u markers, %u stream switches, %llu us of GPU "
-                 "time charged in %llu ms",
-                 state->stats.epochs, state->stats.launches, state->stats.markers,
-                 state->stats.switches, (unsigned long long)(state->stats.charged_ns / 1000),
+                 "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
+                 "lost), %u launches, %u markers, %u stream switches, %llu us of GPU time "
+                 "charged, %llu us waited for the lease, %llu us beyond the bucket's cap in %llu "
+                 "ms",
+                 state->stats.epochs, state->stats.quantum, state->stats.synchronized,
+                 state->stats.paused, state->stats.lost, state->stats.launches,
+                 state->stats.markers, state->stats.switches,
+                 (unsigned long long)(state->stats.charged_ns / 1000),
+                 (unsigned long long)(state->stats.lease_wait_ns / 1000),
+                 (unsigned long long)(state->stats.capped_ns / 1000),
                  (unsigned long long)((now - state->stats.since_ns) / 1000000));
     }
     memset(&state->stats, 0, sizeof state->stats);
     state->stats.since_ns = now;
+}
+
+/* Wait for the epoch's work until `deadline`; false when it did not finish. The polls run without
+ * the thread's timer slack (50 µs by default), restored after: each poll's sleep would otherwise
+ * add that much to the GPU's idle time before the next epoch, this pod's or another's, starts. */
+static bool drain_all(struct device *state, uint64_t deadline) {
+    if (state->pending == 0) {
+        return true;
+    }
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (slack > 1) {
+        prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    }
+    bool finished = true;
+    while (state->pending > 0 && finished) {
+        finished = retire(state, true, deadline);
+    }
+    if (slack > 1) {
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+    }
+    return finished;
 }
 
 /* End the epoch: its GPU time is debited and the lease given back. With `drain`, the epoch's
@@ -360,10 +397,7 @@ static void log_stats(struct device *state, uint64_t charged) {
 static void close_epoch(struct device *state, bool drain) {
     uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
     mark(state); /* the epoch's last launches are measured too */
-    bool finished = true;
-    while (drain && state->pending > 0 && finished) {
-        finished = retire(state, true, deadline);
-    }
+    bool finished = !drain || drain_all(state, deadline);
     retire(state, false, 0);
     uint64_t charged = state->done_ns - (state->idle_ns < state->done_ns ? state->idle_ns : state->done_ns);
     if (!finished) {
@@ -503,8 +537,9 @@ static CUstream marker_stream(CUstream stream, bool per_thread) {
 }
 
 /* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. Short
- * kernels keep two launches in flight, so the GPU never waits for the next one; long ones one,
- * so that an epoch is not stretched past its quantum by a second long kernel. */
+ * kernels keep two launches in flight, so the GPU never waits for the next one; long ones (and
+ * kernels of unknown length, assumed longer than the backlog) one, so that an epoch is not
+ * stretched past its quantum by a second long kernel. */
 static void wait_for_backlog(struct device *state, uint64_t now) {
     if (now - state->retired_ns >= RETIRE_EVERY_NS) {
         retire(state, false, 0); /* a driver call: not at every launch of tiny kernels */
@@ -512,7 +547,7 @@ static void wait_for_backlog(struct device *state, uint64_t now) {
     }
     uint64_t deadline = 0;
     for (;;) {
-        unsigned in_flight = state->kernel_ns < QUANTUM_NS / 2 ? 2 : 1;
+        unsigned in_flight = state->kernel_ns < LONG_KERNEL_NS ? 2 : 1;
         bool over = state->pending >= MARKERS - 1 ||
                     (state->queued >= in_flight &&
                      (uint64_t)state->queued * state->kernel_ns > BACKLOG_NS);
@@ -614,12 +649,16 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
             (paused || (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
             /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
              * The lease taken: charge what ran. */
+            state->stats.paused += paused;
+            state->stats.lost += !paused;
             close_epoch(state, paused);
         }
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
-            wait_for_budget(state, &vgpu_state.region->devices[entry], entry);
+            uint64_t capped = 0;
+            wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
             pthread_mutex_lock(&state->lock);
+            state->stats.capped_ns += capped;
             if (!set_up(state, ordinal, entry, context)) { /* a context went meanwhile */
                 pthread_mutex_unlock(&state->lock);
                 return launch(arguments);
@@ -630,6 +669,7 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
                 uint64_t asked = vgpu_monotonic_ns();
                 vgpu_lease_acquire(state->lease); /* without it when it is being scribbled */
                 uint64_t waited = vgpu_monotonic_ns() - asked;
+                state->stats.lease_wait_ns += waited;
                 if (waited > 20000) { /* waited for another pod, not just taken */
                     atomic_fetch_add_explicit(&vgpu_state.region->devices[entry].throttled_ns,
                                               waited, memory_order_relaxed);
@@ -649,16 +689,15 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
             state->stream = stream;
         }
         wait_for_backlog(state, now);
-        /* Another process waits: its turn comes after a contended quantum. Only another pod's
-         * ends a burst (the pod's own processes share its bucket). */
-        bool contended = state->lease != NULL && vgpu_lease_wanted(state->lease, now);
-        if (contended && vgpu_lease_wanted_by_other_pod(state->lease, now)) {
+        /* Only another pod waiting ends a burst (the pod's own processes share its bucket). */
+        if (state->lease != NULL && vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
-        if (state->done_ns < (contended ? QUANTUM_NS : SOLO_QUANTUM_NS)) {
+        if (state->done_ns < QUANTUM_NS) {
             break;
         }
         /* The epoch has had its share of GPU time: this launch belongs to the next one. */
+        state->stats.quantum++;
         close_epoch(state, true);
     }
     if (state->last_launch_ns != state->opened_ns && state->pending == 0 && state->queued == 0 &&
@@ -698,13 +737,14 @@ void vgpu_compute_quiesce(void) {
         struct device *state = &devices[i];
         if (state->open && pthread_mutex_trylock(&state->lock) == 0) {
             /* The program waited for its work: a good moment to hand the GPU to a waiting pod,
-             * once the epoch has had a contended quantum. Shorter epochs multiply the hand-overs,
+             * once the epoch has had its quantum. Shorter epochs multiply the hand-overs,
              * each of which leaves the GPU idle a moment: closing at every synchronization cost
              * a 70 % pod beside a 30 % one 1-4 points. Alone, the epoch goes on (a pause closes
              * it anyway; a holder that stops launching loses the lease once drained). */
             if (state->open &&
                 (state->lease == NULL || vgpu_lease_wanted(state->lease, vgpu_monotonic_ns())) &&
                 (retire(state, false, 0), state->done_ns >= QUANTUM_NS)) {
+                state->stats.synchronized++;
                 close_epoch(state, true);
             } else if (state->open) {
                 /* The epoch goes on: a marker now ends its launches so far, so that the gap
