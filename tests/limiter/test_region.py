@@ -485,6 +485,33 @@ def test_python_readers_see_both_limits_of_one_change(region: Region) -> None:
     assert torn == 0 and reads > 100
 
 
+def test_a_reader_waits_for_a_writer_preempted_mid_change(region: Region) -> None:
+    """A writer descheduled between its stores (a busy host) keeps the generation odd for
+    milliseconds: the reader waits for the whole change instead of returning half of it."""
+    import threading
+
+    region.set_limits(UUIDS[0], memory_limit=FACTOR, compute_limit=1)
+    started = threading.Event()
+    with raw(region.path) as pointer:
+        device = pointer.devices[0]
+
+        def write_slowly() -> None:
+            generation = int(device.generation)
+            device.generation = generation + 1  # odd: a change begins
+            device.memory_limit = 2 * FACTOR
+            started.set()
+            time.sleep(0.005)  # preempted here
+            device.compute_limit = 2
+            device.generation = generation + 2
+
+        writer = threading.Thread(target=write_slowly)
+        writer.start()
+        started.wait(5)
+        seen = region.devices[0]
+        writer.join()
+    assert (seen.memory_limit, seen.compute_limit) == (2 * FACTOR, 2)
+
+
 # Device entries
 
 

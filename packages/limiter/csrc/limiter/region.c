@@ -6,7 +6,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,12 +134,28 @@ int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create
     return found < 0 ? -1 : found;
 }
 
+/* A reader retries while a change is being written. A writer preempted in the middle of one (a
+ * busy host) keeps the generation odd for milliseconds: 1000 quick attempts ran out first there
+ * and returned a torn pair, so past READ_SPINS the reader yields, for up to READ_PATIENCE_NS. A
+ * writer that died mid-change keeps it odd until the next writer (or the daemon) settles it: the
+ * reader then takes the values as they are (each a whole value), and remembers that generation
+ * of that entry so as not to wait for it again. */
+#define READ_SPINS 1000
+#define READ_PATIENCE_NS 20000000ULL
+static _Atomic(uintptr_t) stuck_entry;
+static _Atomic uint32_t stuck_generation;
+
+static uint64_t monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
 void vgpu_region_read_limits(const struct vgpu_region *region, int entry,
                              struct vgpu_region_limits *limits) {
     struct vgpu_region_device *device = (struct vgpu_region_device *)&region->devices[entry];
-    /* Bounded: a writer that died mid-change leaves the generation odd, and the limits it was
-     * writing are each still whole values; the next writer makes the generation even again. */
-    for (int attempt = 0; attempt < 1000; attempt++) {
+    uint64_t deadline = 0;
+    for (unsigned attempt = 0;; attempt++) {
         uint32_t before = atomic_load(&device->generation);
         limits->memory_limit = atomic_load(&device->memory_limit);
         limits->compute_limit = atomic_load(&device->compute_limit);
@@ -147,6 +165,22 @@ void vgpu_region_read_limits(const struct vgpu_region *region, int entry,
         if ((before & 1) == 0 && before == after) {
             return;
         }
+        if (attempt < READ_SPINS) {
+            continue;
+        }
+        if (atomic_load(&stuck_entry) == (uintptr_t)device &&
+            atomic_load(&stuck_generation) == after) {
+            return; /* waited for this one before: its writer is gone */
+        }
+        uint64_t now = monotonic_ns();
+        if (deadline == 0) {
+            deadline = now + READ_PATIENCE_NS;
+        } else if (now > deadline) {
+            atomic_store(&stuck_generation, after);
+            atomic_store(&stuck_entry, (uintptr_t)device);
+            return;
+        }
+        sched_yield();
     }
 }
 
