@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import limiter_compute_gpu as gpu
 from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
+from vgpu_hypervisor.gpu import nvml
 from vgpu_limiter import sim
 from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import (
@@ -121,7 +122,8 @@ class Bench:
         return env
 
     def counters(self, envs: list[dict[str, str]]) -> "Counters":
-        return Counters(self.uuid, [Path(env["SHM_PATH"]) / "shm" for env in envs], self.base)
+        paths = [Path(env["SHM_PATH"]) / "shm" for env in envs]
+        return Counters(self.uuid, paths, self.base, nvml_device=None if self.simulated else 0)
 
     def start(self, env: dict[str, str], seconds: float, kernel_us: int = SIM_KERNEL_US) -> Any:
         started = time.time()
@@ -149,9 +151,10 @@ class Bench:
 
     def together_counted(
         self, envs: list[dict[str, str]]
-    ) -> tuple[list[float], list[tuple[float, float]], float]:
+    ) -> tuple[list[float], list[tuple[float, float]], dict[str, float]]:
         """The pods' rates while all ran, each limited pod's (charged, throttled) percent of
-        that window, from its region's counters, and the mean boost published meanwhile."""
+        that window, from its region's counters, and the mean boost published meanwhile with
+        NVML's readings."""
         counters = self.counters(
             [env for env in envs if "SHM_PATH" in env and (Path(env["SHM_PATH"]) / "shm").exists()]
         )
@@ -164,7 +167,8 @@ class Bench:
         begin = max(report["started"] for report in reports)
         end = min(report["started"] for report in reports) + self.seconds
         self.clear()
-        return rates, counters.percent(begin, end), counters.boost(begin, end)
+        gpu_view = {"boost": counters.boost(begin, end)} | counters.nvml(begin, end)
+        return rates, counters.percent(begin, end), gpu_view
 
     def clear(self) -> None:
         """Remove the finished pods' regions: the daemon's scheduler counts every pod it finds,
@@ -179,15 +183,18 @@ class Bench:
 
 
 class Counters:
-    """Samples the pods' region counters (GPU time charged, time throttled) and the boost the
-    daemon publishes for the GPU every 50 ms, with the wall-clock time, until stopped."""
+    """Samples the pods' region counters (GPU time charged, time throttled), the boost the
+    daemon publishes for the GPU and, on a real GPU, NVML's utilization and SM clock every 50 ms,
+    with the wall-clock time, until stopped."""
 
-    def __init__(self, uuid: str, paths: list[Path], base: Path) -> None:
+    def __init__(self, uuid: str, paths: list[Path], base: Path, nvml_device: int | None) -> None:
         self.uuid = uuid
         self.paths = paths
         self.base = base
+        self.nvml_device = nvml_device
         self.samples: list[list[tuple[float, int, int]]] = [[] for _ in paths]
         self.boosts: list[tuple[float, float]] = []
+        self.readings: list[tuple[float, int, int]] = []  # (time, utilization %, SM MHz)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -198,8 +205,15 @@ class Counters:
             lease = DeviceLease.open(self.base, self.uuid)
         except RegionError:
             lease = None  # no boost to read (no node file)
+        handle = self._nvml_handle()
         try:
             while True:
+                if handle is not None:
+                    rates, clock = nvml.device_utilization(handle), nvml.device_sm_clock(handle)
+                    if isinstance(rates, tuple) and isinstance(rates[0], int):
+                        self.readings.append(
+                            (time.time(), rates[0], clock if isinstance(clock, int) else 0)
+                        )
                 for region, samples in zip(regions, self.samples, strict=True):
                     device = region.device(self.uuid)
                     samples.append((time.time(), device.gpu_ns, device.throttled_ns))
@@ -212,6 +226,26 @@ class Counters:
                 region.close()
             if lease is not None:
                 lease.close()
+
+    def _nvml_handle(self) -> Any:
+        if self.nvml_device is None:
+            return None
+        try:
+            nvml.initialize()
+        except Exception:  # no NVML: nothing to read
+            return None
+        handle = nvml.device_handle(self.nvml_device)
+        return None if handle is nvml.NOT_AVAILABLE else handle
+
+    def nvml(self, begin: float, end: float) -> dict[str, float]:
+        """NVML's mean utilization (%) and SM clock (MHz) over the window, where read."""
+        window = [(busy, clock) for at, busy, clock in self.readings if begin <= at <= end]
+        if not window:
+            return {}
+        return {
+            "nvml_busy": round(statistics.mean(b for b, _ in window), 1),
+            "sm_mhz": round(statistics.mean(c for _, c in window)),
+        }
 
     def boost(self, begin: float, end: float) -> float:
         """The mean boost published over the window (1: none)."""
@@ -251,7 +285,7 @@ SHARES = ([30, 70], [30, 30], [20, 30, 50])
 def shares(bench: Bench, base: float, sets: list[list[int]] | None = None) -> None:
     for limits in sets or SHARES:
         unlimited = bench.together([bench.pod(None) for _ in limits]) if bench.unlimited else []
-        limited, counted, boost = bench.together_counted([bench.pod(limit) for limit in limits])
+        limited, counted, gpu_view = bench.together_counted([bench.pod(limit) for limit in limits])
         bench.emit(
             {
                 "scenario": "shares",
@@ -261,8 +295,8 @@ def shares(bench: Bench, base: float, sets: list[list[int]] | None = None) -> No
                 "busy": round(sum(pct(r, base) for r in limited), 1),
                 "charged": [c for c, _ in counted],
                 "throttled": [t for _, t in counted],
-                "boost": boost,
             }
+            | gpu_view
         )
 
 

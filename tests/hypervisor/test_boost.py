@@ -59,16 +59,27 @@ def test_a_saturated_gpu_has_no_boost_whatever_the_power_reads(busy: float, powe
 
 
 def feed(
-    estimator: BoostEstimator, power_w: float, busy: int, seconds: float, start: float = 0.0
+    estimator: BoostEstimator,
+    power_w: float,
+    busy: int,
+    seconds: float,
+    start: float = 0.0,
+    *,
+    paced: float | None = None,
 ) -> tuple[float | None, float]:
     """Readings every 25 ms of a counter that moves every 100 ms (every 4th reading) at
-    `power_w`, from `start`; the estimate and the time of the last reading."""
+    `power_w`, from `start`; with `paced`, the lease's busy_ns grows by that share of the time in
+    32-ms epochs. The estimate and the time of the last reading."""
     energy = estimator._energy[-1][1] if estimator._energy else 0
     readings = round(seconds / 0.025)
     for tick in range(1, readings + 1):
         if tick % 4 == 0:
             energy += round(power_w * 100)  # mJ in 100 ms
-        estimator.add(start + tick * 0.025, energy, busy, 700_000)
+        now = start + tick * 0.025
+        busy_ns = None
+        if paced is not None:  # whole epochs ended by now
+            busy_ns = int(now * paced / 0.032) * 32_000_000
+        estimator.add(now, energy, busy, 700_000, busy_ns)
     return estimator.boost, start + readings * 0.025
 
 
@@ -102,6 +113,35 @@ def test_a_busier_load_gets_at_most_the_boost_its_utilization_allows_at_once() -
     # by the ceiling), and an idle GPU does not lower it.
     _, now = feed(estimator, 112.0, 0, 1.0, now)
     assert estimator.boost == pytest.approx(partial, rel=0.03)
+
+
+def test_paced_work_that_keeps_the_gpu_busy_has_no_boost_where_nvml_reads_it_less_busy() -> None:
+    """Three paced pods kept an H100 ~97 % busy at its power limit while NVML read 92 %: the
+    model alone gives a boost of ~1.03; the pods' own measured GPU time says there is none."""
+    alone, _ = feed(BoostEstimator(), 700.0, 92, 3.0)
+    assert alone is not None and alone > 1.025
+    measured, _ = feed(BoostEstimator(), 700.0, 92, 3.0, paced=0.97)
+    assert measured is not None and measured <= ceiling(0.96) < 1.015
+
+
+def test_paced_work_of_a_partly_idle_gpu_leaves_the_estimate_alone() -> None:
+    """30/30 and a pod alone at 50 %: the paced share bounds nothing the model gives."""
+    for power_w, busy, paced in ((532.6, 50, 0.5), (560.0, 55, 0.6)):
+        plain, _ = feed(BoostEstimator(), power_w, busy, 3.0)
+        bounded, _ = feed(BoostEstimator(), power_w, busy, 3.0, paced=paced)
+        assert plain is not None and plain > 1.05 and bounded == plain
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_a_scribbled_busy_word_only_ever_lowers_the_boost(first: int, second: int) -> None:
+    """The lease's busy_ns is a word every paced pod writes: whatever it reads, the boost is
+    the plain estimate or less, never more, and never below 1."""
+    plain, _ = feed(BoostEstimator(), 320.6, 25, 1.5)
+    estimator = BoostEstimator()
+    _, now = feed(estimator, 320.6, 25, 1.5)
+    estimator.add(now + 0.025, 1, 25, 700_000, first)
+    boost = estimator.add(now + 0.5, 1, 25, 700_000, second)
+    assert plain is not None and boost is not None and 1.0 <= boost <= plain
 
 
 @given(st.floats(0.05, 1.0), st.floats(0.0, 0.95))

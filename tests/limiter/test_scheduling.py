@@ -263,3 +263,19 @@ def test_a_frozen_process_killed_gives_its_memory_back(
         assert [p.pid for p in region.reap()] == [process.pid]
         assert region.devices[0].memory_used == 0
         region.resume()
+
+
+def test_the_lease_adds_up_the_gpu_time_of_every_pods_epochs(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """The lease's busy_ns, from which the daemon bounds the boost, is the GPU time of every
+    epoch on the GPU: without a daemon (no boost) what the pods were charged, together."""
+    concurrent([limit(compute_env("a"), 20), limit(compute_env("b"), 30)], seconds=2.0)
+    charged = 0
+    for pod in ("a", "b"):
+        with open_region(tmp_path / pod / "shm") as region:
+            charged += region.devices[0].gpu_ns
+    with DeviceLease.open(tmp_path / "base", SIM_GPU0) as lease:
+        busy = lease.busy_ns()
+    assert busy == charged
+    assert busy / 1e9 == pytest.approx(0.5 * 2.0, rel=0.25)

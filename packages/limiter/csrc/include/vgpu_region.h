@@ -167,7 +167,12 @@ struct vgpu_device_lease {
      * VGPU_LEASE_WAITING_EVERY_NS). A waiter killed while it waits never takes itself off
      * `waiters`: a count not renewed for VGPU_LEASE_WANTED_NS is no one waiting. 0: never. */
     VGPU_ATOMIC(uint64_t) waiting_ns;
-    uint64_t spare[2];
+    /* The GPU time of every epoch so far, as its events measured it (nanoseconds, before the
+     * boost; added as each epoch ends): the node daemon reads from it how busy paced work keeps
+     * the GPU, which NVML's utilization reads a few points low. A tenant may write it: the daemon
+     * draws only an upper bound on the boost from it (security.md). */
+    VGPU_ATOMIC(uint64_t) busy_ns;
+    uint64_t spare;
 };
 
 /* What only the node daemon says about a GPU: {base}/.node/{uuid}, made by the daemon, mode

@@ -408,6 +408,7 @@ static void close_epoch(struct device *state, bool drain) {
         vgpu_log(VGPU_LOG_INFO, "an epoch's work did not finish in %llu ms; pacing goes on",
                  (unsigned long long)(WAIT_LIMIT_NS / 1000000));
     }
+    uint64_t busy = charged; /* the GPU time itself, for the lease's busy_ns */
     if (state->lease != NULL) {
         /* As the saturated GPU's time: what idle time lets GPU Boost add is not free. */
         charged = charged * vgpu_lease_boost(state->lease) / VGPU_BOOST_ONE;
@@ -431,7 +432,7 @@ static void close_epoch(struct device *state, bool drain) {
     state->unmarked = 0;
     state->queued = 0;
     if (state->lease != NULL) {
-        vgpu_lease_release(state->lease);
+        vgpu_lease_release(state->lease, busy);
     }
     state->open = false;
 }

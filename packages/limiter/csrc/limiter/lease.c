@@ -368,8 +368,10 @@ void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns) {
     }
 }
 
-void vgpu_lease_release(struct vgpu_lease *lease) {
+void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
     uint64_t me = token();
+    /* With or without the lease, the epoch's work ran on the GPU. */
+    atomic_fetch_add_explicit(&lease->shared->busy_ns, busy_ns, memory_order_relaxed);
     lease->exclusive = false;
     if (lease->pod != NULL) {
         uint64_t mine = me;

@@ -28,7 +28,9 @@ void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now);
 /* Say when the work this epoch queued should be done (vgpu_monotonic_ns): past it the GPU is
  * idle for want of this process's launches, and a waiter may take the lease. */
 void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns);
-void vgpu_lease_release(struct vgpu_lease *lease);
+/* Give the lease back after an epoch whose work took `busy_ns` of GPU time (added to the lease's
+ * busy_ns, from which the daemon reads how busy paced work keeps the GPU). */
+void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns);
 /* This pod's own words about the lease, VGPU_LEASE_POD_WORDS of them in its region (shared by the
  * pod's processes alone): how many of its processes wait for it, when one last said so, and
  * which of them takes or holds it. With them a pod of several processes tells its own processes

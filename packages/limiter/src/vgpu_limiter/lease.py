@@ -39,7 +39,7 @@ _NODE_SIZE: Final = ffi.sizeof("struct vgpu_device_node")
 _NOFOLLOW: Final = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _OFFSETS: Final = {
     field: ffi.offsetof("struct vgpu_device_lease", field)
-    for field in ("magic", "version", "activity_ns")
+    for field in ("magic", "version", "activity_ns", "busy_ns")
 }
 
 
@@ -273,6 +273,11 @@ class DeviceLease:
         the future, which no process of this node writes, is not activity)."""
         activity = self._word("activity_ns")
         return activity != 0 and 0 <= time.monotonic_ns() - activity <= seconds * 1e9
+
+    def busy_ns(self) -> int:
+        """The GPU time of every paced epoch so far, as the limiter measured it (nanoseconds,
+        before the boost). A tenant may write it: only a bound may be drawn from it."""
+        return self._word("busy_ns")
 
     def withdraw_boost(self) -> None:
         """Stop correcting: the limiter charges plain GPU time again."""

@@ -108,7 +108,8 @@ class BoostPublisher:
             gpu.utilization = _known(rates[0]) if rates is not NOT_AVAILABLE else None
             gpu.utilization_read = now
         energy = _known(nvml.device_energy(gpu.handle))
-        gpu.estimator.add(now, energy, gpu.utilization, gpu.limit_mw)
+        assert gpu.lease is not None
+        gpu.estimator.add(now, energy, gpu.utilization, gpu.limit_mw, gpu.lease.busy_ns())
 
     def _publish(self, gpu: _Gpu) -> None:
         boost = gpu.estimator.boost

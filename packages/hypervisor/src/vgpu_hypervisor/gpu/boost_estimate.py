@@ -25,6 +25,13 @@ energy and utilization readings cover different loads, so the estimate is kept u
 settles. A GPU's workload rarely changes between its busy spells, so the estimate kept through
 an idle spell is usually right for the next one from its first kernel.
 
+NVML's utilization reads a GPU a few points less busy than it is (an H100 running one unlimited
+matmul loop, busy ~98 % of the time by the GPU's own timer, read 94.7 %; three paced pods that
+kept it ~97 % busy, 92.5 %), which the model turns into a boost of ~1.03 for a GPU with no
+headroom. The compute limiter adds every epoch's GPU time, measured by its events, to the device
+lease (``busy_ns``); the share of time that paced work kept the GPU busy bounds the boost as the
+utilization does (``ceiling``). A tenant can write that word, so it only ever lowers the boost.
+
 Nothing here calls NVML: ``BoostEstimator.add`` takes readings and answers the estimate.
 """
 
@@ -53,6 +60,9 @@ FIRST_ESTIMATES = 5
 counter's step timing, which the median of several evens out."""
 RECENT_S = 0.4
 """Utilization readings this recent bound the boost at once (see ``ceiling``)."""
+PACED_WINDOW_S = 1.0
+"""The paced work's GPU time is read over this long: it grows as epochs end (every ~32 ms), so
+a shorter span would read the same load a tenth higher or lower."""
 HISTORY = 40
 """The published boost is the median of this many latest window estimates (2 s of readings
 every 50 ms): a window that straddles the end of the work (whose last 100 ms were idle, say)
@@ -91,12 +101,21 @@ class BoostEstimator:
     _energy: deque[tuple[float, int]] = field(default_factory=deque)  # (time, mJ) when it moved
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    _paced: deque[tuple[float, int]] = field(default_factory=deque)  # (time, lease busy_ns)
 
     def add(
-        self, now: float, energy_mj: int | None, utilization: int | None, limit_mw: int | None
+        self,
+        now: float,
+        energy_mj: int | None,
+        utilization: int | None,
+        limit_mw: int | None,
+        paced_busy_ns: int | None = None,
     ) -> float | None:
         """Take one reading (``now`` in seconds, monotonic; None: the GPU did not answer that
-        query) and give the estimate, which stays as it was when the readings say too little."""
+        query, or no paced work's time was read) and give the estimate, which stays as it was
+        when the readings say too little. ``paced_busy_ns``: the device lease's ``busy_ns``."""
+        if paced_busy_ns is not None:
+            self._add_paced(now, paced_busy_ns)
         if energy_mj is None or utilization is None or not limit_mw or limit_mw <= 0:
             return self.boost
         self._measure(now, energy_mj, utilization, limit_mw)
@@ -109,10 +128,29 @@ class BoostEstimator:
         return self.boost
 
     def _ceiling(self, now: float) -> float:
+        paced = self.paced_share()
+        bound = ceiling(paced) if paced is not None and paced >= MIN_BUSY else MAX_BOOST
         recent = [value for at, value in self._busy if now - at <= RECENT_S]
         if not recent or sum(recent) / len(recent) < MIN_BUSY:
-            return MAX_BOOST  # idle: the estimate is kept for the next busy spell
-        return ceiling(sum(recent) / len(recent))
+            return bound  # idle: the estimate is kept for the next busy spell
+        return min(bound, ceiling(sum(recent) / len(recent)))
+
+    def _add_paced(self, now: float, busy_ns: int) -> None:
+        if self._paced and (busy_ns < self._paced[-1][1] or now - self._paced[-1][0] > GAP_S):
+            self._paced.clear()  # a new lease, or readings resumed after a pause
+        self._paced.append((now, busy_ns))
+        while len(self._paced) > 2 and now - self._paced[1][0] >= PACED_WINDOW_S:
+            self._paced.popleft()
+
+    def paced_share(self) -> float | None:
+        """The share of the last second that paced work kept the GPU busy (0..1), or None while
+        less than MIN_SPAN_S of readings are in."""
+        if len(self._paced) < 2:
+            return None
+        (first, first_ns), (last, last_ns) = self._paced[0], self._paced[-1]
+        if last - first < MIN_SPAN_S:
+            return None
+        return min(1.0, (last_ns - first_ns) / 1e9 / (last - first))
 
     def _measure(self, now: float, energy_mj: int, utilization: int, limit_mw: int) -> None:
         """Add the readings, and a window estimate to the median when the load was steady."""
