@@ -167,7 +167,10 @@ class Bench:
         begin = max(report["started"] for report in reports)
         end = min(report["started"] for report in reports) + self.seconds
         self.clear()
-        gpu_view = {"boost": counters.boost(begin, end)} | counters.nvml(begin, end)
+        gpu_view = {
+            "boost": counters.boost(begin, end),
+            "boost_per_s": counters.boosts_per_second(begin, end),
+        } | counters.nvml(begin, end)
         return rates, counters.percent(begin, end), gpu_view
 
     def clear(self) -> None:
@@ -251,6 +254,10 @@ class Counters:
         """The mean boost published over the window (1: none)."""
         values = [value for at, value in self.boosts if begin <= at <= end]
         return round(statistics.mean(values), 3) if values else 1.0
+
+    def boosts_per_second(self, begin: float, end: float) -> list[float]:
+        """The mean boost published in each whole second of the window."""
+        return [self.boost(begin + k, begin + k + 1) for k in range(int(end - begin))]
 
     def stop(self) -> None:
         self._stop.set()

@@ -109,10 +109,32 @@ def test_a_busier_load_gets_at_most_the_boost_its_utilization_allows_at_once() -
     assert partial is not None and partial > 1.05
     busier, now = feed(estimator, 700.0, 98, 0.5, now)
     assert busier is not None and busier <= ceiling(0.98) < 1.01
-    # Idle again: the 60 % load's estimate is still there for it (the median was not touched
-    # by the ceiling), and an idle GPU does not lower it.
+    # Idle again: the newest load's own estimate is kept for its next busy spell (a fresh
+    # window measured it within the half second), and an idle GPU does not lower it.
     _, now = feed(estimator, 112.0, 0, 1.0, now)
-    assert estimator.boost == pytest.approx(partial, rel=0.03)
+    assert estimator.boost == pytest.approx(boost_from(700.0, 0.98, 700.0), rel=0.005)
+
+
+def test_a_quieter_load_gets_its_own_estimate_within_a_second() -> None:
+    """30/30 after 30/70: the saturated load's boost (1.0) is not charged to the quieter load
+    for seconds (a median of 2 s of the old load's estimates took 2 s to follow)."""
+    estimator = BoostEstimator()
+    saturated, now = feed(estimator, 700.0, 98, 2.0)
+    assert saturated is not None and saturated < 1.01
+    quieter, now = feed(estimator, 532.6, 50, 1.0, now)
+    assert quieter == pytest.approx(boost_from(532.6, 0.5, 700.0), rel=0.01)
+
+
+def test_the_ceiling_bounds_the_boost_without_changing_the_estimate() -> None:
+    """A paced share that says the GPU is saturated caps what is published while it lasts; the
+    load's own estimate is still there after it."""
+    estimator = BoostEstimator()
+    partial, now = feed(estimator, 532.6, 60, 2.0)
+    capped, now = feed(estimator, 532.6, 60, 1.0, now, paced=0.99)
+    assert partial is not None and partial > 1.05
+    assert capped is not None and capped <= ceiling(0.98) < 1.01
+    after, now = feed(estimator, 532.6, 60, 1.0, now)  # no paced readings: the bound goes
+    assert after == pytest.approx(partial, rel=0.01)
 
 
 def test_paced_work_that_keeps_the_gpu_busy_has_no_boost_where_nvml_reads_it_less_busy() -> None:

@@ -102,6 +102,7 @@ class BoostEstimator:
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     _paced: deque[tuple[float, int]] = field(default_factory=deque)  # (time, lease busy_ns)
+    _fresh: list[float] | None = None  # estimates since the window restarted at a change
 
     def add(
         self,
@@ -128,7 +129,7 @@ class BoostEstimator:
         return self.boost
 
     def _ceiling(self, now: float) -> float:
-        paced = self.paced_share()
+        paced = self.paced_share(now)
         bound = ceiling(paced) if paced is not None and paced >= MIN_BUSY else MAX_BOOST
         recent = [value for at, value in self._busy if now - at <= RECENT_S]
         if not recent or sum(recent) / len(recent) < MIN_BUSY:
@@ -142,13 +143,13 @@ class BoostEstimator:
         while len(self._paced) > 2 and now - self._paced[1][0] >= PACED_WINDOW_S:
             self._paced.popleft()
 
-    def paced_share(self) -> float | None:
+    def paced_share(self, now: float) -> float | None:
         """The share of the last second that paced work kept the GPU busy (0..1), or None while
-        less than MIN_SPAN_S of readings are in."""
+        less than MIN_SPAN_S of readings are in, or none lately."""
         if len(self._paced) < 2:
             return None
         (first, first_ns), (last, last_ns) = self._paced[0], self._paced[-1]
-        if last - first < MIN_SPAN_S:
+        if last - first < MIN_SPAN_S or now - last > GAP_S:
             return None
         return min(1.0, (last_ns - first_ns) / 1e9 / (last - first))
 
@@ -176,19 +177,39 @@ class BoostEstimator:
         if not early or not late or not self._steady_power(middle):
             return
         busy = (sum(early) + sum(late)) / (len(early) + len(late))
-        if (
-            busy < MIN_BUSY
-            or _differ(sum(early) / len(early), sum(late) / len(late))
-            # NVML's utilization lags when work stops or starts: wait until it settled
-            or _differ(late[-1], busy)
-        ):
+        if _differ(late[-1], busy):
+            # The load changed (or NVML's utilization, which lags, is still moving): what the
+            # window holds is another load's. It starts again from the newest counter step, and
+            # the new load's first estimates replace the old load's (a median of 2 s of them
+            # took 2 s to follow a quieter load: 30/30 after 30/70 was charged the saturated
+            # GPU's boost for its first two seconds and got 32 % for 30).
+            self._restart()
+            return
+        if busy < MIN_BUSY or _differ(sum(early) / len(early), sum(late) / len(late)):
             return
         power_w = (last_mj - first_mj) / (last - first) / 1000.0
         estimate = boost_from(power_w, busy, limit_mw / 1000.0)
         if math.isfinite(estimate):
+            self._add_estimate(estimate)
+
+    def _restart(self) -> None:
+        step = self._energy[-1]
+        self._energy = deque([step])
+        self._busy = deque(reading for reading in self._busy if reading[0] > step[0])
+        self._fresh = []
+
+    def _add_estimate(self, estimate: float) -> None:
+        if self._fresh is not None:
+            self._fresh.append(estimate)
+            if len(self._fresh) < FIRST_ESTIMATES:
+                return  # the old load's median stands until the new one has a few
+            self._estimates.clear()
+            self._estimates.extend(self._fresh)
+            self._fresh = None
+        else:
             self._estimates.append(estimate)
-            if len(self._estimates) >= FIRST_ESTIMATES:
-                self._median = statistics.median(self._estimates)
+        if len(self._estimates) >= FIRST_ESTIMATES:
+            self._median = statistics.median(self._estimates)
 
     def _steady_power(self, middle: float) -> bool:
         """Whether the window's two halves drew about the same power (energy steps around the
