@@ -3,6 +3,7 @@ at limit L gets L % of the device's time, whatever the kernels' length or the la
 other pods, live changes and dead processes. Tolerances allow for a loaded 2-core CI machine."""
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -17,6 +18,7 @@ from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, run
 from tests.support.marks import per_second
 
 TOLERANCE_PP = 3.0
+SANITIZED = bool(os.environ.get("VGPU_TEST_PRELOAD_FIRST"))  # the sanitize session's limiter
 SIM_GPU0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulator's first GPU
 
 
@@ -76,7 +78,11 @@ def test_every_second_is_close_to_the_limit(
     # program itself gets no CPU to launch (2-µs kernels need a launch every 2 µs): that is the
     # program's time lost, not a limit that does not hold; the run as a whole still reaches L.
     assert max(windows) <= limit + 5, windows
-    assert min(windows) >= limit / 2, windows
+    if not (SANITIZED and kernel_us < 10):
+        # Under ASan each launch costs the program several times the CPU, and 2-µs kernels need
+        # one every 2 µs: a second's share then says how much CPU the program got (3.9 % in one
+        # first second on the loaded 2-core machine), not whether the limit holds.
+        assert min(windows) >= limit / 2, windows
     assert sum(windows) / len(windows) == pytest.approx(limit, abs=5), windows
 
 
