@@ -24,7 +24,6 @@ Usage: python benchmarks/handover_gpu.py --library path/to/libcuda_limiter.so
 
 import argparse
 import json
-import struct
 import sys
 import tempfile
 import textwrap
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import limiter_compute_gpu as gpu
 from scheduling_gpu import Bench
+from vgpu_limiter.region import ffi
 
 PROGRAM = textwrap.dedent(
     """
@@ -67,6 +67,8 @@ PROGRAM = textwrap.dedent(
 )
 
 SMALL_GAP_NS = 1_000_000
+EPOCHS = ffi.offsetof("struct vgpu_device_lease", "epochs")
+TAKEOVERS = ffi.offsetof("struct vgpu_device_lease", "takeovers")
 
 
 def run_pods(
@@ -109,9 +111,9 @@ def lease_counts(bench: Bench) -> tuple[int, int]:
         *Path(tempfile.gettempdir()).glob(f"vgpu-devices-*/{bench.uuid}"),
     ]:
         if path.exists():
-            data = path.read_bytes()[:56]
-            epochs_, takeovers_ = struct.unpack_from("<QQ", data, 40)
-            epochs, takeovers = epochs + epochs_, takeovers + takeovers_
+            data = path.read_bytes()
+            epochs += int.from_bytes(data[EPOCHS : EPOCHS + 8], sys.byteorder)
+            takeovers += int.from_bytes(data[TAKEOVERS : TAKEOVERS + 8], sys.byteorder)
     return epochs, takeovers
 
 

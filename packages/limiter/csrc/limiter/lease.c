@@ -146,8 +146,6 @@ static bool waiting(uint64_t waiters, uint64_t said_ns, uint64_t now) {
     return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX && apart < VGPU_LEASE_WANTED_NS;
 }
 
-/* Count this process in (or out of) the waiters: the pod's count first in and last out, so that
- * the node's never seems to hold more of this pod's waiters than the pod's own does. */
 /* Say that this process still waits, in the lease and in the pod's words. */
 static void say_waiting(struct vgpu_lease *lease, uint64_t now) {
     if (lease->pod != NULL) {
@@ -156,6 +154,8 @@ static void say_waiting(struct vgpu_lease *lease, uint64_t now) {
     atomic_store(&lease->shared->waiting_ns, now);
 }
 
+/* Count this process in (or out of) the waiters: the pod's count first in and last out, so that
+ * the node's never seems to hold more of this pod's waiters than the pod's own does. */
 static void count_waiter(struct vgpu_lease *lease, bool in, uint64_t now) {
     if (in) {
         say_waiting(lease, now);
@@ -377,9 +377,10 @@ void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
         uint64_t mine = me;
         atomic_compare_exchange_strong(&lease->pod[POD_HOLDER], &mine, 0);
     }
+    uint64_t now = vgpu_monotonic_ns();
     if (atomic_compare_exchange_strong(&lease->shared->owner, &me, 0) &&
-        vgpu_lease_wanted(lease, vgpu_monotonic_ns())) {
-        atomic_store(&lease->shared->yield_until_ns, vgpu_monotonic_ns() + YIELD_NS);
+        vgpu_lease_wanted(lease, now)) {
+        atomic_store(&lease->shared->yield_until_ns, now + YIELD_NS);
         atomic_fetch_add(&lease->shared->releases, 1);
         syscall(SYS_futex, (uint32_t *)&lease->shared->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
     }

@@ -307,9 +307,7 @@ unsigned vgpu_region_reap(struct vgpu_region *region) {
 
 void vgpu_region_sweep(struct vgpu_region *region) {
     static _Atomic uint64_t next_ns;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+    uint64_t now_ns = monotonic_ns();
     uint64_t due = atomic_load(&next_ns);
     if (now_ns >= due && atomic_compare_exchange_strong(&next_ns, &due, now_ns + 1000000000ULL)) {
         vgpu_region_reap(region);
@@ -342,9 +340,7 @@ static bool worth_reaping(const struct vgpu_region *region, int entry, uint64_t 
     if (limit != 0 && bytes > limit) {
         return false;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+    uint64_t now_ns = monotonic_ns();
     uint64_t due = atomic_load(&next_ns);
     return now_ns >= due && atomic_compare_exchange_strong(&next_ns, &due, now_ns + 1000000ULL);
 }
