@@ -48,12 +48,19 @@ def test_a_boost_not_refreshed_goes_stale(tmp_path: Path, monkeypatch: pytest.Mo
 def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
     with DeviceLease.open(tmp_path, UUID) as lease, pytest.raises(ValueError, match="finite"):
         lease.publish_boost(float("nan"))
-    foreign = lease_path(tmp_path, UUID)
-    foreign.write_bytes(b"not a lease".ljust(128, b"\0"))
-    with pytest.raises(RegionError, match=r"not a device lease of version 2$"):
-        DeviceLease.open(tmp_path, UUID)
     with pytest.raises(ValueError, match="bad GPU UUID"):
         DeviceLease.open(tmp_path, "GPU-1")
+
+
+def test_a_scribbled_header_is_stamped_again(tmp_path: Path) -> None:
+    """Refusing it would send every pod of the GPU to a lease of its own for good."""
+    scribbled = lease_path(tmp_path, UUID)
+    DeviceLease.open(tmp_path, UUID).close()
+    scribbled.write_bytes(b"not a lease".ljust(128, b"\0"))
+    DeviceLease.open(tmp_path, UUID).close()
+    header = scribbled.read_bytes()[:12]
+    assert int.from_bytes(header[:8], sys.byteorder) == CONSTANTS["VGPU_LEASE_MAGIC"]
+    assert int.from_bytes(header[8:], sys.byteorder) == CONSTANTS["VGPU_LEASE_VERSION"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")

@@ -193,8 +193,20 @@ struct vgpu_device_node {
     VGPU_ATOMIC(uint32_t) boost;
     uint32_t reserved2;
     VGPU_ATOMIC(uint64_t) boost_ns; /* CLOCK_MONOTONIC when `boost` was written */
-    uint64_t spare[4];
+    /* Which sealed lease the daemon hands out for this GPU now (VGPU_LEASE_SOCKET; random, never
+     * 0): a limiter holding another (an earlier daemon's, or a lease file) asks for this one. */
+    VGPU_ATOMIC(uint64_t) lease_instance;
+    uint64_t spare[3];
 };
+
+/* The node daemon hands out every GPU's lease through this socket of its node folder
+ * ({base}/.node/leases.sock): as soon as a process connects, the daemon sends one message, the
+ * text "vgpu-leases 1\n" then one "<uuid> <instance>\n" line per GPU, with one file descriptor
+ * per line (SCM_RIGHTS): a memfd of the size of a lease, sealed against shrinking and growing.
+ * No tenant can truncate a sealed lease (the kernel refuses), so no tenant can SIGBUS another
+ * pod's processes through it; every other word is bounded as for a lease file. */
+#define VGPU_LEASE_SOCKET "leases.sock"
+#define VGPU_LEASE_GREETING "vgpu-leases 1\n"
 
 #define VGPU_BOOST_ONE 10000U
 #define VGPU_BOOST_MAX 20000U          /* larger values are taken as this */

@@ -14,6 +14,7 @@
 
 #include "core.h"
 #include "lease_file.h"
+#include "lease_sealed.h"
 #include "log.h"
 #include "vgpu_proc.h"
 
@@ -51,6 +52,8 @@ struct vgpu_lease {
     char node_folder[4096];
     bool private;
     char uuid[VGPU_REGION_UUID_SIZE];
+    uint64_t instance;   /* the daemon's sealed lease mapped (lease_sealed.h); 0: a lease file */
+    uint64_t asked_ns;   /* when the daemon was last asked for another */
     /* This process's own account, which no other process can write. */
     bool exclusive;      /* this epoch holds the lease */
     bool exposed;        /* a gap in this epoch's activity let a waiter judge it stale */
@@ -103,15 +106,20 @@ static bool shut_out(const char *folder) {
     return errno == EACCES || errno == ENOENT;
 }
 
-struct vgpu_lease *vgpu_lease_open(const char *uuid) {
-    struct vgpu_lease *lease = calloc(1, sizeof *lease);
-    if (lease == NULL) {
-        return NULL;
-    }
-    snprintf(lease->uuid, sizeof lease->uuid, "%s", uuid);
+/* The daemon's sealed lease, or else the lease file of {base}/.devices, or else one of this
+ * user's own; false (and a warning) when none can be had. */
+static bool map_any(struct vgpu_lease *lease) {
     char why[4400];
+    bool absent = false;
+    lease->shared = vgpu_lease_sealed(lease->node_folder, lease->uuid, &lease->instance, &absent,
+                                      why, sizeof why);
+    if (lease->shared != NULL) {
+        return true;
+    }
+    if (!absent) {
+        vgpu_log(VGPU_LOG_WARN, "device lease from the daemon: %s; using the lease file", why);
+    }
     snprintf(lease->folder, sizeof lease->folder, "%.4000s/.devices", base_path());
-    snprintf(lease->node_folder, sizeof lease->node_folder, "%.4000s/.node", base_path());
     lease->shared = map_in(lease, why, sizeof why);
     if (lease->shared == NULL) {
         char first[4400];
@@ -125,12 +133,55 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid) {
                  lease->shared != NULL ? "pods of other users are not kept apart: using " : "",
                  lease->shared != NULL ? lease->folder : why);
     }
-    if (lease->shared == NULL) {
+    return lease->shared != NULL;
+}
+
+struct vgpu_lease *vgpu_lease_open(const char *uuid) {
+    struct vgpu_lease *lease = calloc(1, sizeof *lease);
+    if (lease == NULL) {
+        return NULL;
+    }
+    snprintf(lease->uuid, sizeof lease->uuid, "%s", uuid);
+    snprintf(lease->node_folder, sizeof lease->node_folder, "%.4000s/.node", base_path());
+    lease->asked_ns = vgpu_monotonic_ns();
+    if (!map_any(lease)) {
         vgpu_log(VGPU_LOG_WARN, "no device lease for %s: compute pacing without exclusivity", uuid);
         free(lease);
         return NULL;
     }
     return lease;
+}
+
+static const struct vgpu_device_node *node_of(struct vgpu_lease *lease, uint64_t now);
+
+/* Between epochs, at most every NODE_RETRY_NS: when the daemon's node file names a sealed lease
+ * other than the one mapped (the daemon restarted, or started after this process), ask for it,
+ * so that every paced process of the GPU shares one lease again. The old mapping is left mapped:
+ * another thread of this process may still be reading a word of it, and it is one page. */
+static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
+    if (now - lease->asked_ns < NODE_RETRY_NS) {
+        return;
+    }
+    lease->asked_ns = now;
+    const struct vgpu_device_node *node = node_of(lease, now);
+    uint64_t named = node != NULL ? atomic_load(&node->lease_instance) : 0;
+    if (named == 0 || named == lease->instance) {
+        return;
+    }
+    char why[4400];
+    bool absent = false;
+    uint64_t instance = 0;
+    struct vgpu_device_lease *shared =
+        vgpu_lease_sealed(lease->node_folder, lease->uuid, &instance, &absent, why, sizeof why);
+    if (shared == NULL) {
+        vgpu_log(absent ? VGPU_LOG_DEBUG : VGPU_LOG_WARN, "device lease from the daemon: %s", why);
+        return;
+    }
+    vgpu_log(VGPU_LOG_INFO, "device lease of %s: the daemon's, instance %llu", lease->uuid,
+             (unsigned long long)instance);
+    lease->shared = shared;
+    lease->instance = instance;
+    lease->private = false;
 }
 
 void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words) {
@@ -234,9 +285,10 @@ static bool claim(struct vgpu_lease *lease, uint64_t owner, uint64_t me, uint64_
 }
 
 bool vgpu_lease_acquire(struct vgpu_lease *lease) {
+    uint64_t started = vgpu_monotonic_ns();
+    follow_daemon(lease, started);
     struct vgpu_device_lease *shared = lease->shared;
     uint64_t me = token();
-    uint64_t started = vgpu_monotonic_ns();
     bool trusting = started >= lease->distrust_until_ns;
     bool waiting = false;
     bool held = false;

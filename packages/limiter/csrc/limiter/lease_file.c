@@ -134,16 +134,17 @@ struct vgpu_device_lease *vgpu_lease_map(int folder, const char *name, char *why
         snprintf(why, why_size, "%s: %s", name, wrong);
         return NULL;
     }
-    /* A new file is all zeros, a free lease: only the magic is written, once. */
+    /* A new file is all zeros, a free lease: only the magic is written, once. Any other header
+     * is a scribble of a sharer (or an older version's, whose words mean the same): stamped
+     * again, since refusing it would send every pod of the GPU to a lease of its own for good. */
     uint64_t blank = 0;
     if (lease->magic == 0) {
         lease->version = VGPU_LEASE_VERSION;
         atomic_compare_exchange_strong((_Atomic uint64_t *)&lease->magic, &blank, VGPU_LEASE_MAGIC);
     }
     if (lease->magic != VGPU_LEASE_MAGIC || lease->version != VGPU_LEASE_VERSION) {
-        munmap(lease, size);
-        snprintf(why, why_size, "%s: not a device lease of version %d", name, VGPU_LEASE_VERSION);
-        return NULL;
+        lease->version = VGPU_LEASE_VERSION;
+        lease->magic = VGPU_LEASE_MAGIC;
     }
     return lease;
 }

@@ -22,9 +22,12 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .region import CONSTANTS, RegionError, ffi, normalize_uuid
+
+if TYPE_CHECKING:
+    from .lease_broker import SealedLease
 
 LEASE_FOLDER: Final = ".devices"
 NODE_FOLDER: Final = ".node"
@@ -51,7 +54,7 @@ def node_path(base: str | os.PathLike[str], uuid: str) -> Path:
     return Path(base) / NODE_FOLDER / normalize_uuid(uuid)
 
 
-def _folder(path: Path, mode: int | None) -> int:
+def folder_fd(path: Path, mode: int | None) -> int:
     """The folder as a checked directory fd; made with ``mode`` when that is given and it is
     missing. Refused: a symlink, anything but a directory, a world-writable folder."""
     made = False
@@ -142,21 +145,19 @@ def _open_lease(folder: int, name: str, shown: Path) -> int:
     return fd
 
 
-def _start_lease(fd: int, path: Path) -> None:
-    """Stamp a new lease (all zeros: free) with magic and version; refuse another version's."""
+def _start_lease(fd: int) -> None:
+    """Stamp the lease's header (magic and version) unless it is this version's: a new lease is
+    all zeros (free), and any other header is a sharer's scribble (or an older version's, whose
+    words mean the same), which the limiter stamps again too rather than refuse the GPU's lease
+    for good."""
     magic, version = _OFFSETS["magic"], _OFFSETS["version"]
     header = os.pread(fd, version + 4, 0)
-    if int.from_bytes(header[magic : magic + 8], sys.byteorder) == 0:
-        os.pwrite(fd, CONSTANTS["VGPU_LEASE_VERSION"].to_bytes(4, sys.byteorder), version)
-        os.pwrite(fd, CONSTANTS["VGPU_LEASE_MAGIC"].to_bytes(8, sys.byteorder), magic)
-        header = os.pread(fd, version + 4, 0)
     if (
         int.from_bytes(header[magic : magic + 8], sys.byteorder) != CONSTANTS["VGPU_LEASE_MAGIC"]
         or int.from_bytes(header[version:], sys.byteorder) != CONSTANTS["VGPU_LEASE_VERSION"]
     ):
-        raise RegionError(
-            f"{path}: not a device lease of version {CONSTANTS['VGPU_LEASE_VERSION']}"
-        )
+        os.pwrite(fd, CONSTANTS["VGPU_LEASE_VERSION"].to_bytes(4, sys.byteorder), version)
+        os.pwrite(fd, CONSTANTS["VGPU_LEASE_MAGIC"].to_bytes(8, sys.byteorder), magic)
 
 
 def _map_node(base: Path, name: str) -> tuple[mmap.mmap | None, bool]:
@@ -165,7 +166,7 @@ def _map_node(base: Path, name: str) -> tuple[mmap.mmap | None, bool]:
     it, else None."""
     shown = base / NODE_FOLDER / name
     try:
-        folder = _folder(base / NODE_FOLDER, NODE_FOLDER_MODE)
+        folder = folder_fd(base / NODE_FOLDER, NODE_FOLDER_MODE)
     except PermissionError:
         return None, False  # not the daemon, and no daemon has made it
     try:
@@ -203,9 +204,17 @@ class DeviceLease:
     process is the daemon: root or the node folder's owner).
     ``with DeviceLease.open(base, uuid) as lease:``"""
 
-    def __init__(self, path: Path, fd: int, node: mmap.mmap | None, writer: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fd: int,
+        node: mmap.mmap | None,
+        writer: bool,
+        sealed: SealedLease | None = None,
+    ) -> None:
         self.path = path
         self._fd: int | None = fd
+        self._sealed = sealed
         self._node_mapping = node
         self._node_buffer: Any = None
         self._node: Any = None
@@ -215,13 +224,18 @@ class DeviceLease:
         self._writer = writer
 
     @classmethod
-    def open(cls, base: str | os.PathLike[str], uuid: str) -> DeviceLease:
+    def open(
+        cls, base: str | os.PathLike[str], uuid: str, *, sealed: SealedLease | None = None
+    ) -> DeviceLease:
         """Map the GPU's lease, creating it (and its folder) when missing, and its node file;
-        RegionError when a file cannot be made, breaks the rules, or is not of this version."""
+        RegionError when a file cannot be made or breaks the rules. With ``sealed`` (the
+        daemon's, lease_broker.py) the words are read from that lease, and the node file names
+        it, so that the limiters take it; the lease file stays for processes that cannot reach
+        the daemon."""
         name = normalize_uuid(uuid)
         path = lease_path(base, name)
         try:
-            folder = _folder(path.parent, LEASE_FOLDER_MODE)
+            folder = folder_fd(path.parent, LEASE_FOLDER_MODE)
             try:
                 fd = _open_lease(folder, name, path)
             finally:
@@ -229,7 +243,7 @@ class DeviceLease:
         except OSError as error:
             raise RegionError(f"{path}: cannot open the device lease: {error.strerror}") from None
         try:
-            _start_lease(fd, path)
+            _start_lease(fd)
             node, writer = _map_node(Path(base), name)
         except OSError as error:
             os.close(fd)
@@ -237,11 +251,20 @@ class DeviceLease:
         except BaseException:
             os.close(fd)
             raise
-        lease = cls(path, fd, node, writer)
+        lease = cls(path, fd, node, writer, sealed)
         if writer and lease._node.magic == 0:
             lease._node.version = CONSTANTS["VGPU_NODE_VERSION"]
             lease._node.magic = CONSTANTS["VGPU_NODE_MAGIC"]  # last: the file is complete
+        if sealed is not None:
+            if not writer:
+                lease.close()
+                raise RegionError(f"{path}: only the node daemon hands out sealed leases")
+            lease._node.lease_instance = sealed.instance
         return lease
+
+    def lease_instance(self) -> int:
+        """The sealed lease the node file names (0: none)."""
+        return int(self._node.lease_instance) if self._node is not None else 0
 
     def publish_boost(self, boost: float) -> int:
         """Publish the GPU's boost factor (>= 1; clamped to the limiter's range); the stored
@@ -299,6 +322,8 @@ class DeviceLease:
         read of a short file is 0 where a mapping's would be SIGBUS); 0 once closed."""
         if self._fd is None:
             return 0
+        if self._sealed is not None:
+            return self._sealed.word(_OFFSETS[field])
         data = os.pread(self._fd, 8, _OFFSETS[field])
         return int.from_bytes(data, sys.byteorder) if len(data) == 8 else 0
 

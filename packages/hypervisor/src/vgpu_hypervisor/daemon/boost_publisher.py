@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from vgpu_limiter.lease import DeviceLease
+from vgpu_limiter.lease_broker import LeaseBroker
 from vgpu_limiter.region import RegionError, normalize_uuid
 
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, nvml
@@ -36,6 +37,7 @@ class _Gpu:
         self.handle: nvml.Handle | None = None
         self.uuid: str | None = None
         self.lease: DeviceLease | None = None
+        self.owns_lease = False
         self.limit_mw: int | None = None
         self.limit_read = -LIMIT_EVERY_S
         self.utilization: int | None = None
@@ -51,9 +53,12 @@ def _known(value: object) -> int | None:
 class BoostPublisher:
     """One caller ticks (the daemon's boost task); ``boosts`` may be read from any thread."""
 
-    def __init__(self, base: Path, device_count: int) -> None:
+    def __init__(self, base: Path, device_count: int, leases: LeaseBroker | None = None) -> None:
+        """``leases``: the daemon's sealed leases, whose words (and node files) are used for
+        the GPUs they cover; the others' lease files are opened here."""
         self._base = base
         self._gpus = [_Gpu(index) for index in range(device_count)]
+        self._leases = leases
 
     def boosts(self) -> dict[str, float]:
         """The latest estimate of each GPU that has one, by UUID."""
@@ -85,8 +90,13 @@ class BoostPublisher:
             gpu.handle, gpu.uuid = handle, uuid
         if gpu.uuid is None:
             return False  # its lease could not be made: given up
+        sealed = self._leases.device_lease(gpu.uuid) if self._leases is not None else None
+        if sealed is not None:
+            gpu.lease = sealed
+            return True
         try:
             gpu.lease = DeviceLease.open(self._base, normalize_uuid(gpu.uuid))
+            gpu.owns_lease = True
         except (RegionError, ValueError) as error:
             log.warning("boost correction off for GPU %d: %s", gpu.index, error)
             gpu.uuid = None
@@ -125,5 +135,6 @@ class BoostPublisher:
         for gpu in self._gpus:
             if gpu.lease is not None:
                 gpu.lease.withdraw_boost()
-                gpu.lease.close()
+                if gpu.owns_lease:
+                    gpu.lease.close()  # the broker closes its leases itself
                 gpu.lease = None

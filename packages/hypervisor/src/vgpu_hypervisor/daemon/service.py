@@ -28,6 +28,7 @@ from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
 from vgpu_hypervisor.daemon.api.token_review import TokenReviewer, in_cluster_url
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.leases import start_lease_broker
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
@@ -175,9 +176,12 @@ class Daemon:
         settings = self.settings
         token = _prepare_files(settings)
         store = PodStore(settings.shm_base_path)
+        leases = start_lease_broker(settings.shm_base_path, observer.backend)
         publisher = None
         if settings.boost_correction:
-            publisher = BoostPublisher(settings.shm_base_path, observer.backend.device_count)
+            publisher = BoostPublisher(
+                settings.shm_base_path, observer.backend.device_count, leases
+            )
         node = Node(observer, store, publisher.boosts if publisher is not None else dict)
         await asyncio.to_thread(node.sample)
         view = await asyncio.to_thread(node.refresh)
@@ -219,6 +223,12 @@ class Daemon:
                     )
                 )
             )
+        if leases is not None:
+            tasks.append(
+                asyncio.create_task(
+                    self._supervise("device leases", lambda: _every(1.0, leases.repair))
+                )
+            )
         if source is not None:
             tasks.append(asyncio.create_task(self._supervise("Kubernetes pods", source.run)))
         if settings.gpu_metrics_file is not None:
@@ -246,6 +256,8 @@ class Daemon:
             await asyncio.gather(*tasks, return_exceptions=True)
             if publisher is not None:
                 publisher.close()
+            if leases is not None:
+                leases.close()
             listener.close()
             if isinstance(settings.api_listen_addr, UnixAddress):
                 settings.api_listen_addr.path.unlink(missing_ok=True)
