@@ -1019,12 +1019,22 @@ static void overhead_floor(void) {
     EXPECT_EQ(config.context_overhead, VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD);
     EXPECT_STR(config.context_overhead_source, "default");
     EXPECT_WARNING("TF_CUDA_CONTEXT_OVERHEAD=0: ignored: below the default 570425344 bytes in a "
-                   "pod region owned by another user");
+                   "pod managed by another user");
     /* Raising it stays allowed. */
     setenv("TF_CUDA_CONTEXT_OVERHEAD", "1GiB", 1);
     EXPECT_OK();
     EXPECT_EQ(config.context_overhead, GIB);
     EXPECT_EQ(config.warning_count, 0u);
+    /* A region of our own in a folder of another's (the daemon's pod made for this user, with
+     * --owner): still not ours to lower. */
+    check(chown(region, geteuid(), getegid()) == 0 && chown(folder, 65534, 65534) == 0, __LINE__,
+          "%s", "chown");
+    setenv("TF_CUDA_CONTEXT_OVERHEAD", "0", 1);
+    EXPECT_OK();
+    EXPECT_EQ(config.context_overhead, VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD);
+    EXPECT_WARNING("TF_CUDA_CONTEXT_OVERHEAD=0: ignored: below the default 570425344 bytes in a "
+                   "pod managed by another user");
+    check(chown(folder, geteuid(), getegid()) == 0, __LINE__, "%s", "chown");
     unlink(region);
     rmdir(folder);
 }

@@ -143,13 +143,17 @@ def test_another_user_can_neither_read_nor_change_a_pod(shared_base: Path) -> No
 def test_a_pod_of_another_user_is_theirs(shared_base: Path) -> None:
     path = regions.region_path(shared_base, "ns", "pod")
     regions.create_region(path, "ns", "pod", owner=NOBODY, group=NOBODY).close()
-    for item in (path, path.parent):
-        assert (item.stat().st_uid, item.stat().st_gid) == (NOBODY, NOBODY)
+    assert (path.stat().st_uid, path.stat().st_gid) == (NOBODY, NOBODY)
+    # The folder stays its creator's: the tenant can neither remove the region made for it nor
+    # plant one of its own choosing (with limits of its own) in its place.
+    folder = path.parent.stat()
+    assert (folder.st_uid, folder.st_gid, folder.st_mode & 0o7777) == (0, NOBODY, 0o755)
     results = FORK.Queue()
     child = FORK.Process(target=_as_nobody, args=(path, results))
     child.start()
-    assert results.get(timeout=30) == ["opened", "opened", "planted"]
+    assert results.get(timeout=30) == ["opened", "opened", "Permission denied"]
     child.join(timeout=30)
+    assert path.exists()
 
 
 # The private folder of standalone processes

@@ -35,7 +35,10 @@
 
 /* Owners and modes of what the region code creates (docs/security.md gives the rule). */
 #define VGPU_REGION_FILE_MODE 0660   /* the pod's processes (owner and group) and root */
-#define VGPU_REGION_FOLDER_MODE 0770 /* the pod folder: theirs, to create the file in */
+#define VGPU_REGION_FOLDER_MODE 0770 /* a pod folder its own processes made: theirs */
+/* A pod folder made for another user or group (the daemon's pods): its creator's, so that the
+ * pod's tenant can neither remove nor replace the region the daemon made for it. */
+#define VGPU_REGION_MANAGED_FOLDER_MODE 0755
 #define VGPU_REGION_PARENT_MODE 0755 /* base and namespace folders: only their owner writes */
 #define VGPU_PRIVATE_FOLDER_MODE 0700 /* $TMPDIR/vgpu-<uid>, private regions of one user */
 #define VGPU_OWNER_KEEP (-1)          /* an owner argument that leaves the creator's */

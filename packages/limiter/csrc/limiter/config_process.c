@@ -16,18 +16,22 @@
 
 #define OVERHEAD "TF_CUDA_CONTEXT_OVERHEAD"
 
-/* A region file owned by another user (the node daemon) is one this process cannot raise its
- * limits in; its pod must not lower the overhead either, or 16 processes could hold 12 GiB
- * under a 4 GiB limit. */
-static bool region_of_another_user(const struct vgpu_config *config) {
+/* A pod managed by someone else: its region file or its folder belongs to another user (the
+ * daemon makes a tenant's pod folder its own, even when the region is the tenant's). Such a pod
+ * must not lower the context charge, or 16 processes could hold 12 GiB under a 4 GiB limit. */
+static bool pod_of_another_user(const struct vgpu_config *config) {
+    if (config->pod_folder[0] == '\0') {
+        return false;
+    }
     char region[VGPU_CONFIG_PATH_SIZE];
     struct stat status;
+    if (vgpu_stat_at(AT_FDCWD, config->pod_folder, &status) == 0 && status.st_uid != geteuid()) {
+        return true;
+    }
     /* load_folder left room for the file name. */
     snprintf(region, sizeof region, "%.*s/%s", VGPU_CONFIG_PATH_SIZE - 5, config->pod_folder,
              VGPU_CONFIG_REGION_FILE);
-    return config->pod_folder[0] != '\0' &&
-           vgpu_stat_at(AT_FDCWD, region, &status) == 0 &&
-           status.st_uid != geteuid();
+    return vgpu_stat_at(AT_FDCWD, region, &status) == 0 && status.st_uid != geteuid();
 }
 
 static bool load_overhead(struct vgpu_config *config, char *error, size_t error_size) {
@@ -43,10 +47,10 @@ static bool load_overhead(struct vgpu_config *config, char *error, size_t error_
         return vgpu_config_fail(&report, "not a size (bytes, or a number with a unit such as "
                                          "512MiB)");
     }
-    if (bytes < VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD && region_of_another_user(config)) {
+    if (bytes < VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD && pod_of_another_user(config)) {
         vgpu_config_warn(config, OVERHEAD, value,
-                         "ignored: below the default %llu bytes in a pod region owned by another "
-                         "user (the daemon's); the default applies",
+                         "ignored: below the default %llu bytes in a pod managed by another user "
+                         "(the daemon's); the default applies",
                          (unsigned long long)VGPU_CONFIG_DEFAULT_CONTEXT_OVERHEAD);
         return true;
     }

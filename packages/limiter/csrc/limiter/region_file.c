@@ -215,7 +215,11 @@ int vgpu_region_create(const char *folder, const char *pod_namespace, const char
     if (folder_fd < 0) {
         return VGPU_REGION_ERROR;
     }
-    if (made && !give(folder_fd, owner, group, VGPU_REGION_FOLDER_MODE)) {
+    /* Made for someone else (the daemon's pod for a tenant): the folder stays the creator's,
+     * or the tenant could unlink the region and make one with limits of its own choosing. */
+    bool managed = owner != VGPU_OWNER_KEEP || group != VGPU_OWNER_KEEP;
+    if (made && !give(folder_fd, VGPU_OWNER_KEEP, managed ? group : VGPU_OWNER_KEEP,
+                      managed ? VGPU_REGION_MANAGED_FOLDER_MODE : VGPU_REGION_FOLDER_MODE)) {
         fail(error, error_size, "%.300s: cannot give the pod folder its owner: %s", folder,
              strerror(errno));
         close(folder_fd);
