@@ -16,10 +16,13 @@ of the window:
 and each pod's matmuls per second; the device lease's epochs and takeovers (leases taken from a
 stale or drained holder) over the case. The bracketing kernels cost a little throughput; the
 figures compare cases run alike. `--variant NAME=PATH` runs the limited cases again with another
-build of the limiter (builds compared in one run), `--keep DIR` saves the intervals, `--logs DIR`
-keeps each pod's limiter log at debug level (its pacing statistics once a second).
+build of the limiter (builds compared in one run), `--leases file sealed` runs them with the
+lease files and again with the daemon's sealed leases (lease_broker.py, handed out here without
+the rest of the daemon), `--keep DIR` saves the intervals, `--logs DIR` keeps each pod's limiter
+log at debug level (its pacing statistics once a second).
 Usage: python benchmarks/handover_gpu.py --library path/to/libcuda_limiter.so
        [--variant NAME=PATH ...] [--sets 30,70 20,30,50] [--seconds 6] [--daemon]
+       [--leases file sealed]
 """
 
 import argparse
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import limiter_compute_gpu as gpu
 from scheduling_gpu import Bench
+from vgpu_limiter.lease_broker import LeaseBroker
 from vgpu_limiter.region import ffi
 
 PROGRAM = textwrap.dedent(
@@ -102,10 +106,13 @@ def run_pods(
     return found
 
 
-def lease_counts(bench: Bench) -> tuple[int, int]:
-    """The GPU's lease counters (epochs, takeovers) summed over the lease files in use: the
-    node's under the base path, or a user's own under the temporary folder."""
+def lease_counts(bench: Bench, broker: LeaseBroker | None = None) -> tuple[int, int]:
+    """The GPU's lease counters (epochs, takeovers) summed over the leases in use: the sealed
+    one, the node's file under the base path, or a user's own under the temporary folder."""
     epochs = takeovers = 0
+    sealed = broker.lease(bench.uuid) if broker is not None else None
+    if sealed is not None:
+        epochs, takeovers = sealed.word(EPOCHS), sealed.word(TAKEOVERS)
     for path in [
         bench.base / ".devices" / bench.uuid,
         *Path(tempfile.gettempdir()).glob(f"vgpu-devices-*/{bench.uuid}"),
@@ -197,6 +204,13 @@ def main() -> None:
     parser.add_argument("--daemon", action="store_true", help="run the node daemon throughout")
     parser.add_argument("--keep", type=Path, help="save each case's intervals here (.npy)")
     parser.add_argument("--logs", type=Path, help="the pods' limiter logs at debug level here")
+    parser.add_argument(
+        "--leases",
+        nargs="*",
+        choices=["file", "sealed"],
+        default=["file"],
+        help="which device leases the pods pace with (each in turn; the daemon's are sealed)",
+    )
     args = parser.parse_args()
     builds = [("library", args.library)]
     for variant in args.variant:
@@ -205,24 +219,36 @@ def main() -> None:
             parser.error(f"--variant {variant!r}: expected NAME=PATH")
         builds.append((name, path))
     for name, library in builds:
-        logs = args.logs / name if args.logs is not None else None
-        bench = Bench(str(Path(library).resolve()), False, args.seconds, logs)
-        if args.daemon:
-            bench.start_daemon()
-        try:
-            cases: list[tuple[str, list[int | None]]] = []
-            if name == "library":  # the unlimited cases once
-                cases += [("alone, unlimited", [None]), ("unlimited pair", [None, None])]
-            cases += [(text, [int(v) for v in text.split(",")]) for text in args.sets]
-            for label, limits in cases:
-                envs = [bench.pod(limit) if limit is not None else bench.plain for limit in limits]
-                before = lease_counts(bench)
-                found = analyse(run_pods(bench, envs, args.seconds, args.keep))
-                after = lease_counts(bench)
-                found |= {"lease_epochs": after[0] - before[0], "takeovers": after[1] - before[1]}
-                print(json.dumps({"build": name, "case": label} | found), flush=True)
-        finally:
-            bench.stop()
+        for leases in args.leases:
+            run_build(args, name, library, leases)
+
+
+def run_build(args: argparse.Namespace, name: str, library: str, leases: str) -> None:
+    logs = args.logs / f"{name}-{leases}" if args.logs is not None else None
+    bench = Bench(str(Path(library).resolve()), False, args.seconds, logs)
+    broker = None
+    if args.daemon:
+        bench.start_daemon()
+    elif leases == "sealed":
+        broker = LeaseBroker(bench.base, [bench.uuid])
+        broker.start()
+    try:
+        cases: list[tuple[str, list[int | None]]] = []
+        if name == "library" and leases == args.leases[0]:  # the unlimited cases once
+            cases += [("alone, unlimited", [None]), ("unlimited pair", [None, None])]
+        cases += [(text, [int(v) for v in text.split(",")]) for text in args.sets]
+        for label, limits in cases:
+            envs = [bench.pod(limit) if limit is not None else bench.plain for limit in limits]
+            before = lease_counts(bench, broker)
+            found = analyse(run_pods(bench, envs, args.seconds, args.keep))
+            after = lease_counts(bench, broker)
+            found |= {"lease_epochs": after[0] - before[0], "takeovers": after[1] - before[1]}
+            record = {"build": name, "leases": "sealed" if args.daemon else leases, "case": label}
+            print(json.dumps(record | found), flush=True)
+    finally:
+        if broker is not None:
+            broker.close()
+        bench.stop()
 
 
 if __name__ == "__main__":
