@@ -179,6 +179,7 @@ def sanitize(session: nox.Session) -> None:
         "tests/limiter/test_stress.py",
         "tests/limiter/test_lease_files.py",
         "tests/limiter/test_lease_adversary.py",
+        "tests/limiter/test_lease_broker.py",
         env={
             "VGPU_TEST_LIMITER": str(library),
             "VGPU_TEST_PRELOAD_FIRST": runtime,
