@@ -148,3 +148,15 @@ def test_root_refuses_a_node_folder_another_user_made(tmp_path: Path) -> None:
     os.chown(tmp_path / ".node", 65534, 65534)
     with pytest.raises(RegionError, match=r"\.node: owned by uid 65534, not root: remove it$"):
         DeviceLease.open(tmp_path, UUID)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another group needs root")
+def test_leases_follow_their_folder_to_a_new_group(tmp_path: Path) -> None:
+    """`chgrp gpu-users .devices` after the daemon made its leases: they follow at its next
+    start, or the group's users could not open them."""
+    DeviceLease.open(tmp_path, UUID).close()
+    path = lease_path(tmp_path, UUID)
+    os.chown(path.parent, -1, 65534)
+    assert path.stat().st_gid == 0
+    DeviceLease.open(tmp_path, UUID).close()
+    assert path.stat().st_gid == 65534

@@ -136,8 +136,13 @@ def _open_lease(folder: int, name: str, shown: Path) -> int:
         return fd
     fd, info = _checked_open(folder, name, os.O_RDWR, shown)
     try:
-        if info.st_uid not in (os.geteuid(), 0) and info.st_gid != os.fstat(folder).st_gid:
+        group = os.fstat(folder).st_gid
+        if info.st_uid not in (os.geteuid(), 0) and info.st_gid != group:
             raise RegionError(f"{shown}: owned by a user outside the folder's group")
+        if info.st_uid == os.geteuid() and info.st_gid != group:
+            # The folder was given to a group after this lease was made (`chgrp gpu-users
+            # .devices`): the lease follows, or the group's users could not open it.
+            os.fchown(fd, -1, group)
         _allocate(fd, _SIZE, shown)  # a planted sparse file gets its space too
     except BaseException:
         os.close(fd)
