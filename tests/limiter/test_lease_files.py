@@ -4,11 +4,9 @@ SIGBUS, never a file left behind), and only a node file of the daemon's changes 
 
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from vgpu_limiter.lease import DeviceLease, lease_path, node_path
 from vgpu_limiter.region import RegionError
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
+from tests.support.tenant import NOBODY, needs_root, tenant_tools
 
 SIM_GPU0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulator's first GPU
 SECRET = b"root's own, mode 0600\n"
@@ -169,19 +168,19 @@ def test_a_node_file_the_daemon_does_not_own_alone_is_not_applied(
     assert lease_path(base, SIM_GPU0).exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a second user needs root")
+@needs_root
 def test_a_user_outside_the_lease_group_paces_with_a_lease_of_its_own(
     environment: dict[str, str],
 ) -> None:
     """The daemon (root) made the leases root's group's: another user's pod cannot write them
-    (nor plant anything beside them), says so at info level and uses a 0700 lease of its own."""
-    top = Path(tempfile.mkdtemp(prefix="vgpu-lease-user-"))
-    try:
-        top.chmod(0o755)
+    (nor plant anything beside them), says so at info level and uses a 0700 lease of its own.
+    The programs run from copies any user can read, wherever the checkout lives."""
+    with tenant_tools() as tools:
+        top = tools.root / "node"
         for name, mode in [("pod", 0o700), ("tmp", 0o1777)]:
             (top / name).mkdir()
             (top / name).chmod(mode)
-        os.chown(top / "pod", 65534, 65534)  # the pod's own folder, as the daemon gives it
+        os.chown(top / "pod", NOBODY, NOBODY)  # the pod's own folder, as the daemon gives it
         DeviceLease.open(top / "base", SIM_GPU0).close()
         shared = lease_path(top / "base", SIM_GPU0).read_bytes()
         environment |= {
@@ -192,25 +191,17 @@ def test_a_user_outside_the_lease_group_paces_with_a_lease_of_its_own(
         }
         said = {}
         for level in ("warn", "info"):
-            result = subprocess.run(
-                [WORKLOAD, "--kernels", "20", "--kernel-us", "1000"],
-                env=environment | {"TF_LOG_LEVEL": level},
-                capture_output=True,
-                text=True,
-                timeout=30,
-                user=65534,
-                group=65534,
-                extra_groups=[],
-                check=False,
+            process = tools.run_as_tenant(
+                [str(tools.workload), "--kernels", "20", "--kernel-us", "1000"],
+                environment | {"TF_LOG_LEVEL": level},
             )
-            assert result.returncode == 0, result.stderr
-            said[level] = [line for line in result.stderr.splitlines() if "device lease" in line]
+            _, err = process.communicate(timeout=30)
+            assert process.returncode == 0, err
+            said[level] = [line for line in err.splitlines() if "device lease" in line]
         assert said["warn"] == []
         (line,) = said["info"]
         assert "Permission denied; pods of other users are not kept apart: using " in line
-        own = top / "tmp" / "vgpu-devices-65534"
-        assert (own.stat().st_uid, stat.S_IMODE(own.stat().st_mode)) == (65534, 0o700)
+        own = top / "tmp" / f"vgpu-devices-{NOBODY}"
+        assert (own.stat().st_uid, stat.S_IMODE(own.stat().st_mode)) == (NOBODY, 0o700)
         assert (own / SIM_GPU0).stat().st_size == 128
         assert lease_path(top / "base", SIM_GPU0).read_bytes() == shared
-    finally:
-        shutil.rmtree(top)
