@@ -6,18 +6,24 @@ under supervision, each logged and restarted with back-off if it fails, never si
 GPU sampling (every sample interval), pod passes (every second at most: reclaim dead workers,
 record host pids, publish a new view) and the metrics file. SIGTERM or SIGINT stops the server
 and the tasks and closes NVML; the region files stay as they are, so a restart loses nothing.
+The process ends within STOP_GRACE_S of the signal whatever still runs, and at once on a second
+one.
 """
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Final
 
 import uvicorn
 
@@ -45,6 +51,9 @@ if TYPE_CHECKING:  # the device plugin (gRPC) and the pod source load only when 
 log = logging.getLogger("vgpu_hypervisor")
 _POD_PASS_S = 1.0  # dead workers' memory comes back within two of these
 _BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+# From SIGTERM to exit at most; Kubernetes' default grace and the systemd unit's stop timeout
+# are 30 s before they send SIGKILL.
+STOP_GRACE_S: Final = 15.0
 
 
 class DaemonError(Exception):
@@ -158,6 +167,7 @@ class Daemon:
         self._reviewer: TokenReviewer | None = None
         self._stop = asyncio.Event()
         self._failing: set[str] = set()
+        self._signalled_once = False
 
     def stop(self) -> None:
         self._stop.set()
@@ -206,10 +216,7 @@ class Daemon:
         )
         listener = self._listener or _listen_socket(settings)
         server = _Server(server_config(create_app(context)))
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, self._signalled, signum)
+        self._catch_signals(asyncio.get_running_loop())
         tasks = [
             asyncio.create_task(self._supervise("GPU sampling", lambda: self._sampling(node))),
             asyncio.create_task(self._supervise("pod passes", lambda: self._pod_passes(node))),
@@ -307,6 +314,24 @@ class Daemon:
             raise DaemonError(f"device plugin: {error}") from None
         log.info("device plugin serving in %s", settings.device_plugin_dir)
 
+    def _catch_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            # A plain handler rather than the loop's: Python runs it in the main thread even
+            # while the loop is held up (a lock, a system call), so the deadline always starts.
+            with contextlib.suppress(ValueError):  # not the main thread: the caller stops us
+                signal.signal(signum, functools.partial(self._on_signal, loop))
+
+    def _on_signal(
+        self, loop: asyncio.AbstractEventLoop, signum: int, frame: FrameType | None
+    ) -> None:
+        name = signal.Signals(signum).name
+        if self._signalled_once:
+            exit_now(f"{name} received again")
+        self._signalled_once = True
+        exit_after(STOP_GRACE_S)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+            loop.call_soon_threadsafe(self._signalled, signum)
+
     def _signalled(self, signum: int) -> None:
         log.info("%s received", signal.Signals(signum).name)
         self.stop()
@@ -353,6 +378,30 @@ class Daemon:
             self.settings.sample_interval_s,
             lambda: metrics.write(influx_lines(node.view) + events.lines(node.view)),
         )
+
+
+def exit_after(grace_s: float) -> None:
+    """End the process ``grace_s`` seconds from now unless it has ended. A worker thread stuck
+    in a system call (a driver that stopped answering, an open that waits for a peer) cannot be
+    cancelled, and both asyncio.run's shutdown of its executor and the interpreter's exit wait
+    for such threads for ever: without a deadline the daemon ignores SIGTERM until SIGKILL."""
+
+    def expire() -> None:
+        time.sleep(grace_s)
+        exit_now(f"still stopping {grace_s:g} s after the signal")
+
+    threading.Thread(target=expire, name="stop-deadline", daemon=True).start()
+
+
+def exit_now(why: str) -> None:
+    """Log which threads are still running, flush the log and end the process (status 1)."""
+    current = threading.current_thread()
+    running = sorted(t.name for t in threading.enumerate() if t is not current and not t.daemon)
+    log.error("%s: exiting without the threads still running (%s)", why, ", ".join(running))
+    for handler in logging.getLogger("vgpu_hypervisor").handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(1)
 
 
 def _token_reviewer(settings: Settings) -> TokenReviewer | None:
