@@ -11,6 +11,7 @@ from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
+from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
@@ -75,7 +76,7 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
+def node(tmp_path: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
     lib = tmp_path / "lib"
     lib.mkdir()
     shutil.copy(add_path_library(), lib / "libadd_path.so")
@@ -84,7 +85,13 @@ def node(tmp_path: Path) -> Iterator[Node]:
     dev.mkdir()
     for name in ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"):
         (dev / name).touch()
-    layout = Layout(host_lib_dir=lib, host_base=tmp_path / "shm", dev_root=dev, memory_unit=GiB)
+    layout = Layout(
+        host_lib_dir=lib,
+        host_base=tmp_path / "shm",
+        dev_root=dev,
+        memory_unit=GiB,
+        gpus=node_gpus(snapshot),
+    )
     layout.host_base.mkdir()
     store = PodStore(layout.host_base)
     kubelet = FakeKubelet(tmp_path / "device-plugins")

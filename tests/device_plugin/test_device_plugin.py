@@ -164,6 +164,42 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     assert "asking for 1 vgpu.io/gpu" in str(caught.value.details())
 
 
+def test_allocate_gives_a_pod_asking_only_for_a_gpu_that_whole_gpu(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    """Not no limit: the GPU's memory and all its time, as the pod source resolves it."""
+    uuid, total = str(snapshot.devices[0].uuid), snapshot.devices[0].memory_total
+    assert isinstance(total, int)
+    node.pods[:] = [gpu_pod("whole", 1, "2026-01-01T00:00:00Z")]
+    envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
+    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: total}
+    assert "TENSOR_FUSION_CUDA_UP_LIMIT" not in envs  # 100 %
+    (device,) = node.store.get("team", "whole").devices
+    assert (device.memory_limit, device.compute_percent) == (total, None)
+
+
+def test_allocate_holds_annotations_to_the_resources_on_the_gpus_given(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    """Allocate resolves with the pod source's one resolver: annotations asking more than the
+    resources, or naming another GPU than the one the kubelet gave, change nothing."""
+    uuid = str(snapshot.devices[0].uuid)
+    greedy = dataclasses.replace(
+        gpu_pod("greedy", 1, "2026-01-01T00:00:00Z", memory=2, compute=10),
+        annotations={
+            "tensor-fusion.ai/vram-limit": "16Gi",
+            "tensor-fusion.ai/compute-limit": "100",
+            "tensor-fusion.ai/gpu-ids": "1",
+        },
+    )
+    node.pods[:] = [greedy]
+    envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
+    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 2 * GiB}
+    assert json.loads(envs["TENSOR_FUSION_CUDA_UP_LIMIT"]) == {uuid: 10.0}
+    record = node.store.get("team", "greedy")
+    assert [(d.uuid.lower(), d.memory_limit) for d in record.devices] == [(uuid.lower(), 2 * GiB)]
+
+
 def test_allocate_with_no_matching_pod_is_an_error_naming_why(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:

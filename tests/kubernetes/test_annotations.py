@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from vgpu_hypervisor.kubernetes import annotations as a
+from vgpu_hypervisor.kubernetes import resolver as r
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 
 UUID0 = "GPU-00000000-1111-2222-3333-444444444444"
@@ -24,20 +25,20 @@ def pod(annotations: dict[str, str] | None = None, *resources: dict[str, str]) -
 
 def test_a_pod_without_annotations_or_resources_wants_no_gpu() -> None:
     plain = pod({"team": "x"}, {"cpu": "1"})
-    assert a.resolve(plain, GPUS) == a.Resolution(wants_gpu=False)
+    assert r.resolve(plain, GPUS) == r.Resolution(wants_gpu=False)
 
 
 def test_pod_wide_annotations_apply_to_every_gpu_named() -> None:
-    found = a.resolve(
+    found = r.resolve(
         pod({a.VRAM_LIMIT: "4Gi", a.COMPUTE_LIMIT: "30", a.GPU_IDS: "0", a.QOS: "High"}), GPUS
     )
     assert found.problems == ()
-    assert found.gpus == {UUID0: a.GpuLimits(memory=4 * GiB, compute=30.0)}
+    assert found.gpus == {UUID0: r.GpuLimits(memory=4 * GiB, compute=30.0)}
     assert found.qos == "high"
 
 
 def test_per_gpu_forms_override_the_pod_wide_value() -> None:
-    found = a.resolve(
+    found = r.resolve(
         pod(
             {a.VRAM_LIMIT: "4GiB", a.VRAM_LIMIT + ".1": "8GiB", a.COMPUTE_LIMIT + "." + UUID0: "50"}
         ),
@@ -45,45 +46,48 @@ def test_per_gpu_forms_override_the_pod_wide_value() -> None:
     )
     assert found.problems == ()
     assert found.gpus == {
-        UUID0: a.GpuLimits(memory=4 * GiB, compute=50.0),
-        UUID1: a.GpuLimits(memory=8 * GiB),
+        UUID0: r.GpuLimits(memory=4 * GiB, compute=50.0),
+        UUID1: r.GpuLimits(memory=8 * GiB),
     }
 
 
 def test_resources_sum_over_containers() -> None:
-    found = a.resolve(
+    found = r.resolve(
         pod({}, {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "20"},
             {"vgpu.io/gpu-memory": "1", "vgpu.io/gpu-compute": "10"}),
         GPUS, assigned=("1",),
     )  # fmt: skip
     assert found.problems == ()
-    assert found.gpus == {UUID1: a.GpuLimits(memory=3 * GiB, compute=30.0)}
+    assert found.gpus == {UUID1: r.GpuLimits(memory=3 * GiB, compute=30.0)}
 
 
 def test_resource_names_are_settable() -> None:
     names = a.ResourceNames(
         "example.com/gpu", "example.com/mem", "example.com/cores", memory_unit=1 << 20
     )
-    found = a.resolve(pod({}, {"example.com/mem": "512"}), GPUS[:1], names)
-    assert found.gpus == {UUID0: a.GpuLimits(memory=512 << 20)}
+    found = r.resolve(pod({}, {"example.com/mem": "512"}), GPUS[:1], names)
+    assert found.gpus == {UUID0: r.GpuLimits(memory=512 << 20)}
 
 
-def test_a_contradiction_is_a_problem_and_the_lower_limit_applies() -> None:
-    found = a.resolve(
+def test_annotations_may_lower_resources_and_one_asking_more_is_refused() -> None:
+    found = r.resolve(
         pod({a.VRAM_LIMIT: "4Gi", a.COMPUTE_LIMIT: "10", a.GPU_IDS: "0"},
-            {"vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "40"}),
+            {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "40"}),
         GPUS,
     )  # fmt: skip
-    assert found.gpus == {UUID0: a.GpuLimits(memory=2 * GiB, compute=10.0)}
-    assert len(found.problems) == 2
-    assert all(line.startswith("pod ml/train: ") for line in found.problems)
-    assert "tensor-fusion.ai/vram-limit" in found.problems[0] and "gpu-memory" in found.problems[0]
+    assert found.gpus == {UUID0: r.GpuLimits(memory=2 * GiB, compute=10.0)}
+    assert found.problems == ()
+    assert found.refused == (
+        "pod ml/train: tensor-fusion.ai/vram-limit='4Gi': asks more than 2 GiB, the ceiling from "
+        "resource vgpu.io/gpu-memory=2 (units of 1 GiB); annotations only lower limits, so 2 GiB "
+        "applies",
+    )
 
 
 def test_tflops_convert_through_the_table_and_an_unknown_gpu_is_a_problem() -> None:
-    found = a.resolve(pod({a.TFLOPS_LIMIT: "247.25"}), GPUS)
-    assert found.gpus[UUID0] == a.GpuLimits(compute=25.0)
-    assert found.gpus[UUID1] == a.GpuLimits()
+    found = r.resolve(pod({a.TFLOPS_LIMIT: "247.25"}), GPUS)
+    assert found.gpus[UUID0] == r.GpuLimits(compute=25.0)
+    assert found.gpus[UUID1] == r.GpuLimits()
     (problem,) = found.problems
     assert "tflops-limit" in problem and "Mystery GPU" in problem and "peak TFLOPS" in problem
 
@@ -106,14 +110,14 @@ def test_tflops_convert_through_the_table_and_an_unknown_gpu_is_a_problem() -> N
 def test_bad_values_are_one_line_problems_naming_pod_and_field(
     annotations: dict[str, str], field: str
 ) -> None:
-    problems = a.resolve(pod(annotations), GPUS).problems
+    problems = r.resolve(pod(annotations), GPUS).problems
     assert problems
     for problem in problems:
         assert problem.startswith(f"pod ml/train: {field}=") and "\n" not in problem
 
 
 def test_a_bad_resource_quantity_is_a_problem() -> None:
-    (problem,) = a.resolve(pod({}, {"vgpu.io/gpu-memory": "2Gi"}), GPUS).problems
+    (problem,) = r.resolve(pod({}, {"vgpu.io/gpu-memory": "2Gi"}), GPUS).problems
     assert "container c0 resource vgpu.io/gpu-memory" in problem
 
 
@@ -178,7 +182,7 @@ def test_quantity_and_switch_parsers_are_total(text: str) -> None:
 def test_resolve_never_raises_and_limits_stay_in_range(
     annotations: dict[str, str], resources: dict[str, str]
 ) -> None:
-    found = a.resolve(pod(annotations, resources), GPUS)
+    found = r.resolve(pod(annotations, resources), GPUS)
     for limits in found.gpus.values():
         assert limits.memory is None or limits.memory > 0
         assert limits.compute is None or 1 <= limits.compute <= 100

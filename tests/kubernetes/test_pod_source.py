@@ -66,6 +66,13 @@ def _refused(result: subprocess.CompletedProcess[str]) -> bool:
     return result.returncode == 1 and "OUT_OF_MEMORY" in result.stdout + result.stderr
 
 
+def _memory_total(daemon: Daemon, index: int = 0) -> int:
+    """The memory of one GPU of the simulated node, as the daemon reads it."""
+    reply = daemon.http.get("/api/v1/gpus")
+    total: int = next(g for g in reply.json() if g["index"] == index)["memory_total"]
+    return total
+
+
 def _log(daemon: Daemon) -> str:
     return daemon.log_file.read_text() if daemon.log_file.exists() else ""
 
@@ -191,16 +198,23 @@ def test_malformed_annotations_are_an_event_and_a_log_line_and_spare_other_pods(
     assert "pod default/bad: tensor-fusion.ai/vram-limit='lots'" in event["message"]
     assert event["source"]["component"] == "tf-hypervisor"
     assert "pod default/bad: tensor-fusion.ai/vram-limit='lots'" in _log(daemon)
-    # What could be read still applies: the compute limit, with no memory limit.
-    assert _limits(daemon, "bad") == (None, 30.0)
+    # What could be read still applies: the compute limit; the memory is the ceiling, here
+    # the whole GPU (the pod asks for no vgpu resource), never no limit.
+    assert _limits(daemon, "bad") == (_memory_total(daemon), 30.0)
 
 
-def test_resources_and_a_contradiction(daemon: Daemon, api: ApiServer) -> None:
+def test_an_annotation_above_the_resources_is_refused(daemon: Daemon, api: ApiServer) -> None:
     api.put_pod("res", resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "1024"},
                 annotations={VRAM: "2Gi", "tensor-fusion.ai/gpu-ids": "0"})  # fmt: skip
     assert wait_for(lambda: _limits(daemon, "res") == (1 * GiB, None), timeout=15)
     event = wait_for(lambda: next(iter(api.events), None), timeout=15)
-    assert "contradicts resource vgpu.io/gpu-memory=1024" in event["message"]
+    assert event["reason"] == "LimitRaiseRefused"
+    assert event["message"] == (
+        "pod default/res: tensor-fusion.ai/vram-limit='2Gi': asks more than 1 GiB, the ceiling "
+        "from resource vgpu.io/gpu-memory=1024 (units of 1 MiB); annotations only lower limits, "
+        "so 1 GiB applies"
+    )
+    assert event["message"] in _log(daemon)
 
 
 def test_a_pod_of_another_node_is_ignored(daemon: Daemon, api: ApiServer) -> None:

@@ -16,8 +16,11 @@ from pathlib import Path
 
 from vgpu_hypervisor.daemon.pods import Limits
 from vgpu_hypervisor.device_plugin.proto import api_pb2
-from vgpu_hypervisor.device_plugin.resources import COMPUTE_UNITS, ResourceNames, gpu_of
+from vgpu_hypervisor.device_plugin.resources import ResourceNames, gpu_of
+from vgpu_hypervisor.kubernetes import annotations
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_hypervisor.kubernetes.resolver import resolve
 
 PendingPods = Callable[[], Sequence[KubePod]]
 # Makes sure the pod's region exists (with these limits when it is new); its folder on the host
@@ -43,6 +46,8 @@ class Layout:
     dev_root: Path = Path("/dev")
     memory_unit: int = 1 << 30
     names: ResourceNames = field(default_factory=ResourceNames)
+    # The node's GPUs (index, name, memory): a pod asking for a whole GPU gets its memory.
+    gpus: tuple[NodeGpu, ...] = ()
 
 
 def requested(pod: KubePod, container: KubeContainer, name: str) -> int:
@@ -94,15 +99,23 @@ class PodMatcher:
 
 
 def pod_limits(pod: KubePod, layout: Layout, uuids: Sequence[str]) -> dict[str, Limits]:
-    """The pod's limits on each of its GPUs: the memory and compute its containers ask for
-    (summed; one quota per pod), unlimited where none asks."""
-    memory = sum(requested(pod, c, layout.names.memory) for c in pod.containers)
-    compute = sum(requested(pod, c, layout.names.compute) for c in pod.containers)
-    limit = Limits(
-        memory=memory * layout.memory_unit,
-        compute=float(min(compute, COMPUTE_UNITS)) if compute else 100.0,
+    """The pod's limits on the GPUs Allocate gave it, resolved as the pod source resolves
+    them (kubernetes/resolver.py): its resources the ceiling (a whole GPU where it asks for
+    no memory or compute), its annotations lower. The pod source reports the problems."""
+    names = annotations.ResourceNames(
+        layout.names.gpu, layout.names.memory, layout.names.compute, layout.memory_unit
     )
-    return dict.fromkeys(uuids, limit)
+    known = {gpu.uuid.lower() for gpu in layout.gpus}
+    # A GPU the layout does not know still gets limits (its size unknown: no memory bound).
+    gpus = [*layout.gpus, *(NodeGpu(-1, u, "") for u in uuids if u.lower() not in known)]
+    found = resolve(pod, gpus, names, assigned=uuids)
+    limits = found.limits()
+    return {uuid: limits.get(_same(uuid, limits), Limits(compute=100.0)) for uuid in uuids}
+
+
+def _same(uuid: str, limits: Mapping[str, Limits]) -> str:
+    """The key of ``limits`` that names ``uuid`` (UUIDs compare in any case)."""
+    return next((key for key in limits if key.lower() == uuid.lower()), uuid)
 
 
 def container_response(

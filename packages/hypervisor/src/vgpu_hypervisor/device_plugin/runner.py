@@ -8,6 +8,7 @@ from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
 from vgpu_hypervisor.device_plugin.resources import ResourceError, ResourceNames
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import NodeSnapshot, NotAvailable, nvml
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod
 from vgpu_hypervisor.settings import Settings
 
@@ -33,6 +34,20 @@ def minor_numbers(snapshot: NodeSnapshot) -> dict[str, int]:
     return minors
 
 
+def node_gpus(snapshot: NodeSnapshot) -> tuple[NodeGpu, ...]:
+    """The GPUs as Allocate's limits need them: index, UUID, name, memory."""
+    return tuple(
+        NodeGpu(
+            device.index,
+            device.uuid,
+            device.name if isinstance(device.name, str) else "",
+            device.memory_total if isinstance(device.memory_total, int) else None,
+        )
+        for device in snapshot.devices
+        if isinstance(device.uuid, str)
+    )
+
+
 def build_plugin(
     settings: Settings,
     snapshot: NodeSnapshot,
@@ -51,6 +66,7 @@ def build_plugin(
         names=ResourceNames(
             settings.gpu_resource, settings.gpu_memory_resource, settings.gpu_compute_resource
         ),
+        gpus=node_gpus(snapshot),
     )
     config = PluginConfig(layout, folder=settings.device_plugin_dir, shares=settings.gpu_shares)
     return DevicePlugin(

@@ -6,19 +6,23 @@ error, starts again from a fresh list after a pause that doubles up to a bound, 
 that is down costs one attempt per pause, never a busy loop. Meanwhile the regions stay as
 they are: limits keep being enforced by the limiter, which needs no daemon.
 
-A pod that asks for a vgpu share (annotations or resources) gets its region with its limits;
-changed annotations change them in place; a pod deleted, or finished, has its region deleted
-(kept, marked deleted, while its workers live: the store removes it after the last exits).
-Regions made here carry a marker file with the pod's UID, so a fresh list also removes those
-of pods deleted while the daemon was away, and leaves regions made through the API alone.
+A pod that asks for a vgpu share (annotations or resources) gets its region with its limits
+(resolver.py: resources the ceiling, annotations only lower it); changed annotations change
+them in place; a pod deleted, or finished, has its region deleted (kept, marked deleted, while
+its workers live: the store removes it after the last exits). What the pod source made is in
+its book (pod_book.py), in a folder only the daemon writes, never in the tenant's pod folder:
+a fresh list also removes the regions of pods deleted while the daemon was away, and leaves
+regions made through the API alone; a limit changed through the API stays the pod's ceiling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,20 +32,19 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from vgpu_common.units import format_size
 
-from vgpu_hypervisor.daemon.pods import Limits, PodError, PodNotFound, PodStore
+from vgpu_hypervisor.daemon.pods import PodError, PodNotFound, PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
-from vgpu_hypervisor.kubernetes.annotations import (
-    DEFAULT_NAMES,
-    NodeGpu,
-    Resolution,
-    ResourceNames,
-    resolve,
-)
+from vgpu_hypervisor.kubernetes.annotations import DEFAULT_NAMES, QOS, NodeGpu, ResourceNames
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_hypervisor.kubernetes.pod_book import Entry, PodBook, Written, forget_old_marker
+from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling, Resolution, resolve
 
 log = logging.getLogger("vgpu_hypervisor.kubernetes")
-MARKER = "kubernetes-pod"  # in a pod's folder: the UID of the Kubernetes pod it was made for
+# What set a ceiling, in refusals ("…, the ceiling from {source}") and the book.
+_ADMIN = "the limit set through the API"
+_STARTED = "the pod's first annotations (it asks for no vgpu resource)"
+_BY_ADMIN = "through the API: annotations may lower it, not raise it"
 _FINISHED = ("Succeeded", "Failed")
 _WATCH_SERVER_TIMEOUT_S = 300  # the server ends a watch after this; it is resumed at once
 
@@ -113,7 +116,10 @@ class PodSource:
         events: EventPoster | None = None,
         changed: Callable[[], object] = lambda: None,  # called in a worker thread
         backoff: Backoff | None = None,
+        book: PodBook | None = None,
     ) -> None:
+        """``book``: what the pod source made, by default under the store's base path
+        (BookError when that folder is not the daemon's own)."""
         self._client = client
         self.node_name = node_name
         self._store = store
@@ -122,6 +128,10 @@ class PodSource:
         self._events = events
         self._changed = changed
         self._backoff = backoff or Backoff()
+        self._book = book or PodBook(store.base)
+        # One change of the store and the book at a time: the watch's worker thread and the
+        # device plugin's Allocate (assign) both apply pods.
+        self._lock = threading.RLock()
         self._pods: dict[str, KubePod] = {}  # by UID
         self._reported: dict[str, tuple[str, ...]] = {}  # problems last logged, by UID
         self._assigned: dict[str, tuple[str, ...]] = {}  # GPUs the device plugin gave, by UID
@@ -233,96 +243,143 @@ class PodSource:
                 self._pods[pod.uid] = pod
             await asyncio.to_thread(self._handle, kind, pod)
 
-    # Keeping the store in step (blocking: in a worker thread)
+    # Keeping the store in step (blocking: in a worker thread, or the device plugin's)
 
     def _handle(self, kind: str, pod: KubePod) -> None:
-        if kind == "DELETED":
-            self._remove(pod, "pod deleted")
-        else:
-            self._apply(pod)
+        with self._lock:
+            if kind == "DELETED":
+                self._remove(pod, "pod deleted")
+            else:
+                self._apply(pod)
         self._changed()
 
     def _reconcile(self, pods: Iterable[KubePod]) -> None:
         """After a list: every pod applied, the regions made for pods now gone removed."""
-        present = {pod.key: pod for pod in pods}
-        for pod in present.values():
-            self._apply(pod)
-        for record in self._store.scan():
-            key = f"{record.namespace}/{record.name}"
-            uid = _marker(record.path)
-            if uid and key not in present:
-                self._delete(record.namespace, record.name, why="no longer on this node")
+        with self._lock:
+            present = {(pod.namespace, pod.name): pod for pod in pods}
+            for pod in present.values():
+                self._apply(pod)
+            for namespace, name in self._book.pods():
+                if (namespace, name) not in present:
+                    self._delete(namespace, name, why="no longer on this node")
         self._changed()
 
     def _apply(self, pod: KubePod) -> None:
         if pod.deleting or pod.phase in _FINISHED:
             self._remove(pod, "pod terminating" if pod.deleting else f"pod {pod.phase.lower()}")
             return
-        found = resolve(pod, self._gpus(), self._names, self._assigned.get(pod.uid, ()))
+        entry = self._book.get(pod.namespace, pod.name)
+        if entry is not None and entry.uid != pod.uid:
+            entry = None  # an earlier pod of that name: this one starts afresh
+        record = self._region(pod)
+        if entry is not None and record is not None:
+            entry = _admin_changes(pod, entry, record)
+        found = resolve(
+            pod,
+            self._gpus(),
+            self._names,
+            self._assigned.get(pod.uid, ()),
+            ceilings=entry.ceilings if entry is not None else None,
+        )
         self._report(pod, found)
-        if not found.wants_gpu:
-            self._remove(pod, "the pod asks for no vgpu share now")
-            return
-        if not found.gpus:
-            return  # nothing usable: problems reported, the region (if any) kept as it is
-        limits = {
-            uuid: Limits(
-                memory=gpu.memory or 0,
-                compute=100.0 if gpu.compute is None else gpu.compute,
-                oversubscribe=found.oversubscribe,
-                burst=gpu.burst or 0,
-            )
-            for uuid, gpu in found.gpus.items()
-        }
+        if not found.wants_gpu or not found.gpus:
+            return  # nothing asked, or nothing usable: problems reported, the region as it is
+        limits = found.limits(keep_burst=entry.admin_burst if entry is not None else frozenset())
         try:
-            try:
-                record = self._store.get(pod.namespace, pod.name)
-            except PodNotFound:
-                record = self._store.create(pod.namespace, pod.name, limits)
+            if record is None:
+                self._store.create(pod.namespace, pod.name, limits)
                 log.info("pod %s: region created: %s", pod.key, _describe(found))
             else:
                 before = {d.uuid.lower(): d.limits for d in record.devices}
-                record = self._store.update(pod.namespace, pod.name, limits)
-                after = {d.uuid.lower(): d.limits for d in record.devices}
-                if before != after:
+                changed = self._store.update(pod.namespace, pod.name, limits)
+                if before != {d.uuid.lower(): d.limits for d in changed.devices}:
                     log.info("pod %s: limits changed: %s", pod.key, _describe(found))
-            # The class from tensor-fusion.ai/qos (medium without it); the weight stays the API's.
-            self._store.set_policy(
-                pod.namespace, pod.name, QOS_BY_NAME[found.qos or "medium"], None
-            )
-            marker = record.path.parent / MARKER
-            if _marker(record.path) != pod.uid:
-                marker.write_text(pod.uid + "\n")
+            if entry is None or entry.qos is not None:  # else the admin's class stands
+                # The class from tensor-fusion.ai/qos (medium without it); the weight stays
+                # the API's.
+                qos = QOS_BY_NAME[found.qos or "medium"]
+                self._store.set_policy(pod.namespace, pod.name, qos, None)
         except (PodError, OSError) as error:
             message = f"pod {pod.key}: cannot set its limits: {error}"
             log.error("%s", message)
             if self._events is not None:
                 self._events.post(pod, "LimitsFailed", message)
+        self._remember(pod, entry, found)
+
+    def _region(self, pod: KubePod) -> PodRecord | None:
+        try:
+            return self._store.get(pod.namespace, pod.name)
+        except PodNotFound:
+            return None
+
+    def _remember(self, pod: KubePod, entry: Entry | None, found: Resolution) -> None:
+        """Book what the region holds now that the pod source wrote it (so that a later
+        difference is the admin's), with the ceilings of an annotations-only pod's GPUs."""
+        record = self._region(pod)
+        identity = _identity(record.path) if record is not None else None
+        if record is None or record.error is not None or identity is None:
+            return  # no region, or none that can be read: the entry (if any) stays as it was
+        same_file = entry is not None and entry.region == identity
+        devices = {device.uuid.lower(): device for device in record.devices}
+        written = dict(entry.written) if entry is not None and same_file else {}
+        ceilings = dict(entry.ceilings) if entry is not None else {}
+        for uuid, gpu in found.gpus.items():
+            device = devices.get(uuid.lower())
+            if device is not None:
+                written[uuid] = Written(
+                    device.memory_limit, device.compute_limit, device.compute_soft_limit
+                )
+            if not found.from_resources and uuid not in ceilings:
+                # Annotations alone: no scheduler charged anything, and the tenant may edit
+                # them; the limits it starts with are its ceiling (raising is the admin's).
+                ceilings[uuid] = GpuCeiling(
+                    Ceiling(gpu.memory, _STARTED), Ceiling(gpu.compute, _STARTED)
+                )
+        admin_qos = entry is not None and same_file and entry.qos is None
+        self._book.put(
+            pod.namespace,
+            pod.name,
+            Entry(
+                uid=pod.uid,
+                region=identity,
+                ceilings=ceilings,
+                written=written,
+                qos=None if admin_qos else record.qos,
+                admin_burst=entry.admin_burst if entry is not None and same_file else frozenset(),
+            ),
+        )
+        if entry is None:
+            forget_old_marker(record.path.parent)
 
     def _report(self, pod: KubePod, found: Resolution) -> None:
-        """Problems are logged when they change and posted as events (rate-limited)."""
-        if self._reported.get(pod.uid) != found.problems:
-            for problem in found.problems:
-                log.warning("%s", problem)
-            self._reported[pod.uid] = found.problems
+        """Problems and refusals are logged when they change and posted as events
+        (rate-limited)."""
+        lines = (*found.problems, *found.refused)
+        if self._reported.get(pod.uid) != lines:
+            for line in lines:
+                log.warning("%s", line)
+            self._reported[pod.uid] = lines
         if self._events is not None:
             for problem in found.problems:
                 self._events.post(pod, "InvalidLimits", problem)
+            for refused in found.refused:
+                self._events.post(pod, "LimitRaiseRefused", refused)
 
     def _remove(self, pod: KubePod, why: str) -> None:
-        try:
-            record = self._store.get(pod.namespace, pod.name)
-        except PodError:
-            return
-        if _marker(record.path) == pod.uid:
+        entry = self._book.get(pod.namespace, pod.name)
+        if entry is not None and entry.uid == pod.uid:
             self._delete(pod.namespace, pod.name, why=why)
 
     def _delete(self, namespace: str, name: str, *, why: str) -> None:
         try:
             record = self._store.delete(namespace, name, force=True)
+        except PodNotFound:
+            self._book.remove(namespace, name)  # removed meanwhile (through the API)
+            return
         except PodError as error:
             log.error("pod %s/%s: cannot delete its region: %s", namespace, name, error)
-            return
+            return  # the entry stays: the next list tries again
+        self._book.remove(namespace, name)
         live = sum(1 for _ in record.processes)
         log.info(
             "pod %s/%s: region deleted (%s)%s",
@@ -333,10 +390,51 @@ class PodSource:
         )
 
 
-def _marker(region: Path) -> str | None:
-    with suppress(OSError, UnicodeDecodeError):
-        return (region.parent / MARKER).read_text().strip() or None
-    return None
+def _admin_changes(pod: KubePod, entry: Entry, record: PodRecord) -> Entry:
+    """The entry with what changed in the region since the pod source wrote it: only the API
+    writes limits besides, so a changed limit is the admin's and becomes the GPU's ceiling
+    (annotations may lower it, not raise it); a changed burst or class is the admin's to keep.
+    A region that is another file than the one written (made anew) tells nothing."""
+    if record.error is not None or _identity(record.path) != entry.region:
+        return entry  # unreadable now, or another file: nothing in it is the admin's
+    ceilings = dict(entry.ceilings)
+    admin_burst = set(entry.admin_burst)
+    by_lower = {uuid.lower(): uuid for uuid in entry.written}
+    for device in record.devices:
+        uuid = by_lower.get(device.uuid.lower())
+        if uuid is None:
+            continue
+        written = entry.written[uuid]
+        ceiling = ceilings.get(uuid, GpuCeiling())
+        if device.memory_limit != written.memory:
+            memory = device.memory_limit or None
+            ceiling = dataclasses.replace(ceiling, memory=Ceiling(memory, _ADMIN))
+            shown = format_size(memory) if memory else "none"
+            log.info("pod %s: GPU %s memory limit set to %s %s", pod.key, uuid, shown, _BY_ADMIN)
+        if device.compute_limit != written.compute:
+            compute = device.compute_percent
+            ceiling = dataclasses.replace(ceiling, compute=Ceiling(compute, _ADMIN))
+            shown = f"{compute:g} %" if compute is not None else "none"
+            log.info("pod %s: GPU %s compute limit set to %s %s", pod.key, uuid, shown, _BY_ADMIN)
+        if device.compute_soft_limit != written.soft:
+            admin_burst.add(uuid)
+        ceilings[uuid] = ceiling
+    qos = entry.qos
+    if qos is not None and record.qos != qos:
+        log.info("pod %s: class set through the API; %s no longer changes it", pod.key, QOS)
+        qos = None
+    return dataclasses.replace(
+        entry, ceilings=ceilings, admin_burst=frozenset(admin_burst), qos=qos
+    )
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the region file, read without following a link or opening it."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
 
 
 def _describe(found: Resolution) -> str:

@@ -54,7 +54,7 @@ def open_client(settings: Settings) -> AsyncClient:
 def node_gpus(node: Node) -> list[NodeGpu]:
     """The node's GPUs as the last NVML pass saw them."""
     return [
-        NodeGpu(gpu.index, gpu.uuid, gpu.name or "")
+        NodeGpu(gpu.index, gpu.uuid, gpu.name or "", gpu.memory_total)
         for gpu in node.view.gpus
         if gpu.uuid is not None
     ]
@@ -63,6 +63,7 @@ def node_gpus(node: Node) -> list[NodeGpu]:
 def pod_source(settings: Settings, node: Node) -> PodSource:
     """The pod source of this node, its client from the settings; KubernetesSetupError."""
     from vgpu_hypervisor.kubernetes.events import EventPoster
+    from vgpu_hypervisor.kubernetes.pod_book import BookError, PodBook
     from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
     from vgpu_hypervisor.kubernetes.refusals import RefusalReporter
 
@@ -71,6 +72,10 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
             "Kubernetes is on but NODE_NAME is not set (--node-name or NODE_NAME: the "
             "DaemonSet sets it from spec.nodeName)"
         )
+    try:
+        book = PodBook(node.store.base)
+    except BookError as error:
+        raise KubernetesSetupError(str(error)) from None
     client = open_client(settings)
     names = ResourceNames(
         settings.gpu_resource,
@@ -90,6 +95,7 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
         backoff=Backoff(
             first=min(0.5, settings.kube_backoff_max_s), most=settings.kube_backoff_max_s
         ),
+        book=book,
     )
     node.watchers.append(RefusalReporter(source, events).observe)
     return source

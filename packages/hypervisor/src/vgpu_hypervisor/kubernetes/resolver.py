@@ -1,0 +1,355 @@
+"""A pod's limits per GPU: its resources set the ceiling, its annotations may only lower it.
+
+The one resolver of the Kubernetes door: the pod source (pod_source.py) and the device
+plugin's Allocate (device_plugin/allocation.py) both call :func:`resolve`.
+
+The ceiling of each GPU of a pod is what the scheduler charged for it:
+
+- memory: ``vgpu.io/gpu-memory`` units (summed over the pod's containers, which share one
+  region) when the pod asks for them, else the GPU's whole memory;
+- compute: ``vgpu.io/gpu-compute`` percent (summed) when asked, else 100 %.
+
+So a pod asking only ``vgpu.io/gpu: 1`` gets one whole GPU, bounded by that GPU's memory, as
+the NVIDIA device plugin gives one; a pod asking for memory or compute gets exactly that. A pod
+with no vgpu resource at all (annotations alone) has no resource ceiling; the pod source holds
+it to the limits it started with, and a limit an admin changed through the API becomes that
+GPU's ceiling: both come in as ``ceilings`` and take the resources' place.
+
+Annotations may only lower a ceiling. One asking more is refused: a line naming the pod, the
+annotation, its value and what set the ceiling, and the ceiling applies. Without annotations
+a pod has its ceiling, never no limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from vgpu_common.units import format_size
+
+from vgpu_hypervisor.daemon.pods import Limits
+from vgpu_hypervisor.kubernetes.annotations import (
+    COMPUTE_BURST,
+    COMPUTE_LIMIT,
+    DEFAULT_NAMES,
+    GPU_IDS,
+    PREFIX,
+    QOS,
+    QOS_LEVELS,
+    TFLOPS_LIMIT,
+    VRAM_LIMIT,
+    VRAM_OVERSUBSCRIBE,
+    Asked,
+    NodeGpu,
+    ResourceNames,
+    check_keys,
+    limit_values,
+    match_gpu,
+    parse_gpu_ids,
+    parse_quantity,
+    parse_switch,
+    peak_tflops,
+)
+from vgpu_hypervisor.kubernetes.model import KubePod
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most one limit of a GPU may be (bytes or percent; None: no bound) and what set it,
+    in words that follow "the ceiling from"."""
+
+    value: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuCeiling:
+    """A GPU's ceilings. Given to :func:`resolve`, a field left None is the resources'."""
+
+    memory: Ceiling | None = None
+    compute: Ceiling | None = None
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """``memory`` bytes (None: no limit); ``compute`` and ``burst`` percent (None: none)."""
+
+    memory: int | None = None
+    compute: float | None = None
+    burst: float | None = None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a pod gets: ``gpus`` by GPU UUID (empty when it asks for no vgpu share), the
+    ``ceilings`` they were held to (both fields set), ``problems`` one line each (a value that
+    cannot be read, two that disagree) and ``refused`` one line per annotation that asked for
+    more than its ceiling."""
+
+    wants_gpu: bool
+    gpus: Mapping[str, GpuLimits] = field(default_factory=dict)
+    ceilings: Mapping[str, GpuCeiling] = field(default_factory=dict)
+    from_resources: bool = False  # the pod asks for a vgpu resource (else annotations alone)
+    qos: str | None = None
+    oversubscribe: bool = False
+    problems: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+
+    def limits(self, keep_burst: frozenset[str] = frozenset()) -> dict[str, Limits]:
+        """The limits to write through the PodStore; the GPUs in ``keep_burst`` keep the
+        burst their region holds (an admin set it)."""
+        return {
+            uuid: Limits(
+                memory=gpu.memory or 0,
+                compute=100.0 if gpu.compute is None else gpu.compute,
+                oversubscribe=self.oversubscribe,
+                burst=None if uuid in keep_burst else gpu.burst or 0,
+            )
+            for uuid, gpu in self.gpus.items()
+        }
+
+
+class _Lines:
+    def __init__(self, pod: KubePod) -> None:
+        self.pod = pod
+        self.problems: list[str] = []
+        self.refused: list[str] = []
+
+    def _line(self, where: str, value: str, why: str) -> str:
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        return f"pod {self.pod.key}: {where}={shown!r}: {why}"
+
+    def problem(self, where: str, value: str, why: str) -> None:
+        self.problems.append(self._line(where, value, why))
+
+    def refuse(self, asked: Asked, ceiling: str, source: str) -> None:
+        why = (
+            f"asks more than {ceiling}, the ceiling from {source}; annotations only lower "
+            f"limits, so {ceiling} applies"
+        )
+        self.refused.append(self._line(asked.key, asked.text, why))
+
+
+@dataclass(frozen=True)
+class _Resources:
+    """The pod's vgpu resources, summed over its containers; None where none asks."""
+
+    count: int | None
+    memory_units: int | None
+    compute: int | None
+
+    @property
+    def any(self) -> bool:
+        return (self.count, self.memory_units, self.compute) != (None, None, None)
+
+
+def resolve(
+    pod: KubePod,
+    gpus: Sequence[NodeGpu],
+    names: ResourceNames = DEFAULT_NAMES,
+    assigned: Sequence[str] = (),
+    ceilings: Mapping[str, GpuCeiling] | None = None,
+) -> Resolution:
+    """The limits ``pod`` gets on this node's ``gpus``. ``assigned``: the GPUs (indices or
+    UUIDs) the device plugin gave it, which are its GPUs whatever ``gpu-ids`` says; without
+    them ``gpu-ids``, else every GPU of the node (a container sees only those it was given, so
+    the others are never charged). ``ceilings`` by GPU UUID replace the resources' (the pod
+    source's: an admin's change, or the limits an annotations-only pod started with); a pod
+    with ceilings wants its GPUs even once its annotations are gone."""
+    lines = _Lines(pod)
+    ours = any(key.startswith(PREFIX) for key in pod.annotations)
+    resources = _resources(pod, names, lines)
+    if not ours and not resources.any and not lines.problems and not ceilings:
+        return Resolution(wants_gpu=False)
+    chosen = _choose_gpus(
+        pod, gpus, assigned=assigned, resources=resources, names=names, lines=lines
+    )
+    pod_wide = limit_values(pod.annotations, "", lines.problem)
+    limits: dict[str, GpuLimits] = {}
+    held: dict[str, GpuCeiling] = {}
+    for gpu in chosen:
+        given = (ceilings or {}).get(gpu.uuid, GpuCeiling())
+        ceiling = GpuCeiling(
+            memory=given.memory or _memory_ceiling(gpu, resources, names),
+            compute=given.compute or _compute_ceiling(resources, names),
+        )
+        held[gpu.uuid] = ceiling
+        limits[gpu.uuid] = _gpu_limits(pod, gpu, pod_wide, ceiling, lines)
+    check_keys(pod.annotations, chosen, lines.problem)
+    qos = pod.annotations.get(QOS)
+    if qos is not None and qos.strip().lower() not in QOS_LEVELS:
+        lines.problem(QOS, qos, "expected low, medium, high or critical")
+        qos = None
+    oversubscribe = False
+    if (text := pod.annotations.get(VRAM_OVERSUBSCRIBE)) is not None:
+        try:
+            oversubscribe = parse_switch(text)
+        except ValueError as error:
+            lines.problem(VRAM_OVERSUBSCRIBE, text, str(error))
+    return Resolution(
+        wants_gpu=True,
+        gpus=limits,
+        ceilings=held,
+        from_resources=resources.any,
+        qos=qos.strip().lower() if qos else None,
+        oversubscribe=oversubscribe,
+        problems=tuple(lines.problems),
+        refused=tuple(lines.refused),
+    )
+
+
+def _resources(pod: KubePod, names: ResourceNames, lines: _Lines) -> _Resources:
+    totals: dict[str, int] = {}
+    for container in pod.containers:
+        for resource in (names.gpu, names.memory, names.compute):
+            text = container.resources.get(resource)
+            if text is None:
+                continue
+            try:
+                totals[resource] = totals.get(resource, 0) + parse_quantity(text)
+            except ValueError as error:
+                lines.problem(f"container {container.name} resource {resource}", text, str(error))
+    memory = totals.get(names.memory)
+    if memory == 0:  # nothing charged: 0 bytes is no limit to a region, so it is not one
+        lines.problem(f"resource {names.memory}", "0", "expected at least 1 unit")
+        memory = None
+    compute = totals.get(names.compute)
+    if compute is not None and not 1 <= compute <= 100:
+        lines.problem(f"resource {names.compute}", str(compute), "expected 1 to 100")
+        compute = None
+    return _Resources(totals.get(names.gpu), memory, compute)
+
+
+def _memory_ceiling(gpu: NodeGpu, resources: _Resources, names: ResourceNames) -> Ceiling:
+    if resources.memory_units is not None:
+        unit = format_size(names.memory_unit)
+        return Ceiling(
+            resources.memory_units * names.memory_unit,
+            f"resource {names.memory}={resources.memory_units} (units of {unit})",
+        )
+    if resources.any:
+        return Ceiling(gpu.memory_total, f"the whole GPU {gpu.index} (no {names.memory} asked)")
+    return Ceiling(gpu.memory_total, f"the whole GPU {gpu.index}")
+
+
+def _compute_ceiling(resources: _Resources, names: ResourceNames) -> Ceiling:
+    if resources.compute is not None:
+        return Ceiling(float(resources.compute), f"resource {names.compute}={resources.compute}")
+    return Ceiling(None, "the whole GPU")
+
+
+def _choose_gpus(
+    pod: KubePod,
+    gpus: Sequence[NodeGpu],
+    *,
+    assigned: Sequence[str],
+    resources: _Resources,
+    names: ResourceNames,
+    lines: _Lines,
+) -> list[NodeGpu]:
+    """The GPUs of the pod: those the device plugin gave, else gpu-ids, else every GPU."""
+    ids_text = pod.annotations.get(GPU_IDS)
+    named: tuple[str, ...] = ()
+    if ids_text is not None:
+        try:
+            named = parse_gpu_ids(ids_text)
+        except ValueError as error:
+            lines.problem(GPU_IDS, ids_text, str(error))
+    if assigned:
+        # The GPUs the container sees: limits put on others would leave its own as they were.
+        chosen = [gpu for one in assigned if (gpu := match_gpu(one, gpus)) is not None]
+        elsewhere = {gpu.uuid for one in named if (gpu := match_gpu(one, gpus)) is not None}
+        if ids_text is not None and named and elsewhere != {gpu.uuid for gpu in chosen}:
+            given = ", ".join(str(gpu.index) for gpu in chosen)
+            why = f"the device plugin gave the pod GPU {given}, where its limits apply"
+            lines.problem(GPU_IDS, ids_text, why)
+        return chosen
+    if not named or ids_text is None:
+        return list(gpus)
+    chosen = []
+    for gpu_id in named:
+        found = match_gpu(gpu_id, gpus)
+        if found is None:
+            lines.problem(GPU_IDS, ids_text, f"this node has no GPU {gpu_id}")
+        else:
+            chosen.append(found)
+    if resources.count is not None and resources.count != len(named):
+        why = f"names {len(named)} GPU(s) but resource {names.gpu} asks {resources.count}"
+        lines.problem(GPU_IDS, ids_text, why)
+    return chosen
+
+
+def _gpu_limits(
+    pod: KubePod,
+    gpu: NodeGpu,
+    pod_wide: Mapping[str, Asked],
+    ceiling: GpuCeiling,
+    lines: _Lines,
+) -> GpuLimits:
+    """One GPU's limits: its annotations (its own over the pod-wide ones) under its ceiling."""
+    values = dict(pod_wide)
+    for key in (str(gpu.index), gpu.uuid):
+        values |= limit_values(pod.annotations, "." + key, lines.problem)
+    assert ceiling.memory is not None and ceiling.compute is not None
+    memory = _held(values.get(VRAM_LIMIT), ceiling.memory, _size, lines)
+    compute = _held(_compute_asked(gpu, values, lines), ceiling.compute, _percent, lines)
+    burst = values.get(COMPUTE_BURST)
+    if burst is not None and compute is None:
+        lines.problem(burst.key, burst.text, "a burst needs a compute limit below 100 %: ignored")
+        burst = None
+    elif burst is not None and compute is not None and burst.value < compute:
+        lines.problem(burst.key, burst.text, f"below the compute limit {compute:g} %: ignored")
+        burst = None
+    return GpuLimits(
+        memory=None if memory is None else int(memory),
+        compute=compute,
+        burst=None if burst is None else burst.value,
+    )
+
+
+def _held(
+    asked: Asked | None, ceiling: Ceiling, shown: Callable[[float], str], lines: _Lines
+) -> float | None:
+    """What an annotation asks, unless it is above the ceiling (refused: the ceiling)."""
+    if asked is None:
+        return ceiling.value
+    if ceiling.value is not None and asked.value > ceiling.value:
+        lines.refuse(asked, shown(ceiling.value), ceiling.source)
+        return ceiling.value
+    return asked.value
+
+
+def _size(value: float) -> str:
+    return format_size(int(value))
+
+
+def _percent(value: float) -> str:
+    return f"{value:g} %"
+
+
+def _compute_asked(gpu: NodeGpu, values: Mapping[str, Asked], lines: _Lines) -> Asked | None:
+    """compute-limit, or tflops-limit as percent of this GPU's peak; the lower of the two
+    (a problem when they disagree)."""
+    compute = values.get(COMPUTE_LIMIT)
+    tflops = values.get(TFLOPS_LIMIT)
+    if tflops is None:
+        return compute
+    peak = peak_tflops(gpu.name)
+    if peak is None:
+        why = f"GPU {gpu.index} ({gpu.name}) is not in the peak TFLOPS table"
+        lines.problem(tflops.key, tflops.text, why)
+        return compute
+    if tflops.value > peak:
+        lines.problem(tflops.key, tflops.text, f"above GPU {gpu.index}'s peak of {peak:g} TFLOPS")
+        return compute
+    converted = Asked(max(1.0, round(100 * tflops.value / peak, 2)), tflops.key, tflops.text)
+    if compute is None:
+        return converted
+    if compute.value != converted.value:
+        lines.problem(
+            tflops.key,
+            tflops.text,
+            f"is {converted.value:g} % of GPU {gpu.index}, contradicting "
+            f"{compute.key}={compute.value:g}; the lower applies",
+        )
+    return min(compute, converted, key=lambda one: one.value)

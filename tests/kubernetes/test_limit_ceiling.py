@@ -1,0 +1,119 @@
+"""A tenant cannot annotate its pod above what the scheduler charged or the admin set.
+
+Tenants may patch their own pods' annotations, so annotations only lower a pod's limits: its
+resources are the ceiling (a whole GPU where it asks only for `vgpu.io/gpu`), an admin's change
+through the API becomes the ceiling, and a pod with annotations alone keeps the limits it
+started with. End to end: the daemon following the API-server stand-in on the simulated GPU."""
+
+from typing import Any
+
+from tests.hypervisor.conftest import Daemon, wait_for
+from tests.kubernetes.apiserver import ApiServer
+from tests.kubernetes.test_pod_source import (
+    COMPUTE,
+    VRAM,
+    _limits,
+    _log,
+    _memory_total,
+    _refused,
+    _run,
+    daemon,
+)
+
+__all__ = ["daemon"]
+
+GiB = 1 << 30
+GPU_IDS = "tensor-fusion.ai/gpu-ids"
+# The test daemon counts gpu-memory in MiB (--gpu-memory-unit 1MiB).
+CAPPED = {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2048", "vgpu.io/gpu-compute": "10"}
+
+
+def _refusals(api: ApiServer, pod: str) -> list[str]:
+    return [
+        str(e["message"])
+        for e in list(api.events)
+        if e["involvedObject"]["name"] == pod and e["reason"] == "LimitRaiseRefused"
+    ]
+
+
+def _patch(daemon: Daemon, pod: str, gpu: dict[str, Any]) -> None:
+    reply = daemon.api("PATCH", f"/api/v1/pods/default/{pod}", json={"gpus": {"0": gpu}})
+    assert reply.status_code == 200, reply.text
+
+
+def test_a_pod_asking_only_for_a_gpu_gets_the_whole_gpu_not_no_limit(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    api.put_pod("whole", resources={"vgpu.io/gpu": "1"})
+    total = _memory_total(daemon)
+    assert wait_for(lambda: _limits(daemon, "whole") == (total, None), timeout=15)
+    # Annotations lower it, and their removal brings the whole GPU back, not no limit.
+    api.put_pod("whole", resources={"vgpu.io/gpu": "1"}, annotations={VRAM: "2Gi"})
+    assert wait_for(lambda: _limits(daemon, "whole") == (2 * GiB, None), timeout=15)
+    api.put_pod("whole", resources={"vgpu.io/gpu": "1"})
+    assert wait_for(lambda: _limits(daemon, "whole") == (total, None), timeout=15)
+
+
+def test_annotations_never_raise_what_the_resources_set(daemon: Daemon, api: ApiServer) -> None:
+    # The tenant asks for 2 GiB and 10 % and annotates itself up to the whole GPU.
+    api.put_pod("capped", resources=CAPPED, annotations={VRAM: "16Gi", COMPUTE: "100"})
+    refused = wait_for(lambda: len(_refusals(api, "capped")) == 2 and _refusals(api, "capped"))
+    assert _limits(daemon, "capped") == (2 * GiB, 10.0)
+    assert sorted(line.split(":")[1].strip() for line in refused) == [
+        "tensor-fusion.ai/compute-limit='100'",
+        "tensor-fusion.ai/vram-limit='16Gi'",
+    ]
+    assert all(line in _log(daemon) for line in refused)
+    assert _refused(_run(daemon, "capped", "--alloc", "2GiB"))  # 512 MiB of context + 2 GiB
+
+    # Lower: applied. Removed: back to the resources, never to no limit.
+    api.put_pod("capped", resources=CAPPED, annotations={VRAM: "1Gi", COMPUTE: "5"})
+    assert wait_for(lambda: _limits(daemon, "capped") == (1 * GiB, 5.0), timeout=15)
+    api.put_pod("capped", resources=CAPPED)
+    assert wait_for(lambda: _limits(daemon, "capped") == (2 * GiB, 10.0), timeout=15)
+
+
+def test_a_pod_with_annotations_alone_keeps_the_limits_it_started_with(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    """No scheduler charged it anything: what it started with is its ceiling, over restarts."""
+    started = {VRAM: "2Gi", COMPUTE: "10", GPU_IDS: "0"}
+    api.put_pod("self", annotations=started)
+    assert wait_for(lambda: _limits(daemon, "self") == (2 * GiB, 10.0), timeout=15)
+    api.put_pod("self", annotations={VRAM: "16Gi", COMPUTE: "100", GPU_IDS: "0"})
+    (refused, _) = wait_for(lambda: len(_refusals(api, "self")) == 2 and _refusals(api, "self"))
+    assert "the ceiling from the pod's first annotations (it asks for no vgpu resource)" in refused
+    assert _limits(daemon, "self") == (2 * GiB, 10.0)
+
+    daemon.stop()  # what it started with is kept by the daemon across a restart
+    daemon.start()
+    api.put_pod("self", annotations={VRAM: "1Gi", GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "self") == (1 * GiB, 10.0), timeout=15)
+    api.put_pod("self")  # every annotation removed: the region stays, with its first limits
+    assert wait_for(lambda: _limits(daemon, "self") == (2 * GiB, 10.0), timeout=15)
+    assert _refused(_run(daemon, "self", "--alloc", "2GiB"))
+
+
+def test_an_admins_change_is_the_ceiling_annotations_may_only_lower(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    resources = {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "4096", "vgpu.io/gpu-compute": "50"}
+    api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "ruled") == (4 * GiB, 50.0), timeout=15)
+
+    _patch(daemon, "ruled", {"memory": 1 * GiB})  # the admin lowers it
+    api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0", VRAM: "3Gi"})
+    (refused,) = wait_for(lambda: _refusals(api, "ruled"), timeout=15)
+    assert (
+        "vram-limit='3Gi': asks more than 1 GiB, the ceiling from the limit set through the API"
+        in refused
+    )
+    assert _limits(daemon, "ruled") == (1 * GiB, 50.0)
+
+    _patch(daemon, "ruled", {"memory": 8 * GiB})  # raising is the admin's, above the resources
+    assert wait_for(lambda: _limits(daemon, "ruled") == (8 * GiB, 50.0), timeout=15)
+    api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0", VRAM: "6Gi"})
+    assert wait_for(lambda: _limits(daemon, "ruled") == (6 * GiB, 50.0), timeout=15)
+    api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "ruled") == (8 * GiB, 50.0), timeout=15)
+    assert "GPU-5157a1e0-0000-4000-8000-000000000001 memory limit set to 8 GiB" in _log(daemon)
