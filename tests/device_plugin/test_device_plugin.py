@@ -139,14 +139,11 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     mounts = {m.container_path: (m.host_path, m.read_only) for m in answer.mounts}
     base = node.layout.host_base
     assert mounts["/run/tensor-fusion/shm/team/older"] == (str(base / "team" / "older"), False)
-    assert mounts["/run/tensor-fusion/shm/.devices"] == (str(base / ".devices"), False)
+    assert mounts["/run/tensor-fusion/shm/.node"] == (str(base / ".node"), True)
     assert mounts["/usr/local/vgpu/lib/libcuda_limiter.so"][1] is True
     # Nothing else of the base path: no other pod's folder, not the base itself.
     writable = [path for path, (_, read_only) in mounts.items() if not read_only]
-    assert sorted(writable) == [
-        "/run/tensor-fusion/shm/.devices",
-        "/run/tensor-fusion/shm/team/older",
-    ]
+    assert writable == ["/run/tensor-fusion/shm/team/older"]  # no lease file to truncate
     devices = {d.container_path: d.host_path for d in answer.devices}
     assert set(devices) == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
     assert plugin.assigned("uid-older") == (uuid,)

@@ -156,13 +156,13 @@ def container_response(
         envs["TENSOR_FUSION_CUDA_MEM_LIMIT"] = json.dumps(memory, separators=(",", ":"))
     if compute:
         envs["TENSOR_FUSION_CUDA_UP_LIMIT"] = json.dumps(compute, separators=(",", ":"))
-    # Read-only but for the pod's own folder and the leases every paced process writes;
-    # the rest of the base path (other pods) is not mounted at all.
+    # Read-only but for the pod's own folder; the rest of the base path (other pods, the lease
+    # files any member of their group could truncate) is not mounted at all. The device leases
+    # come from the daemon's socket in .node (docs/security.md, sealed leases).
     mounts = [
         (layout.host_lib_dir / LIBRARIES[0], Path(libs[0]), True),
         (layout.host_lib_dir / LIBRARIES[1], Path(libs[1]), True),
         (host_folder, folder, False),
-        (layout.host_base / ".devices", layout.container_base / ".devices", False),
         (layout.host_base / ".node", layout.container_base / ".node", True),
     ]
     names = [*CONTROL_DEVICES, *(f"nvidia{minors[u]}" for u in uuids if u in minors)]

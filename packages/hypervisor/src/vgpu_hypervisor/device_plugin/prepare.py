@@ -2,15 +2,13 @@
 
 The pod source usually made it already (from the pod's annotations); when Allocate comes
 first, the region is made here through the PodStore (the one writer of regions) with the
-limits of the pod's resource requests. The GPUs' lease files are made too, so the container
-can mount the lease folder.
+limits of the pod's resource requests.
 """
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import region_path
 
 from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
@@ -29,8 +27,6 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     def prepare(pod: KubePod, limits: Mapping[str, Limits]) -> tuple[Path, Mapping[str, Limits]]:
         if assign is not None:
             assign(pod.uid, list(limits))
-        for uuid in limits:
-            DeviceLease.open(store.base, uuid).close()
         # Made by the pod source already: its limits (annotations included) stand.
         with contextlib.suppress(PodConflict):
             store.create(pod.namespace, pod.name, limits)
