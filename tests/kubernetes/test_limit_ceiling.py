@@ -7,6 +7,8 @@ started with. End to end: the daemon following the API-server stand-in on the si
 
 from typing import Any
 
+from vgpu_limiter.region import open_region
+
 from tests.hypervisor.conftest import Daemon, wait_for
 from tests.kubernetes.apiserver import ApiServer
 from tests.kubernetes.test_pod_source import (
@@ -117,3 +119,20 @@ def test_an_admins_change_is_the_ceiling_annotations_may_only_lower(
     api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0"})
     assert wait_for(lambda: _limits(daemon, "ruled") == (8 * GiB, 50.0), timeout=15)
     assert "GPU-5157a1e0-0000-4000-8000-000000000001 memory limit set to 8 GiB" in _log(daemon)
+
+
+def test_limits_a_tenant_writes_into_its_region_raise_no_ceiling(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    """The region is the tenant's to write (its processes keep their usage there): a limit
+    raised in it is not the admin's, so the pod source's next write sets the pod's back."""
+    resources = {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2048", "vgpu.io/gpu-compute": "20"}
+    api.put_pod("sneaky", resources=resources, annotations={GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "sneaky") == (2 * GiB, 20.0), timeout=15)
+    with open_region(daemon.base / "default" / "sneaky" / "shm") as region:
+        (device,) = region.devices
+        region.set_limits(device.uuid, 16 * GiB, 10000)  # what a tenant's process can write
+    api.put_pod("sneaky", resources=resources, annotations={GPU_IDS: "0", VRAM: "12Gi"})
+    assert wait_for(lambda: _limits(daemon, "sneaky") == (2 * GiB, 20.0), timeout=15)
+    assert wait_for(lambda: "changed in its region, not through the API" in _log(daemon))
+    assert wait_for(lambda: _refusals(api, "sneaky"))  # 12Gi: more than the resources' 2 GiB

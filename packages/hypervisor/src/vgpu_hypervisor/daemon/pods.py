@@ -104,6 +104,10 @@ class PodStore:
     base: Path
     _open: dict[Path, _Open] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    # The limits an admin (the API) last wrote into each pod, by GPU: a region's words differing
+    # from what the pod source wrote are the admin's only when they are these; otherwise the
+    # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
+    _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
 
     # Reading
 
@@ -213,7 +217,7 @@ class PodStore:
         devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
             if path.exists() and self._takes_over(namespace, name, path):
-                return self.update(namespace, name, limits)
+                return self._update(namespace, name, limits)
             if path.exists():
                 raise PodConflict(f"pod {namespace}/{name} already exists")
             try:
@@ -236,9 +240,29 @@ class PodStore:
             raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
         return True
 
-    def update(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
+    def update(
+        self, namespace: str, name: str, limits: Mapping[str, Limits], *, by_admin: bool = True
+    ) -> PodRecord:
         """Change limits in place (running programs see them within a second); a GPU the pod
-        has no entry for gets one."""
+        has no entry for gets one. ``by_admin``: the API's change (admin_limits keeps it), not
+        the pod source's."""
+        with self._lock:
+            record = self._update(namespace, name, limits)
+            if by_admin:
+                wanted = {uuid.lower() for uuid in limits}
+                written = self._by_admin.setdefault((namespace, name), {})
+                for device in record.devices:
+                    if device.uuid.lower() in wanted:
+                        written[device.uuid.lower()] = device.limits
+            return record
+
+    def admin_limits(self, namespace: str, name: str) -> dict[str, DeviceLimits]:
+        """What the API last wrote into the pod's region since this daemon started, by GPU
+        UUID in lower case."""
+        with self._lock:
+            return dict(self._by_admin.get((namespace, name), {}))
+
+    def _update(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
         with self._lock:
             region = self._existing(namespace, name)
             for uuid, wanted in limits.items():

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from vgpu_common.units import format_size
+from vgpu_limiter.region import DeviceInfo, DeviceLimits
 
 from vgpu_hypervisor.daemon.pods import PodError, PodNotFound, PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
@@ -273,7 +274,8 @@ class PodSource:
             entry = None  # an earlier pod of that name: this one starts afresh
         record = self._region(pod)
         if entry is not None and record is not None:
-            entry = _admin_changes(pod, entry, record)
+            admin = self._store.admin_limits(pod.namespace, pod.name)
+            entry = _admin_changes(pod, entry, record, admin)
         found = resolve(
             pod,
             self._gpus(),
@@ -291,7 +293,7 @@ class PodSource:
                 log.info("pod %s: region created: %s", pod.key, _describe(found))
             else:
                 before = {d.uuid.lower(): d.limits for d in record.devices}
-                changed = self._store.update(pod.namespace, pod.name, limits)
+                changed = self._store.update(pod.namespace, pod.name, limits, by_admin=False)
                 if before != {d.uuid.lower(): d.limits for d in changed.devices}:
                     log.info("pod %s: limits changed: %s", pod.key, _describe(found))
             if entry is None or entry.qos is not None:  # else the admin's class stands
@@ -390,11 +392,15 @@ class PodSource:
         )
 
 
-def _admin_changes(pod: KubePod, entry: Entry, record: PodRecord) -> Entry:
-    """The entry with what changed in the region since the pod source wrote it: only the API
-    writes limits besides, so a changed limit is the admin's and becomes the GPU's ceiling
-    (annotations may lower it, not raise it); a changed burst or class is the admin's to keep.
-    A region that is another file than the one written (made anew) tells nothing."""
+def _admin_changes(
+    pod: KubePod, entry: Entry, record: PodRecord, admin: Mapping[str, DeviceLimits]
+) -> Entry:
+    """The entry with what changed in the region since the pod source wrote it, as far as the
+    admin changed it through the API (``admin``: what the API last wrote, by GPU): a limit
+    changed so becomes the GPU's ceiling (annotations may lower it, not raise it); a changed
+    burst is the admin's to keep. A change the API did not write is the pod's own processes'
+    (a tenant can write its region): it raises no ceiling, and the pod source's next write sets
+    the limits back. A region that is another file than the one written tells nothing."""
     if record.error is not None or _identity(record.path) != entry.region:
         return entry  # unreadable now, or another file: nothing in it is the admin's
     ceilings = dict(entry.ceilings)
@@ -405,6 +411,14 @@ def _admin_changes(pod: KubePod, entry: Entry, record: PodRecord) -> Entry:
         if uuid is None:
             continue
         written = entry.written[uuid]
+        if _changed(device, written) and not _written_by(device, admin.get(uuid.lower())):
+            log.warning(
+                "pod %s: GPU %s limits changed in its region, not through the API (by the "
+                "pod's own processes?): ignored, set back to the pod's",
+                pod.key,
+                uuid,
+            )
+            continue
         ceiling = ceilings.get(uuid, GpuCeiling())
         if device.memory_limit != written.memory:
             memory = device.memory_limit or None
@@ -426,6 +440,23 @@ def _admin_changes(pod: KubePod, entry: Entry, record: PodRecord) -> Entry:
     return dataclasses.replace(
         entry, ceilings=ceilings, admin_burst=frozenset(admin_burst), qos=qos
     )
+
+
+def _changed(device: DeviceInfo, written: Written) -> bool:
+    return (device.memory_limit, device.compute_limit, device.compute_soft_limit) != (
+        written.memory,
+        written.compute,
+        written.soft,
+    )
+
+
+def _written_by(device: DeviceInfo, admin: DeviceLimits | None) -> bool:
+    """Whether the region's limits of the GPU are what the admin last wrote."""
+    return admin is not None and (
+        device.memory_limit,
+        device.compute_limit,
+        device.compute_soft_limit,
+    ) == (admin.memory_limit, admin.compute_limit, admin.compute_soft_limit)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
