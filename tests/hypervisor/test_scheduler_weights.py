@@ -1,6 +1,8 @@
 """Weights when a GPU's limits add up past 100 % (issue 13): the formula, and the daemon
 publishing each pod's effective limit into its region."""
 
+import time
+
 import pytest
 from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
 from vgpu_limiter.region import open_region
@@ -66,3 +68,27 @@ def test_the_daemon_publishes_effective_limits(daemon: Daemon) -> None:
     bad = daemon.cli("pods", "update", "lo", "--qos", "urgent")
     assert bad.returncode == 2
     assert "--qos 'urgent': one of low, medium, high, critical" in bad.stderr
+
+
+def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(
+    daemon: Daemon,
+) -> None:
+    """The region is the tenant's to write; the class and weight are the daemon's: one written
+    there is set back and never weighs in the division of an oversubscribed GPU."""
+    for name in ("honest", "greedy"):
+        created = daemon.cli("pods", "create", name, "--compute", "0=60", "--qos", "low")
+        assert created.returncode == 0, created.stderr
+    regions = {n: open_region(daemon.base / "default" / n / "shm") for n in ("honest", "greedy")}
+    try:
+        wait_for(lambda: regions["greedy"].effective(0) == 5000, timeout=10)
+        regions["greedy"].set_policy(3, 1_000_000)  # critical, and the largest weight
+        wait_for(lambda: (regions["greedy"].qos, regions["greedy"].weight) == (0, 0), timeout=10)
+        time.sleep(1.5)  # a few passes
+        assert regions["greedy"].effective(0) == regions["honest"].effective(0) == 5000
+        # The admin's change through the API still holds.
+        assert daemon.cli("pods", "update", "greedy", "--weight", "3").returncode == 0
+        wait_for(lambda: regions["honest"].effective(0) == 4000, timeout=10)
+        assert regions["greedy"].effective(0) == 6000
+    finally:
+        for region in regions.values():
+            region.close()

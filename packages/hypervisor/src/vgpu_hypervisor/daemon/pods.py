@@ -108,6 +108,10 @@ class PodStore:
     # from what the pod source wrote are the admin's only when they are these; otherwise the
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
+    # Each pod's scheduling class and weight as the daemon set them (or first read them), by
+    # (namespace, name, created_ns): the words in the region are the tenant's to write, and a
+    # weight written there must not take contended time from other pods.
+    _policy: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)
 
     # Reading
 
@@ -343,20 +347,38 @@ class PodStore:
         """Change a pod's scheduling class and weight (None keeps one)."""
         with self._lock:
             region = self._existing(namespace, name)
+            key = (namespace, name, region.created_ns)
+            known_qos, known_weight = self._policy.get(key, (region.qos, region.weight))
+            policy = (known_qos if qos is None else qos, known_weight if weight is None else weight)
             try:
-                region.set_policy(
-                    region.qos if qos is None else qos, region.weight if weight is None else weight
-                )
+                region.set_policy(*policy)
             except (RegionError, ValueError) as error:
                 raise PodError(_one_line(error)) from None
+            self._policy[key] = policy
+
+    def _held_policy(self, record: PodRecord) -> tuple[int, int]:
+        """The pod's class and weight as the daemon set them; words a tenant wrote over them in
+        its region are set back (and never weigh in)."""
+        key = (record.namespace, record.name, record.created_ns)
+        policy = self._policy.setdefault(key, (record.qos, record.weight))
+        if policy != (record.qos, record.weight):
+            with suppress(RegionError, ValueError):
+                self._region(record.path, opening=False).set_policy(*policy)
+        return policy
 
     def publish_effective(self, records: list[PodRecord]) -> None:
-        """Each pod's effective compute limit per GPU (scheduler.py) into its region."""
+        """Each pod's effective compute limit per GPU (scheduler.py) into its region, from
+        every pod of the node (``records``)."""
+        with self._lock:  # the policies of pods gone are forgotten
+            present = {(r.namespace, r.name, r.created_ns) for r in records}
+            for key in set(self._policy) - present:
+                del self._policy[key]
         by_gpu: dict[str, dict[tuple[Path, int], tuple[int, int]]] = {}
         for record in records:
             if record.error is not None:
                 continue
-            weight = weight_of(record.qos, record.weight)
+            with self._lock:
+                weight = weight_of(*self._held_policy(record))
             for device in record.devices:
                 pods = by_gpu.setdefault(device.uuid.lower(), {})
                 pods[(record.path, device.index)] = (device.compute_limit, weight)
