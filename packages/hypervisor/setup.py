@@ -14,7 +14,9 @@ setup_package(
         "nvidia-ml-py>=12.560",
         "psutil>=5.9",
         "fastapi>=0.115",
-        "uvicorn>=0.30",
+        # The API subclasses uvicorn's h11 protocol, a private class (daemon/api/connections.py):
+        # raise the bound after checking a new release against it.
+        "uvicorn>=0.30,<0.55",
         "prometheus-client>=0.20",
         "httpx>=0.27",  # TokenReview calls to the API server
         "pyyaml>=6.0",
