@@ -176,6 +176,7 @@ def main() -> None:
             time.sleep(0.1)
         token = (root / "token").read_text().strip()
         auth = {"Authorization": f"Bearer {token}"}
+        http.headers.update(auth)  # reads need the token too
         for number in range(args.pods):
             body = {
                 "name": f"pod-{number}",

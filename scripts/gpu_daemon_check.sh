@@ -71,7 +71,7 @@ tfh workers
 tfh workers --json >"$OUT/workers.json"
 tfh pods list
 step "/metrics (pod and worker series)"
-curl -s "127.0.0.1:$PORT/metrics" | grep -E '^tf_(pod|worker)_memory' | tee "$OUT/metrics.txt"
+curl -s -H "Authorization: Bearer $(cat "$ROOT/token")" "127.0.0.1:$PORT/metrics" | grep -E '^tf_(pod|worker)_memory' | tee "$OUT/metrics.txt"
 step "nvidia-smi"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv
 

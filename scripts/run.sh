@@ -70,9 +70,12 @@ if [[ "$("$tfh" status --json)" == *'"backend": "simulated"'* ]]; then
     sleep 3
     "$tfh" workers
     "$tfh" pods list
-    echo "== /metrics (the pod's series)"
-    "$bin/python" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode(), end="")' \
-        "http://$API_LISTEN_ADDR/metrics" | grep '^tf_pod_' || true
+    echo "== /metrics (the pod's series; reads need the token too)"
+    "$bin/python" -c 'import sys, urllib.request
+token = open(sys.argv[2]).read().strip()
+request = urllib.request.Request(sys.argv[1], headers={"Authorization": f"Bearer {token}"})
+print(urllib.request.urlopen(request).read().decode(), end="")' \
+        "http://$API_LISTEN_ADDR/metrics" "$TF_HYPERVISOR_TOKEN_FILE" | grep '^tf_pod_' || true
     kill "$worker" 2>/dev/null || true
     wait "$worker" 2>/dev/null || true
 else

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,20 @@ def wait_for(condition: Callable[[], Any], timeout: float = 10.0, step: float = 
         time.sleep(step)
 
 
+class TokenFile(httpx.Auth):
+    """The daemon's token from its file, read as each request goes (the daemon writes the file
+    when it starts): reads need it too. A request that names its own Authorization keeps it;
+    one sent with ``auth=httpx.Auth()`` (or None) goes without."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if "authorization" not in request.headers and self.path.is_file():
+            request.headers["Authorization"] = f"Bearer {self.path.read_text().strip()}"
+        yield request
+
+
 class Daemon:
     """One daemon process (restartable) with its node: sim state, base path, token, metrics."""
 
@@ -70,7 +84,9 @@ class Daemon:
         self.extra = extra
         self.environment = clean_environment() | {"VGPU_SIM_DEVICES": str(gpus)}
         self.process: subprocess.Popen[bytes] | None = None
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        self.http = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}", timeout=10, auth=TokenFile(self.token_file)
+        )
 
     @property
     def flags(self) -> list[str]:
@@ -124,7 +140,7 @@ class Daemon:
         headers = dict(kwargs.pop("headers", {}))
         if auth:
             headers["Authorization"] = f"Bearer {self.token}"
-        return self.http.request(method, path, headers=headers, **kwargs)
+        return self.http.request(method, path, headers=headers, auth=None, **kwargs)
 
     def cli(
         self, *args: str, stdin: str | None = None, timeout: float = 30

@@ -1,5 +1,5 @@
 """What a client can make the API server hold, over real sockets: body size, read time; and
-the warning for an API reachable from other hosts."""
+the warning for open reads reachable from other hosts. Hostile clients: test_api_hostile.py."""
 
 import json
 import socket
@@ -177,9 +177,9 @@ def log_lines(daemon: Daemon) -> list[str]:
     return daemon.log_file.read_text().splitlines()
 
 
-def test_listening_beyond_this_host_warns_that_reads_need_no_token(tmp_path: Path) -> None:
+def test_open_reads_beyond_this_host_are_warned_of(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path)
-    daemon.extra = ("--listen", f"0.0.0.0:{daemon.port}")
+    daemon.extra = ("--listen", f"0.0.0.0:{daemon.port}", "--api-open-reads", "pods,workers")
     daemon.start()
     try:
         warning = wait_for(
@@ -187,7 +187,18 @@ def test_listening_beyond_this_host_warns_that_reads_need_no_token(tmp_path: Pat
         )
         assert len(warning) == 1
         assert f"the API listens on 0.0.0.0:{daemon.port}, beyond this host" in warning[0]
-        assert "reads need no token" in warning[0]
+        assert "answers reads of pods,workers without a token" in warning[0]
+    finally:
+        daemon.close()
+
+
+def test_listening_beyond_this_host_with_reads_closed_gives_no_warning(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path)
+    daemon.extra = ("--listen", f"0.0.0.0:{daemon.port}")
+    daemon.start()
+    try:
+        wait_for(lambda: any("API listening on" in line for line in log_lines(daemon)))
+        assert not [line for line in log_lines(daemon) if " WARNING " in line]
     finally:
         daemon.close()
 

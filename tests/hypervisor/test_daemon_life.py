@@ -46,7 +46,11 @@ def test_unix_socket(tmp_path: Path) -> None:
     daemon.start()
     try:
         listing = subprocess.run(
-            [*TF_HYPERVISOR, "gpus", "--json", "--listen", f"unix:{socket_path}"],
+            [
+                *TF_HYPERVISOR,
+                *("gpus", "--json", "--listen", f"unix:{socket_path}"),
+                *("--token-file", str(daemon.token_file)),
+            ],
             env=daemon.environment,
             capture_output=True,
             text=True,

@@ -374,6 +374,7 @@ BAD_FLAGS = [
     ("sample_interval_s", "soon", "--sample-interval=soon: expected seconds between 0.05"),
     ("metrics_rotate_bytes", "0", "--metrics-rotate-bytes=0: expected a number of bytes"),
     ("shm_base_path", "", '--shm-base-path="": expected a path'),
+    ("api_open_reads", "pods,secrets", "--api-open-reads=pods,secrets: 'secrets' is not a read"),
 ]
 
 
@@ -407,6 +408,23 @@ BAD_VARIABLES = [
 @pytest.mark.parametrize(("variable", "value", "start"), BAD_VARIABLES)
 def test_bad_variables(variable: str, value: str, start: str) -> None:
     assert error_of(environ={variable: value}).startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("none", ()),
+        ("all", ("node", "pods", "workers", "metrics")),
+        ("Workers, pods", ("pods", "workers")),
+        ("metrics,metrics", ("metrics",)),
+    ],
+)
+def test_open_read_areas(text: str, expected: tuple[str, ...]) -> None:
+    assert resolve({"api_open_reads": text}).settings.api_open_reads == expected
+    assert resolve({}, environ={"TF_HYPERVISOR_API_OPEN_READS": text}).settings.api_open_reads == (
+        expected
+    )
+    assert Settings().api_open_reads == ()  # closed unless a setting opens them
 
 
 def test_a_value_with_a_newline_stays_on_one_line() -> None:
@@ -478,6 +496,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'shm_base_path = "/srv/shm/"',
                 'api_listen_addr = "unix:/run/tf/hypervisor.sock"',
                 'token_file = "/etc/tf/token"',
+                'api_open_reads = ["metrics", "node"]',
                 'gpu_metrics_file = "/var/log/tf/metrics.log"',
                 "metrics_rotate_bytes = 1048576",
                 "sample_interval_s = 0.05",
@@ -510,6 +529,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.shm_base_path == Path("/srv/shm")
     assert settings.api_listen_addr == UnixAddress(Path("/run/tf/hypervisor.sock"))
     assert settings.token_file == Path("/etc/tf/token")
+    assert settings.api_open_reads == ("node", "metrics")
     assert settings.gpu_metrics_file == Path("/var/log/tf/metrics.log")
     assert settings.metrics_rotate_bytes == MiB
     assert settings.sample_interval_s == 0.05

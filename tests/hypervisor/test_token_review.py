@@ -89,7 +89,7 @@ def test_cluster_tokens_go_through_token_review_and_are_cached(
         assert ops.reason == "system:serviceaccount:ops:admin"
         app = reviewer.review("sa-token-app")
         assert (app.authenticated, app.allowed) == (True, False)
-        assert "may not change this node" in app.reason
+        assert "may not use this node's API" in app.reason
         bad = reviewer.review("forged")
         assert (bad.authenticated, bad.allowed, bad.reason) == (
             False,
@@ -142,7 +142,7 @@ def test_the_daemon_accepts_an_allowed_service_account_token(
         assert refused.json() == {"error": "token refused: invalid bearer token"}
         not_allowed = post("sa-token-app")
         assert not_allowed.status_code == 403
-        assert "system:serviceaccount:app:default may not change" in not_allowed.json()["error"]
+        assert "system:serviceaccount:app:default may not use" in not_allowed.json()["error"]
         assert post("sa-token-ops").status_code == 201
         assert post(daemon.token).status_code == 409  # the token file still works
         assert [r["spec"]["token"] for r in api_server.reviews] == [

@@ -214,6 +214,32 @@ def _names(value: object) -> tuple[str, ...]:
     return names
 
 
+# What `api_open_reads` may open to callers without the API token (daemon/api/auth.py):
+# "node" is /api/v1/status and /api/v1/gpus, "pods" /api/v1/pods, "workers" /api/v1/workers
+# (command lines left out), "metrics" /metrics.
+API_READ_AREAS: Final = ("node", "pods", "workers", "metrics")
+
+
+def _read_areas(value: object) -> tuple[str, ...]:
+    forms = f"expected none, all, or a comma-separated list of {', '.join(API_READ_AREAS)}"
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError(forms)
+    names = {item.strip().lower() for item in items if item.strip()}
+    if names <= {"none"}:
+        return ()
+    if names == {"all"}:
+        return API_READ_AREAS
+    unknown = sorted(names.difference(API_READ_AREAS))
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a read area; {forms}")
+    return tuple(area for area in API_READ_AREAS if area in names)
+
+
+def _areas_text(value: tuple[str, ...]) -> str:
+    return ",".join(value) or "none"
+
+
 AbsolutePath = Annotated[Path, BeforeValidator(_absolute_path)]
 OptionalPath = Annotated[Path | None, BeforeValidator(_optional_path)]
 ListenField = Annotated[
@@ -280,6 +306,17 @@ class Settings(BaseSettings):
         AbsolutePath,
         Setting("--token-file", "FILE", "File of the API's bearer token (mode 0600)."),
     ] = Path("/var/lib/tensor-fusion/hypervisor.token")
+    api_open_reads: Annotated[
+        tuple[str, ...],
+        BeforeValidator(_read_areas),
+        Setting(
+            "--api-open-reads",
+            "AREAS",
+            "API reads answered without the token: none, all, or some of node,pods,workers,"
+            "metrics (worker command lines never). Default: none.",
+            show=_areas_text,
+        ),
+    ] = ()
     gpu_metrics_file: Annotated[
         OptionalPath,
         Setting(
@@ -460,7 +497,7 @@ class Settings(BaseSettings):
         Setting(
             "--token-review",
             None,
-            "Accept Kubernetes tokens for API changes through TokenReview. Default: off.",
+            "Accept Kubernetes tokens for the API through TokenReview. Default: off.",
             show=_yes_no,
         ),
     ] = False
@@ -480,7 +517,7 @@ class Settings(BaseSettings):
         Setting(
             "--token-review-allow",
             "NAMES",
-            "Comma-separated users or groups whose tokens may change the node.",
+            "Comma-separated users or groups whose tokens may use the API.",
             show=",".join,
         ),
     ] = ("system:masters",)

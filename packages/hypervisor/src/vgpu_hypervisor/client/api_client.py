@@ -1,5 +1,9 @@
 """The CLI's HTTP client: finds the daemon and its token through the daemon's own settings
-(`--listen` / `API_LISTEN_ADDR`, `--token-file`), and turns every failure into one line."""
+(`--listen` / `API_LISTEN_ADDR`, `--token-file`), and turns every failure into one line.
+
+Changes always carry the token. Reads carry it when the token file can be read (the admin on
+the node), and go without it otherwise: a daemon whose api_open_reads opens them answers, one
+that does not answers 401, which the error then explains."""
 
 import http.client
 import json
@@ -81,6 +85,13 @@ class Client:
             raise ClientError(f"the API token file {self.token_file} is empty")
         return token
 
+    def _read_headers(self) -> tuple[dict[str, str], str | None]:
+        """A read's headers, and why they carry no token (None: they carry it)."""
+        try:
+            return {"Authorization": f"Bearer {self._token()}"}, None
+        except ClientError as error:
+            return {}, str(error)
+
     def request(
         self,
         method: str,
@@ -90,8 +101,12 @@ class Client:
         params: dict[str, Any] | None = None,
         authorized: bool = False,
     ) -> Any:
-        """The decoded JSON reply (text for non-JSON replies); ClientError on any failure."""
-        headers = {"Authorization": f"Bearer {self._token()}"} if authorized else {}
+        """The decoded JSON reply (text for non-JSON replies); ClientError on any failure.
+        ``authorized``: the request needs the token (a change); else it carries it if it can."""
+        if authorized:
+            headers, no_token = {"Authorization": f"Bearer {self._token()}"}, None
+        else:
+            headers, no_token = self._read_headers()
         payload = None
         if body is not None:
             payload = json.dumps(body).encode()
@@ -125,7 +140,10 @@ class Client:
             message = json.loads(text)["error"]
         except (ValueError, KeyError, TypeError):
             message = text.strip().splitlines()[0] if text.strip() else ""
-        raise ClientError(message or f"the daemon answered {status}")
+        message = message or f"the daemon answered {status}"
+        if status == 401 and no_token is not None:
+            message = f"{message} ({no_token})"
+        raise ClientError(message)
 
     def _exchange(
         self, method: str, target: str, payload: bytes | None, headers: dict[str, str]

@@ -213,6 +213,7 @@ class Daemon:
             started=time.time(),
             running=lambda: not self._failing,
             reviewer=self._reviewer,
+            open_reads=frozenset(settings.api_open_reads),
         )
         listener = self._listener or _listen_socket(settings)
         server = _Server(server_config(create_app(context)))
@@ -245,13 +246,18 @@ class Daemon:
                     self._supervise("metrics file", lambda: self._metrics(node, metrics))
                 )
             )
-        log.info("API listening on %s", settings.api_listen_addr)
-        if not _loopback_only(settings.api_listen_addr):
+        opened = ",".join(settings.api_open_reads)
+        log.info(
+            "API listening on %s; reads without the token: %s",
+            settings.api_listen_addr,
+            opened or "none",
+        )
+        if opened and not _loopback_only(settings.api_listen_addr):
             log.warning(
-                "the API listens on %s, beyond this host: reads need no token, and they show "
-                "every worker's command line (listen on 127.0.0.1 or a unix socket to keep "
-                "them on the node)",
+                "the API listens on %s, beyond this host, and answers reads of %s without a "
+                "token (api_open_reads): anyone who reaches it sees them",
                 settings.api_listen_addr,
+                opened,
             )
         try:
             await self._stop.wait()

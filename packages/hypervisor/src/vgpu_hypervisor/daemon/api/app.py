@@ -1,8 +1,9 @@
 """The daemon's HTTP API (FastAPI): health, readiness, status, GPUs, pods, workers, /metrics.
 
-Reads are served from the newest NodeView (no file or driver access on a request); changes
-need the bearer token (routes/pods.py) and take their body as JSON (content_type.py).
-Errors: errors.py.
+Reads are served from the newest NodeView (no file or driver access on a request). Changes need
+the bearer token, and so do reads but /healthz, /readyz and /openapi.json unless the
+api_open_reads setting opens them (auth.py); changes take their body as JSON (content_type.py).
+Errors: errors.py. What a client's connections may hold: limits.py and connections.py.
 """
 
 from fastapi import FastAPI

@@ -2,11 +2,12 @@
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpu_limiter.region import REGION_SIZE
 
+from vgpu_hypervisor.daemon.api.auth import Access
 from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.gpu import BackendInfo
@@ -28,6 +29,13 @@ class ApiContext:
     running: Callable[[], bool] = lambda: True
     # Cluster tokens accepted through TokenReview (--token-review); None: the token file only.
     reviewer: TokenReviewer | None = None
+    # The read areas open without a token (the api_open_reads setting; auth.READ_AREAS).
+    open_reads: frozenset[str] = frozenset()
+    # Who may read and change what: made from the three above, one for every router.
+    access: Access = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.access = Access(self.token, self.reviewer, self.open_reads)
 
 
 def readiness(context: ApiContext) -> dict[str, str]:

@@ -70,14 +70,20 @@ class TokenReviewer:
         self._cache: dict[str, tuple[float, Review]] = {}
         self._lock = threading.Lock()
 
-    def review(self, token: str) -> Review:
-        """Whether ``token`` may change things; ReviewUnavailable when the server cannot say."""
+    def cached(self, token: str) -> Review | None:
+        """The answer for ``token`` while it is cached, else None; never calls the server."""
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = self._clock()
         with self._lock:
             cached = self._cache.get(key)
-            if cached is not None and cached[0] > now:
-                return cached[1]
+        return cached[1] if cached is not None and cached[0] > self._clock() else None
+
+    def review(self, token: str) -> Review:
+        """Whether ``token`` may use the API; ReviewUnavailable when the server cannot say."""
+        known = self.cached(token)
+        if known is not None:
+            return known
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = self._clock()
         answer = self._ask(token)
         with self._lock:
             if len(self._cache) > 4096:  # a flood of distinct bad tokens stays bounded
@@ -112,7 +118,7 @@ class TokenReviewer:
             return Review(False, False, str(why))
         if name in self._allow or self._allow.intersection(groups):
             return Review(True, True, name)
-        return Review(True, False, f"{name} may not change this node (--token-review-allow)")
+        return Review(True, False, f"{name} may not use this node's API (--token-review-allow)")
 
     def close(self) -> None:
         self._http.close()

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 
 from vgpu_hypervisor import models
-from vgpu_hypervisor.daemon.api.auth import token_check
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
 from vgpu_hypervisor.daemon.api.errors import ApiError, errors
 from vgpu_hypervisor.daemon.pods import PodNotFound
@@ -23,7 +22,7 @@ GPU_KEY = r"^([0-9]{1,2}|GPU-[0-9a-fA-F-]{36})$"
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(prefix=API, tags=["pods"])
-    changes_need_token = [Depends(token_check(context.token, context.reviewer))]
+    changes_need_token = [Depends(context.access.change())]
     changes = asyncio.Lock()
     store = context.node.store
 
@@ -42,7 +41,7 @@ def router(context: ApiContext) -> APIRouter:
     @routes.post(
         ONE_POD + "/freeze",
         response_model=models.Pod,
-        responses=errors(401, 404, 422),
+        responses=errors(401, 404, 409, 422),
         dependencies=changes_need_token,
     )
     async def freeze_pod(
@@ -69,7 +68,7 @@ def router(context: ApiContext) -> APIRouter:
     @routes.post(
         ONE_POD + "/resume",
         response_model=models.Pod,
-        responses=errors(401, 404, 422),
+        responses=errors(401, 404, 409, 422),
         dependencies=changes_need_token,
     )
     async def resume_pod(namespace: NameParam, name: NameParam) -> models.Pod:

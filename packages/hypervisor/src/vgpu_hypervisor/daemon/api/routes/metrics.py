@@ -1,11 +1,13 @@
-"""/metrics: Prometheus exposition of the newest view (names in docs/hypervisor.md)."""
+"""/metrics: Prometheus exposition of the newest view (names in docs/hypervisor.md); a read of
+the "metrics" area (per pod limits and usage)."""
 
 import asyncio
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from vgpu_hypervisor.daemon.api.context import ApiContext
+from vgpu_hypervisor.daemon.api.errors import errors
 from vgpu_hypervisor.daemon.metrics import exposition, prometheus_registry
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -21,7 +23,8 @@ def router(context: ApiContext) -> APIRouter:
     @routes.get(
         "/metrics",
         response_class=Response,
-        responses={200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}}},
+        responses={200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}}, **errors(401)},
+        dependencies=[Depends(context.access.read("metrics"))],
     )
     async def metrics() -> Response:
         """Prometheus exposition (see docs/hypervisor.md for the names)."""

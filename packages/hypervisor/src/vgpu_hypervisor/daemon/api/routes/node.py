@@ -1,17 +1,23 @@
-"""/api/v1/status: the daemon and its node in figures."""
+"""/api/v1/status: the daemon and its node in figures (a read of the "node" area)."""
 
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.context import API, ApiContext, readiness
+from vgpu_hypervisor.daemon.api.errors import errors
 
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(prefix=API, tags=["node"])
 
-    @routes.get("/status", response_model=models.Status)
+    @routes.get(
+        "/status",
+        response_model=models.Status,
+        responses=errors(401),
+        dependencies=[Depends(context.access.read("node"))],
+    )
     async def status() -> models.Status:
         view = context.node.view
         return models.Status(

@@ -1,4 +1,5 @@
-"""/api/v1/pods: list, create, show, change and delete pods (changes need the token).
+"""/api/v1/pods: list, create, show, change and delete pods (changes need the token, and so do
+reads unless the "pods" read area is open).
 
 A change goes to the region files in a worker thread, one change at a time, and is followed by
 a fresh view, so the reply shows what it did."""
@@ -13,7 +14,6 @@ from fastapi import Path as PathParam
 from vgpu_limiter.region import normalize_uuid
 
 from vgpu_hypervisor import models
-from vgpu_hypervisor.daemon.api.auth import token_check
 from vgpu_hypervisor.daemon.api.content_type import JsonBodyRoute
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
 from vgpu_hypervisor.daemon.api.errors import ApiError, errors
@@ -72,7 +72,8 @@ def _limits_text(limits: Mapping[str, Limits]) -> str:
 
 def router(context: ApiContext) -> APIRouter:
     routes = APIRouter(prefix=API, tags=["pods"], route_class=JsonBodyRoute)
-    changes_need_token = [Depends(token_check(context.token, context.reviewer))]
+    changes_need_token = [Depends(context.access.change())]
+    reads_need_token = [Depends(context.access.read("pods"))]
     changes = asyncio.Lock()
     store = context.node.store
 
@@ -88,7 +89,12 @@ def router(context: ApiContext) -> APIRouter:
             raise PodNotFound(f"no pod {namespace}/{name}")
         return pod
 
-    @routes.get("/pods", response_model=list[models.Pod], responses=errors(422))
+    @routes.get(
+        "/pods",
+        response_model=list[models.Pod],
+        responses=errors(401, 422),
+        dependencies=reads_need_token,
+    )
     async def pods(
         namespace: Annotated[str | None, Query(pattern=models.NAME_PATTERN)] = None,
     ) -> list[models.Pod]:
@@ -117,7 +123,12 @@ def router(context: ApiContext) -> APIRouter:
         log.info("pod %s/%s created: %s", request.namespace, request.name, _limits_text(limits))
         return found(request.namespace, request.name)
 
-    @routes.get(ONE_POD, response_model=models.Pod, responses=errors(404, 422))
+    @routes.get(
+        ONE_POD,
+        response_model=models.Pod,
+        responses=errors(401, 404, 422),
+        dependencies=reads_need_token,
+    )
     async def get_pod(namespace: NameParam, name: NameParam) -> models.Pod:
         return found(namespace, name)
 
