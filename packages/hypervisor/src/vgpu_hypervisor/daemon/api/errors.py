@@ -1,5 +1,9 @@
 """Every API error is a JSON ``{"error": "one line"}`` with a 4xx status naming the problem; a
-500 means a bug, and is logged with its traceback."""
+500 means a bug, and is logged with its traceback.
+
+A pod's region is its tenant's file: the tenant may truncate, rewrite or remove it at any
+moment, also between the daemon's check of it and its change. Whatever region call raises
+RegionError, the answer is the 409 an unreadable region gets, never a 500."""
 
 import logging
 from collections.abc import Mapping
@@ -9,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from vgpu_limiter.region import RegionError
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.pods import PodError
@@ -18,7 +23,7 @@ log = logging.getLogger("vgpu_hypervisor.api")
 _WHY = {
     401: "The API token is missing or wrong.",
     404: "No such pod.",
-    409: "The pod exists already, or its workers are alive.",
+    409: "The pod exists already, its workers are alive, or its region cannot be used.",
     415: "The body is not sent as JSON.",
     422: "A parameter or the body is not valid.",
 }
@@ -74,6 +79,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PodError)
     async def pod_error(request: Request, error: PodError) -> JSONResponse:
         return _error(error.status, str(error))
+
+    @app.exception_handler(RegionError)
+    async def region_error(request: Request, error: RegionError) -> JSONResponse:
+        # The message names the file and what is wrong with it; one line whatever it holds.
+        message = " ".join(str(error).split()) or type(error).__name__
+        log.info("%s %s: region error: %s", request.method, request.url.path, message)
+        return _error(409, f"the pod's region cannot be used: {message}")
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
