@@ -558,15 +558,21 @@ def test_past_the_total_the_largest_client_gives_way() -> None:
     assert not sixth.closed and not probe.closed and not newcomer.closed
 
 
-def test_a_request_sent_but_not_yet_read_is_not_what_gives_way() -> None:
+def test_what_gives_way_first_an_idle_one_then_an_older_one_the_newcomer_last() -> None:
     clients = Clients(ConnectionLimits(per_client=2, total=100))
-    sent = _Connection("uid 0", unread=True)  # its request is in the socket, not yet read
-    idle = _Connection("uid 0")
-    for connection in (sent, idle):
+
+    def add(unread: bool = False, waiting: bool = True) -> _Connection:
+        connection = _Connection("uid 0", waiting, unread)
         clients.add(cast(GuardedProtocol, connection))
-    third = _Connection("uid 0", unread=True)
-    clients.add(cast(GuardedProtocol, third))
+        return connection
+
+    sent = add(unread=True)  # its request is in the socket, not yet read
+    idle = add()
+    third = add()  # idle goes, not the request the server has not read yet
     assert (sent.closed, idle.closed, third.closed) == (False, True, False)
-    fourth = _Connection("uid 0", unread=True)  # no one idle: the newcomer itself
-    clients.add(cast(GuardedProtocol, fourth))
-    assert (sent.closed, third.closed, fourth.closed) == (False, False, True)
+    third._unread = True
+    fourth = add()  # nothing idle but the newcomer: the oldest waiting goes, not the newcomer
+    assert (sent.closed, third.closed, fourth.closed) == (True, False, False)
+    fourth.waiting = third.waiting = False  # both busy with requests
+    fifth = add()
+    assert (third.closed, fourth.closed, fifth.closed) == (False, False, True)

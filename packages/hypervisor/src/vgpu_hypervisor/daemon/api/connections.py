@@ -9,10 +9,10 @@ refuses a new connection because of old idle ones:
 
 - Each client (its user on this host, else its address: peers.py) holds at most
   ``per_client`` connections. Past that, the client's oldest *waiting* connection is closed: one
-  whose request has not arrived whole, or kept alive between requests, and that has no bytes
-  in its socket the server has yet to read (a request just sent is not thrown away because
-  the server had not read it yet). A new connection is closed at once only when none of the
-  client's others can be.
+  whose request has not arrived whole, or kept alive between requests; one with no bytes in
+  its socket that the server has yet to read first (a request just sent is not thrown away
+  because the server had not read it yet). A new connection is closed at once only when all
+  the client's others are busy with requests.
 - Past ``total`` connections, the oldest waiting connection of the client holding the most is
   closed, so a client alone cannot push others out.
 - A request's head must arrive within ``head_timeout_s`` of its first byte (or of the
@@ -89,11 +89,13 @@ class Clients:
     def _shed(
         self, groups: list[dict["GuardedProtocol", None]], newcomer: "GuardedProtocol", why: str
     ) -> None:
-        """Close the oldest idle connection (waiting, nothing unread) of the first group that
-        has one; else the newcomer."""
-        victim = next(
-            (c for group in groups for c in group if c.waiting and not c.unread()), newcomer
-        )
+        """Close, in the first group that has one, the oldest waiting connection with nothing
+        unread; else the oldest waiting one; the newcomer only when no other waits. (Bytes a
+        burst of new connections sent may lie unread for a moment, requests and scraps alike:
+        they are a preference, and the newcomer, likely to be about to send its request, is
+        never closed for an older one that waits.)"""
+        others = [c for group in groups for c in group if c is not newcomer and c.waiting]
+        victim = next((c for c in others if not c.unread()), others[0] if others else newcomer)
         self.report(
             victim.client_key,
             f"{why}: closing its oldest connections that have no request under way",
