@@ -405,6 +405,11 @@ def open_region(path: str | os.PathLike[str], *, writable: bool = True) -> Regio
     except OSError as error:
         os.close(fd)
         raise RegionError(f"{path}: cannot map the pod region: {error.strerror}") from None
+    except ValueError:
+        # mmap's own size check: the file was cut short after the checks above (its tenant
+        # may truncate it at any moment).
+        os.close(fd)
+        raise RegionError(f"{path}: truncated while being opened") from None
     except BaseException:
         os.close(fd)
         raise
