@@ -161,7 +161,7 @@ static int find(const struct answer *answer, const char *uuid, uint64_t *instanc
 static struct vgpu_device_lease *map_sealed(int fd, char *why, size_t why_size) {
     struct stat info;
     int seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) ||
+    if (vgpu_stat_at(fd, "", &info) != 0 || !S_ISREG(info.st_mode) ||
         info.st_size < (off_t)sizeof(struct vgpu_device_lease)) {
         say(why, why_size, "%s", "the daemon's lease is not the size of a lease");
         return NULL;
