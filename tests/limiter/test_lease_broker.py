@@ -9,7 +9,6 @@ import mmap
 import os
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from vgpu_limiter.region import CONSTANTS, ffi
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv
 from tests.limiter.test_compute_limits import SIM_GPU0, TOLERANCE_PP, concurrent, limit
+from tests.support.tenant import readable_folder
 
 FORK = get_context("fork")
 NOBODY = 65534
@@ -33,13 +33,9 @@ SIZE = ffi.sizeof("struct vgpu_device_lease")
 
 @pytest.fixture
 def base() -> Iterator[Path]:
-    """A base path the tenant can reach (pytest's own folders are private to their user)."""
-    folder = Path(tempfile.mkdtemp(prefix="vgpu-leases-"))
-    folder.chmod(0o755)
-    try:
+    """A base path another user can reach."""
+    with readable_folder("vgpu-leases-") as folder:
         yield folder / "base"
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 @contextmanager

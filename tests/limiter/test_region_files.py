@@ -4,7 +4,6 @@ disk, a file truncated under the daemon (issue 18 items 2, 3 and 6)."""
 import json
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from vgpu_limiter.region import Region, RegionError
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 from tests.limiter.test_region import FORK, UUIDS, GiB, one_line
+from tests.support.tenant import readable_folder
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
@@ -98,13 +98,9 @@ def test_a_hard_link_to_another_pods_region_is_refused(base: Path) -> None:
 
 @pytest.fixture
 def shared_base() -> Iterator[Path]:
-    """A base another user can reach (pytest's own folders are private to root)."""
-    folder = Path(tempfile.mkdtemp(prefix="vgpu-region-"))
-    folder.chmod(0o755)
-    try:
+    """A base path another user can reach."""
+    with readable_folder("vgpu-region-") as folder:
         yield folder / "base"
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 def _as_nobody(path: Path, results: Any) -> None:

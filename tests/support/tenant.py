@@ -59,17 +59,25 @@ class TenantTools:
 
 
 @contextmanager
+def readable_folder(prefix: str = "vgpu-") -> Iterator[Path]:
+    """A new folder (removed afterwards, whatever another user left in it) that every user can
+    reach: pytest's own folders are private to their user."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        folder.chmod(0o755)
+        yield folder
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@contextmanager
 def tenant_tools() -> Iterator[TenantTools]:
     """A readable folder (removed afterwards) with the copies; also a place for the test's own
     files that the tenant must reach (``root / "node"``)."""
-    top = Path(tempfile.mkdtemp(prefix="vgpu-tenant-"))
-    try:
-        top.chmod(0o755)
+    with readable_folder("vgpu-tenant-") as top:
         shutil.copytree(sim.library_dir(), top / "lib")
         (top / "bin").mkdir()
         shutil.copy2(sim.workload_path(), top / "bin")
         shutil.copy2(library_path(), top)
         (top / "node").mkdir(mode=0o755)
         yield TenantTools(top)
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
