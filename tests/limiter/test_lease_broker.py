@@ -175,6 +175,7 @@ def test_pods_keep_their_shares_while_a_tenant_truncates_and_scribbles(
         attacker.start()
         try:
             low, high = concurrent([limit(pods("a"), 30), limit(pods("b"), 70)])
+            print(f"30/70 under attack: {low:.1f} / {high:.1f}")
         finally:
             attacks = int(results.get(timeout=60)[0])
             attacker.join(timeout=60)
