@@ -11,6 +11,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -107,7 +108,7 @@ def unix_daemon() -> Iterator[Daemon]:
         yield running
     finally:
         running.close()
-        subprocess.run(["rm", "-rf", str(root)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.parametrize("listener", ["tcp", "unix"])
