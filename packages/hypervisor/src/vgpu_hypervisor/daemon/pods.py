@@ -283,8 +283,8 @@ class PodStore:
                     region.set_limits(
                         uuid, memory, compute, compute_soft_limit=soft, device_flags=flags
                     )
-                except RegionError as error:
-                    raise PodError(_one_line(error)) from None
+                except RegionError as error:  # the file's state (cut short under us): a conflict
+                    raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
             return self._record(namespace, name, region.path)
 
     def delete(self, namespace: str, name: str, *, force: bool = False) -> PodRecord:
@@ -304,8 +304,8 @@ class PodStore:
             if live:  # they keep charging the file: it stays until they are gone
                 try:
                     self._region(record.path).change_flags(set=FLAG_DELETED)
-                except RegionError as error:
-                    raise PodError(_one_line(error)) from None
+                except RegionError as error:  # the file's state (cut short under us): a conflict
+                    raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
                 return record
             self._remove(record.path)
             return record
@@ -329,8 +329,8 @@ class PodStore:
             region = self._existing(namespace, name)
             try:
                 region.freeze(FREEZE_HOLD_S, uuid)
-            except RegionError as error:
-                raise PodError(_one_line(error)) from None
+            except RegionError as error:  # the file's state (cut short under us): a conflict
+                raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
             return self._record(namespace, name, region.path)
 
     def resume(self, namespace: str, name: str) -> PodRecord:
@@ -339,8 +339,8 @@ class PodStore:
             region = self._existing(namespace, name)
             try:
                 region.resume()
-            except RegionError as error:
-                raise PodError(_one_line(error)) from None
+            except RegionError as error:  # the file's state (cut short under us): a conflict
+                raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
             return self._record(namespace, name, region.path)
 
     def set_policy(self, namespace: str, name: str, qos: int | None, weight: int | None) -> None:
@@ -352,8 +352,10 @@ class PodStore:
             policy = (known_qos if qos is None else qos, known_weight if weight is None else weight)
             try:
                 region.set_policy(*policy)
-            except (RegionError, ValueError) as error:
+            except ValueError as error:
                 raise PodError(_one_line(error)) from None
+            except RegionError as error:  # the file's state (cut short under us): a conflict
+                raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
             self._policy[key] = policy
 
     def _held_policy(self, record: PodRecord) -> tuple[int, int]:
