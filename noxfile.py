@@ -232,6 +232,28 @@ def build(session: nox.Session) -> None:
         )
         session.run(str(bin_dir / command[0]), *command[1:], external=True)
     _check_add_path_example(session, venvs / "pip-add_path" / "bin")
+    _check_bare_metal_daemon(session, venvs / "pip-hypervisor" / "bin")
+
+
+def _check_bare_metal_daemon(session: nox.Session, bin_dir: Path) -> None:
+    """`pip install ./packages/hypervisor` brings no gRPC and no Kubernetes client; the daemon
+    asked for the device plugin says in one line which extra to install."""
+    for module in ("grpc", "lightkube", "google.protobuf"):
+        found = subprocess.run(
+            [bin_dir / "python", "-c", f"import {module}"], capture_output=True, check=False
+        )
+        if found.returncode == 0:
+            session.error(f"a bare-metal install of vgpu-hypervisor brings {module}")
+    asked = subprocess.run(
+        [bin_dir / "tf-hypervisor", "daemon", "--config", "", "--simulate", "--device-plugin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    wanted = "pip install 'vgpu-hypervisor[kubernetes]'"
+    if asked.returncode == 0 or wanted not in asked.stderr or asked.stderr.count("\n") != 1:
+        session.error(f"--device-plugin without the extra: {asked.returncode} {asked.stderr!r}")
 
 
 def _check_add_path_example(session: nox.Session, bin_dir: Path) -> None:

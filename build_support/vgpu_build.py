@@ -171,6 +171,7 @@ def setup_package(
     setup_file: str,
     *,
     requires: list[str],
+    extras: dict[str, list[str]] = {},  # noqa: B006 - read only
     siblings: list[str] = [],  # noqa: B006 - read only
     native: list[NativeLibrary] = [],  # noqa: B006 - read only
 ) -> None:
@@ -187,5 +188,6 @@ def setup_package(
             *requires,
             *(sibling_requirement(package_dir, name) for name in siblings),
         ],
+        extras_require=extras,
         **extra,
     )

@@ -19,10 +19,9 @@ setup_package(
         "uvicorn>=0.30,<0.55",
         "prometheus-client>=0.20",
         "httpx>=0.27",  # TokenReview calls to the API server
-        "pyyaml>=6.0",
-        "lightkube>=1.0",
-        "grpcio>=1.85",
-        "protobuf>=7.35",
+        "pyyaml>=6.0",  # -o yaml
     ],
+    # The pod source and the device plugin (vgpu_hypervisor/extras.py): not on bare metal.
+    extras={"kubernetes": ["lightkube>=1.0", "grpcio>=1.85", "protobuf>=7.35"]},
     siblings=["vgpu-common", "vgpu-limiter"],
 )

@@ -39,6 +39,7 @@ from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.extras import ExtraMissing, require_kubernetes
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
@@ -174,6 +175,7 @@ class Daemon:
 
     async def run(self) -> None:
         settings = self.settings
+        _check_extras(settings)
         try:
             observer = GpuObserver.open(simulate=settings.simulate, sim_state=settings.sim_state)
         except GpuBackendError as error:
@@ -408,6 +410,20 @@ def exit_now(why: str) -> None:
         with contextlib.suppress(Exception):
             handler.flush()
     os._exit(1)
+
+
+def _check_extras(settings: Settings) -> None:
+    """DaemonError, before anything starts, when a part asked for lacks its extra."""
+    from vgpu_hypervisor.kubernetes import setup
+
+    try:
+        if setup.enabled(settings):
+            explicit = settings.kubernetes is not None
+            require_kubernetes("--kubernetes" if explicit else "the pod source (in a cluster)")
+        if settings.device_plugin:
+            require_kubernetes("--device-plugin")
+    except ExtraMissing as error:
+        raise DaemonError(str(error)) from None
 
 
 def _token_reviewer(settings: Settings) -> TokenReviewer | None:
