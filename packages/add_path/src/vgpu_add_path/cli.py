@@ -3,38 +3,20 @@
 import os
 import shlex
 from collections.abc import Mapping
-from importlib.metadata import version as distribution_version
 from typing import Annotated, NoReturn
 
 import typer
 from vgpu_common import cli as common_cli
 from vgpu_common.cli import fail
+from vgpu_common.command_app import command_app
 
 from vgpu_add_path._library import SEPARATORS, library_path, merge
 
-app = typer.Typer(
-    help="Rewrite PATH, LD_PRELOAD and LD_LIBRARY_PATH of programs from TF_* variables.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
+app = command_app(
+    "tf-add-path",
+    "vgpu-add-path",
+    "Rewrite PATH, LD_PRELOAD and LD_LIBRARY_PATH of programs from TF_* variables.",
 )
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"tf-add-path {distribution_version('vgpu-add-path')}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
-    pass
 
 
 AppendOption = Annotated[

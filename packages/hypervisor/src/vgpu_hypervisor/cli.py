@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from vgpu_common.cli import fail
+from vgpu_common.command_app import command_app
 
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client import output
@@ -34,10 +35,8 @@ if TYPE_CHECKING:  # the HTTP client and rich load only for the commands that us
 API = "/api/v1"
 REFUSED = 1  # the daemon said no, or could not be reached
 
-app = typer.Typer(
-    help="The vgpu node daemon and its command-line client.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
+app = command_app(
+    "tf-hypervisor", "vgpu-hypervisor", "The vgpu node daemon and its command-line client."
 )
 pods_app = typer.Typer(
     help="List, create, change and delete pods.",
@@ -73,24 +72,6 @@ def _call(
             return action(client)
         except ClientError as error:
             fail(explain(str(error)), REFUSED)
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"tf-hypervisor {package_version()}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
-    """The vgpu node daemon and its command-line client."""
 
 
 # --- daemon and status -----------------------------------------------------------------------

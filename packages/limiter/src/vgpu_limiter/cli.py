@@ -1,9 +1,8 @@
 """tf-limiter: the command-line entry point."""
 
 from importlib.metadata import version as distribution_version
-from typing import Annotated
 
-import typer
+from vgpu_common.command_app import command_app
 
 from vgpu_limiter.config_cli import check_config
 from vgpu_limiter.coverage_cli import coverage
@@ -11,31 +10,11 @@ from vgpu_limiter.region_cli import inspect
 from vgpu_limiter.run_cli import path, run
 from vgpu_limiter.sim_cli import app as sim_app
 
-app = typer.Typer(
-    help="Per-pod GPU memory and compute limits for unmodified CUDA programs.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
+app = command_app(
+    "tf-limiter",
+    "vgpu-limiter",
+    "Per-pod GPU memory and compute limits for unmodified CUDA programs.",
 )
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"tf-limiter {distribution_version('vgpu-limiter')}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
-    pass
-
-
 app.command()(path)
 app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
     run
