@@ -5,9 +5,11 @@ import time
 
 import pytest
 from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
-from vgpu_limiter.region import open_region
+from vgpu_limiter.region import ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
+
+CREATED_NS = ffi.offsetof("struct vgpu_region", "created_ns")
 
 
 def test_limits_that_fit_hold_as_they_are() -> None:
@@ -84,6 +86,17 @@ def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(
         regions["greedy"].set_policy(3, 1_000_000)  # critical, and the largest weight
         wait_for(lambda: (regions["greedy"].qos, regions["greedy"].weight) == (0, 0), timeout=10)
         time.sleep(1.5)  # a few passes
+        assert regions["greedy"].effective(0) == regions["honest"].effective(0) == 5000
+        # The header is the tenant's to write too: a new creation time makes it no new pod.
+        path = daemon.base / "default" / "greedy" / "shm"
+        with path.open("r+b") as region_file:
+            region_file.seek(CREATED_NS)
+            created = int.from_bytes(region_file.read(8), "little")
+            region_file.seek(CREATED_NS)
+            region_file.write((created + 1).to_bytes(8, "little"))
+        regions["greedy"].set_policy(3, 1_000_000)
+        wait_for(lambda: (regions["greedy"].qos, regions["greedy"].weight) == (0, 0), timeout=10)
+        time.sleep(1.5)
         assert regions["greedy"].effective(0) == regions["honest"].effective(0) == 5000
         # The admin's change through the API still holds.
         assert daemon.cli("pods", "update", "greedy", "--weight", "3").returncode == 0

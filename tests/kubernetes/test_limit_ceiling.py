@@ -112,8 +112,10 @@ def test_an_admins_change_is_the_ceiling_annotations_may_only_lower(
     )
     assert _limits(daemon, "ruled") == (1 * GiB, 50.0)
 
-    _patch(daemon, "ruled", {"memory": 8 * GiB})  # raising is the admin's, above the resources
-    assert wait_for(lambda: _limits(daemon, "ruled") == (8 * GiB, 50.0), timeout=15)
+    # Raising is the admin's, above the resources too; the 3Gi annotation, no longer refused,
+    # lowers the new ceiling at once (the change is booked as the API makes it).
+    _patch(daemon, "ruled", {"memory": 8 * GiB})
+    assert wait_for(lambda: _limits(daemon, "ruled") == (3 * GiB, 50.0), timeout=15)
     api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0", VRAM: "6Gi"})
     assert wait_for(lambda: _limits(daemon, "ruled") == (6 * GiB, 50.0), timeout=15)
     api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0"})
@@ -136,3 +138,34 @@ def test_limits_a_tenant_writes_into_its_region_raise_no_ceiling(
     assert wait_for(lambda: _limits(daemon, "sneaky") == (2 * GiB, 20.0), timeout=15)
     assert wait_for(lambda: "changed in its region, not through the API" in _log(daemon))
     assert wait_for(lambda: _refusals(api, "sneaky"))  # 12Gi: more than the resources' 2 GiB
+
+
+def test_an_admins_change_outlives_a_daemon_restart(daemon: Daemon, api: ApiServer) -> None:
+    """Booked when the API makes it, not at the pod's next event: a restart right after does
+    not take it for the tenant's and set it back."""
+    resources = {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "4096", "vgpu.io/gpu-compute": "50"}
+    api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "ruled") == (4 * GiB, 50.0), timeout=15)
+    _patch(daemon, "ruled", {"memory": 1 * GiB})
+    daemon.stop()
+    daemon.start()
+    api.put_pod("ruled", resources=resources, annotations={GPU_IDS: "0", VRAM: "3Gi"})
+    assert wait_for(lambda: _refusals(api, "ruled"), timeout=15)  # 3Gi: above the admin's 1 GiB
+    assert _limits(daemon, "ruled") == (1 * GiB, 50.0)
+    assert "not through the API" not in _log(daemon)
+
+
+def test_an_earlier_pods_admin_change_is_not_the_next_ones(daemon: Daemon, api: ApiServer) -> None:
+    resources = {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2048", "vgpu.io/gpu-compute": "20"}
+    api.put_pod("web-0", resources=resources, annotations={GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "web-0") == (2 * GiB, 20.0), timeout=15)
+    _patch(daemon, "web-0", {"memory": 16 * GiB, "compute": 100})
+    api.delete_pod("web-0")
+    assert wait_for(lambda: daemon.api("GET", "/api/v1/pods/default/web-0").status_code == 404)
+    api.put_pod("web-0", resources=resources, annotations={GPU_IDS: "0"})
+    assert wait_for(lambda: _limits(daemon, "web-0") == (2 * GiB, 20.0), timeout=15)
+    with open_region(daemon.base / "default" / "web-0" / "shm") as region:
+        (device,) = region.devices
+        region.set_limits(device.uuid, 16 * GiB, 0)  # the earlier pod's admin values
+    api.put_pod("web-0", resources=resources, annotations={GPU_IDS: "0", VRAM: "12Gi"})
+    assert wait_for(lambda: _limits(daemon, "web-0") == (2 * GiB, 20.0), timeout=15)

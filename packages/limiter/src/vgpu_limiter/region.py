@@ -509,11 +509,13 @@ class Region:
 
     @property
     def namespace(self) -> str:
-        return _text(self._snapshot(HEADER_SIZE).pod_namespace)
+        header = self._snapshot(HEADER_SIZE)  # kept: the name points into its buffer
+        return _text(header.pod_namespace)
 
     @property
     def pod(self) -> str:
-        return _text(self._snapshot(HEADER_SIZE).pod_name)
+        header = self._snapshot(HEADER_SIZE)  # kept: the name points into its buffer
+        return _text(header.pod_name)
 
     @property
     def version(self) -> int:
@@ -594,8 +596,8 @@ class Region:
 
     def effective(self, index: int) -> int:
         """The effective limit last published for device entry ``index`` (0: none)."""
-        device = self._snapshot().devices[index]
-        return int(device.scheduler_state[_constant("VGPU_SCHED_EFFECTIVE")])
+        snapshot = self._snapshot()  # kept: the entry points into its buffer
+        return int(snapshot.devices[index].scheduler_state[_constant("VGPU_SCHED_EFFECTIVE")])
 
     def change_flags(self, set: int = 0, clear: int = 0) -> int:
         """Set, then clear bits of the flags (FLAG_*); the flags after."""

@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,10 +108,14 @@ class PodStore:
     # from what the pod source wrote are the admin's only when they are these; otherwise the
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
+    # Called with (namespace, name) after the API changed a pod's limits, outside the store's
+    # lock: the pod source books the admin's change at once (it outlives a restart there).
+    admin_listeners: list[Callable[[str, str], None]] = field(default_factory=list)
     # Each pod's scheduling class and weight as the daemon set them (or first read them), by
-    # (namespace, name, created_ns): the words in the region are the tenant's to write, and a
-    # weight written there must not take contended time from other pods.
-    _policy: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)
+    # (namespace, name), with the identity of the region file they belong to: the words in the
+    # region are the tenant's to write (its header too), and a weight written there must not
+    # take contended time from other pods.
+    _policy: dict[tuple[str, str], tuple[tuple[int, int], int, int]] = field(default_factory=dict)
 
     # Reading
 
@@ -221,7 +225,8 @@ class PodStore:
         devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
             if path.exists() and self._takes_over(namespace, name, path):
-                return self._update(namespace, name, limits)
+                return self._update(namespace, name, limits)[0]
+            self._by_admin.pop((namespace, name), None)  # an earlier pod of that name's
             if path.exists():
                 raise PodConflict(f"pod {namespace}/{name} already exists")
             try:
@@ -251,14 +256,13 @@ class PodStore:
         has no entry for gets one. ``by_admin``: the API's change (admin_limits keeps it), not
         the pod source's."""
         with self._lock:
-            record = self._update(namespace, name, limits)
-            if by_admin:
-                wanted = {uuid.lower() for uuid in limits}
-                written = self._by_admin.setdefault((namespace, name), {})
-                for device in record.devices:
-                    if device.uuid.lower() in wanted:
-                        written[device.uuid.lower()] = device.limits
-            return record
+            record, written = self._update(namespace, name, limits)
+            if by_admin:  # what was written, not read back: the tenant may write meanwhile
+                self._by_admin.setdefault((namespace, name), {}).update(written)
+        if by_admin:
+            for listener in self.admin_listeners:
+                listener(namespace, name)
+        return record
 
     def admin_limits(self, namespace: str, name: str) -> dict[str, DeviceLimits]:
         """What the API last wrote into the pod's region since this daemon started, by GPU
@@ -266,7 +270,11 @@ class PodStore:
         with self._lock:
             return dict(self._by_admin.get((namespace, name), {}))
 
-    def _update(self, namespace: str, name: str, limits: Mapping[str, Limits]) -> PodRecord:
+    def _update(
+        self, namespace: str, name: str, limits: Mapping[str, Limits]
+    ) -> tuple[PodRecord, dict[str, DeviceLimits]]:
+        """The record after the change, and the limits written by GPU (UUID in lower case)."""
+        written: dict[str, DeviceLimits] = {}
         with self._lock:
             region = self._existing(namespace, name)
             for uuid, wanted in limits.items():
@@ -285,12 +293,14 @@ class PodStore:
                     )
                 except RegionError as error:  # the file's state (cut short under us): a conflict
                     raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-            return self._record(namespace, name, region.path)
+                written[uuid.lower()] = DeviceLimits(memory, compute, soft, flags)
+            return self._record(namespace, name, region.path), written
 
     def delete(self, namespace: str, name: str, *, force: bool = False) -> PodRecord:
         """Remove a pod's region (and its folder). With live workers only when ``force``."""
         with self._lock:
             record = self.get(namespace, name)
+            self._by_admin.pop((namespace, name), None)  # not the next pod of that name's
             if record.error is None:
                 self.reap(record)
                 record = self.get(namespace, name)
@@ -347,32 +357,46 @@ class PodStore:
         """Change a pod's scheduling class and weight (None keeps one)."""
         with self._lock:
             region = self._existing(namespace, name)
-            key = (namespace, name, region.created_ns)
-            known_qos, known_weight = self._policy.get(key, (region.qos, region.weight))
-            policy = (known_qos if qos is None else qos, known_weight if weight is None else weight)
             try:
+                identity = self._open[region.path].identity
+                known = self._policy.get((namespace, name))
+                if known is not None and known[0] == identity:
+                    known_qos, known_weight = known[1], known[2]
+                else:
+                    known_qos, known_weight = region.qos, region.weight
+                policy = (
+                    known_qos if qos is None else qos,
+                    known_weight if weight is None else weight,
+                )
                 region.set_policy(*policy)
             except ValueError as error:
                 raise PodError(_one_line(error)) from None
             except RegionError as error:  # the file's state (cut short under us): a conflict
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-            self._policy[key] = policy
+            self._policy[(namespace, name)] = (identity, *policy)
 
     def _held_policy(self, record: PodRecord) -> tuple[int, int]:
-        """The pod's class and weight as the daemon set them; words a tenant wrote over them in
-        its region are set back (and never weigh in)."""
-        key = (record.namespace, record.name, record.created_ns)
-        policy = self._policy.setdefault(key, (record.qos, record.weight))
+        """The pod's class and weight as the daemon set them (or first read them from this
+        file); words a tenant wrote over them in its region are set back and never weigh in."""
+        current = self._open.get(record.path)
+        if current is None:
+            return (record.qos, record.weight)
+        key = (record.namespace, record.name)
+        known = self._policy.get(key)
+        if known is None or known[0] != current.identity:  # a new pod, or its file made anew
+            known = (current.identity, record.qos, record.weight)
+            self._policy[key] = known
+        policy = (known[1], known[2])
         if policy != (record.qos, record.weight):
             with suppress(RegionError, ValueError):
-                self._region(record.path, opening=False).set_policy(*policy)
+                current.region.set_policy(*policy)
         return policy
 
     def publish_effective(self, records: list[PodRecord]) -> None:
         """Each pod's effective compute limit per GPU (scheduler.py) into its region, from
         every pod of the node (``records``)."""
-        with self._lock:  # the policies of pods gone are forgotten
-            present = {(r.namespace, r.name, r.created_ns) for r in records}
+        with self._lock:  # the policies of pods gone are forgotten (not of unreadable ones)
+            present = {(r.namespace, r.name) for r in records}
             for key in set(self._policy) - present:
                 del self._policy[key]
         by_gpu: dict[str, dict[tuple[Path, int], tuple[int, int]]] = {}

@@ -137,6 +137,21 @@ class PodSource:
         self._reported: dict[str, tuple[str, ...]] = {}  # problems last logged, by UID
         self._assigned: dict[str, tuple[str, ...]] = {}  # GPUs the device plugin gave, by UID
         self.synced = asyncio.Event()  # set after each successful list
+        store.admin_listeners.append(self._admin_changed)
+
+    def _admin_changed(self, namespace: str, name: str) -> None:
+        """The API changed a pod's limits: book the admin's change now (it becomes the pod's
+        ceiling, kept across restarts) rather than at the pod's next event."""
+        pod = self.by_key(namespace, name)
+        if pod is None:
+            return
+        with self._lock:
+            try:
+                self._apply(pod)
+            except Exception as error:  # the API's change is made: the API must not fail
+                log.warning(
+                    "pod %s: the admin's change is booked at its next event: %s", pod.key, error
+                )
 
     # What the device plugin and the identity lookup ask
 
