@@ -577,3 +577,21 @@ def test_what_gives_way_first_an_idle_one_then_an_older_one_the_newcomer_last() 
     fourth.waiting = third.waiting = False  # both busy with requests
     fifth = add()
     assert (third.closed, fourth.closed, fifth.closed) == (False, False, True)
+
+
+def test_clients_whose_replies_stall_cannot_shut_every_newcomer_out() -> None:
+    """A few clients holding the server's every connection busy (pipelined requests whose
+    replies they never read): past the total, the largest client's oldest gives way, not the
+    newcomer (a liveness probe, say)."""
+    clients = Clients(ConnectionLimits(per_client=4, total=6))
+
+    def add(client: str, waiting: bool) -> _Connection:
+        connection = _Connection(client, waiting, False)
+        clients.add(cast(GuardedProtocol, connection))
+        return connection
+
+    stalled = [add("address 10.0.0.8", waiting=False) for _ in range(4)]
+    stalled += [add("address 10.0.0.9", waiting=False) for _ in range(2)]
+    probe = add("address 10.0.0.1", waiting=True)
+    assert not probe.closed
+    assert [c.closed for c in stalled] == [True, False, False, False, False, False]

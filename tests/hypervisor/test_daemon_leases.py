@@ -6,6 +6,7 @@ import mmap
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 from vgpu_limiter.lease import DeviceLease, lease_path
 from vgpu_limiter.lease_broker import SOCKET_NAME
@@ -82,3 +83,21 @@ def test_running_processes_take_the_lease_of_a_daemon_started_again(daemon: Daem
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert err.count(f"the daemon's, instance {instance}") == 1, err
+
+
+def test_a_second_daemon_on_the_same_base_leaves_the_first_ones_leases_alone(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """Before, it replaced the socket and the node files' instances, and a failing start left
+    the node naming leases nobody handed out."""
+    instance, _ = _leases(daemon)[SIM_GPU0]
+    second = Daemon(tmp_path / "second")
+    second.base = daemon.base
+    second.start()
+    try:
+        wait_for(lambda: "another daemon hands out leases here" in second.log_file.read_text())
+    finally:
+        second.close()
+    assert _leases(daemon)[SIM_GPU0][0] == instance
+    with DeviceLease.open(daemon.base, SIM_GPU0) as reader:
+        assert reader.lease_instance() == instance

@@ -214,3 +214,43 @@ def test_a_paced_process_takes_the_lease_of_a_daemon_that_starts_later(
         _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert err.count("the daemon's, instance") == 2, err
+
+
+def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
+    base: Path, pods: Callable[[str], dict[str, str]], tmp_path: Path
+) -> None:
+    """A flood of connections can keep the daemon from answering for a moment: the process
+    then paces with a lease of its own (no other user can truncate it), never with the group's
+    lease file, and takes the daemon's once it answers."""
+    DeviceLease.open(base, SIM_GPU0).close()  # the node folder and the lease file, as a daemon
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(base / ".node" / SOCKET_NAME))
+    listener.listen(0)  # never accepted: its queue fills at once
+    queued = []
+    for _ in range(8):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            client.connect(str(base / ".node" / SOCKET_NAME))
+        queued.append(client)
+    environment = limit(pods("a"), 50) | {"TMPDIR": str(tmp_path)}
+    try:
+        result = subprocess.run(
+            [WORKLOAD, "--kernels", "20", "--kernel-us", "1000"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        for client in queued:
+            client.close()
+        listener.close()
+    assert result.returncode == 0, result.stderr
+    (said,) = [
+        line for line in result.stderr.splitlines() if "device lease from the daemon" in line
+    ]
+    assert f"using {tmp_path}/vgpu-devices-" in said, said
+    with lease_path(base, SIM_GPU0).open("rb") as lease_file:
+        assert int.from_bytes(lease_file.read()[EPOCHS : EPOCHS + 8], "little") == 0

@@ -54,6 +54,7 @@ struct vgpu_lease {
     char uuid[VGPU_REGION_UUID_SIZE];
     uint64_t instance;   /* the daemon's sealed lease mapped (lease_sealed.h); 0: a lease file */
     uint64_t asked_ns;   /* when the daemon was last asked for another */
+    bool said_daemon;    /* a failure to get the daemon's lease was said (once, as a warning) */
     /* This process's own account, which no other process can write. */
     bool exclusive;      /* this epoch holds the lease */
     bool exposed;        /* a gap in this epoch's activity let a waiter judge it stale */
@@ -106,8 +107,8 @@ static bool shut_out(const char *folder) {
     return errno == EACCES || errno == ENOENT;
 }
 
-/* The daemon's sealed lease, or else the lease file of {base}/.devices, or else one of this
- * user's own; false (and a warning) when none can be had. */
+/* The daemon's sealed lease, or else (no daemon) the lease file of {base}/.devices, or else one
+ * of this user's own; false (and a warning) when none can be had. */
 static bool map_any(struct vgpu_lease *lease) {
     char why[4400];
     bool absent = false;
@@ -116,15 +117,21 @@ static bool map_any(struct vgpu_lease *lease) {
     if (lease->shared != NULL) {
         return true;
     }
-    if (!absent) {
-        vgpu_log(VGPU_LOG_WARN, "device lease from the daemon: %s; using the lease file", why);
-    }
     snprintf(lease->folder, sizeof lease->folder, "%.4000s/.devices", base_path());
-    lease->shared = map_in(lease, why, sizeof why);
-    if (lease->shared == NULL) {
-        char first[4400];
+    char first[4400];
+    bool usual = false;
+    if (absent) {
+        lease->shared = map_in(lease, why, sizeof why);
         snprintf(first, sizeof first, "%s", why);
-        bool usual = shut_out(lease->folder);
+        usual = shut_out(lease->folder);
+    } else {
+        /* A daemon is there but did not answer (busy, or flooded with connections): not the
+         * group's lease file, which any member could truncate under this process, but one of
+         * this user's own until the daemon's comes (follow_daemon asks every second). */
+        snprintf(first, sizeof first, "from the daemon: %.4300s", why);
+        lease->said_daemon = true;
+    }
+    if (lease->shared == NULL) {
         private_folder(lease->folder, sizeof lease->folder);
         lease->private = true;
         lease->shared = map_in(lease, why, sizeof why);
@@ -165,7 +172,10 @@ static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     lease->asked_ns = now;
     const struct vgpu_device_node *node = node_of(lease, now);
     uint64_t named = node != NULL ? atomic_load(&node->lease_instance) : 0;
-    if (named == 0 || named == lease->instance) {
+    /* A lease of this user's own while a daemon is there: ask again even if the node file
+     * names nothing new (a flood may have kept the daemon from answering). */
+    bool own_for_now = lease->private && lease->said_daemon;
+    if (named == 0 || (named == lease->instance && !own_for_now)) {
         return;
     }
     char why[4400];
@@ -173,8 +183,10 @@ static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     uint64_t instance = 0;
     struct vgpu_device_lease *shared =
         vgpu_lease_sealed(lease->node_folder, lease->uuid, &instance, &absent, why, sizeof why);
-    if (shared == NULL) {
-        vgpu_log(absent ? VGPU_LOG_DEBUG : VGPU_LOG_WARN, "device lease from the daemon: %s", why);
+    if (shared == NULL) { /* said once: this runs every second */
+        vgpu_log(absent || lease->said_daemon ? VGPU_LOG_DEBUG : VGPU_LOG_WARN,
+                 "device lease from the daemon: %s", why);
+        lease->said_daemon = lease->said_daemon || !absent;
         return;
     }
     vgpu_log(VGPU_LOG_INFO, "device lease of %s: the daemon's, instance %llu", lease->uuid,

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,13 +81,7 @@ static int connect_daemon(int folder, uid_t owner, bool *absent, char *why, size
                (peer.uid != 0 && peer.uid != owner)) {
         say(why, why_size, VGPU_LEASE_SOCKET ": %s", "answered by a process not the daemon's");
     } else {
-        struct timeval timeout = {ANSWER_TIMEOUT_S, 0};
-        int flags = fcntl(fd, F_GETFL);
-        if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 &&
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0) {
-            return fd;
-        }
-        say(why, why_size, VGPU_LEASE_SOCKET ": %s", strerror(errno));
+        return fd; /* non-blocking: receive() waits with poll, under one deadline */
     }
     close(fd);
     return -1;
@@ -100,7 +94,34 @@ struct answer {
     int count;
 };
 
+/* Wait until the socket has something to read or `deadline` (CLOCK_MONOTONIC, ns) passes; a
+ * signal does not end the wait early. */
+static bool readable_by(int socket_fd, uint64_t deadline) {
+    for (;;) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t at = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+        if (at >= deadline) {
+            errno = EAGAIN;
+            return false;
+        }
+        struct pollfd wanted = {.fd = socket_fd, .events = POLLIN};
+        int ready = poll(&wanted, 1, (int)((deadline - at) / 1000000ULL) + 1);
+        if (ready > 0) {
+            return true;
+        }
+        if (ready < 0 && errno != EINTR) {
+            return false;
+        }
+    }
+}
+
 static bool receive(int socket_fd, struct answer *answer, char *why, size_t why_size) {
+    /* One deadline for the whole answer: a peer that trickles bytes cannot hold this thread. */
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint64_t deadline = (uint64_t)start.tv_sec * 1000000000ULL + (uint64_t)start.tv_nsec +
+                        ANSWER_TIMEOUT_S * 1000000000ULL;
     union {
         char buffer[CMSG_SPACE(sizeof(int) * MAX_LEASES)];
         struct cmsghdr align;
@@ -110,7 +131,11 @@ static bool receive(int socket_fd, struct answer *answer, char *why, size_t why_
                              .msg_iovlen = 1,
                              .msg_control = control.buffer,
                              .msg_controllen = sizeof control.buffer};
-    ssize_t got = recvmsg(socket_fd, &message, MSG_CMSG_CLOEXEC);
+    ssize_t got = -1;
+    do {
+        got = readable_by(socket_fd, deadline) ? recvmsg(socket_fd, &message, MSG_CMSG_CLOEXEC)
+                                               : -1;
+    } while (got < 0 && errno == EINTR);
     answer->count = 0;
     for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); got > 0 && header != NULL;
          header = CMSG_NXTHDR(&message, header)) {
@@ -125,7 +150,13 @@ static bool receive(int socket_fd, struct answer *answer, char *why, size_t why_
     size_t length = got > 0 ? (size_t)got : 0;
     /* A stream: the rest of the text may come in later reads, until the daemon closes. */
     while (got > 0 && length < TEXT_SIZE - 1) {
-        got = read(socket_fd, answer->text + length, TEXT_SIZE - 1 - length);
+        got = readable_by(socket_fd, deadline)
+                  ? read(socket_fd, answer->text + length, TEXT_SIZE - 1 - length)
+                  : -1;
+        if (got < 0 && errno == EINTR) {
+            got = 1; /* interrupted before anything was read: wait again */
+            continue;
+        }
         length += got > 0 ? (size_t)got : 0;
     }
     answer->text[length] = '\0';

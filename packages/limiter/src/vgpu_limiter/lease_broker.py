@@ -41,6 +41,7 @@ _OFFSETS: Final = {
     field: ffi.offsetof("struct vgpu_device_lease", field) for field in ("magic", "version")
 }
 ACCEPT_POLL_S: Final = 0.25  # how soon the serving thread sees close()
+BACKLOG: Final = 4096  # the kernel caps it (somaxconn): a burst of connections waits its turn
 SEND_TIMEOUT_S: Final = 0.2  # a fresh connection takes the small answer at once
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,19 @@ class SealedLease:
         os.close(self.fd)
 
 
+def _answers(address: str) -> bool:
+    """Whether a daemon listens on the socket at ``address`` now."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(SEND_TIMEOUT_S)
+    try:
+        probe.connect(address)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def _answer(leases: Sequence[SealedLease]) -> bytes:
     return GREETING + b"".join(f"{lease.uuid} {lease.instance}\n".encode() for lease in leases)
 
@@ -100,6 +114,7 @@ class LeaseBroker:
         self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._bound: tuple[int, int] | None = None  # the socket file this broker made
         self.path = self.base / NODE_FOLDER / SOCKET_NAME
 
     @property
@@ -115,12 +130,12 @@ class LeaseBroker:
         return self._device_leases.get(normalize_uuid(uuid))
 
     def start(self) -> None:
-        """Name the leases in the node files and listen; RegionError or OSError when the node
-        folder or the socket cannot be made."""
+        """Listen, then name the leases in the node files; RegionError or OSError when the node
+        folder or the socket cannot be made, or another daemon hands out leases there."""
+        self._socket = self._listen()
         for lease in self._leases:
             device = DeviceLease.open(self.base, lease.uuid, sealed=lease)
             self._device_leases[lease.uuid] = device
-        self._socket = self._listen()
         self._thread = threading.Thread(target=self._serve, name="lease broker", daemon=True)
         self._thread.start()
 
@@ -129,16 +144,22 @@ class LeaseBroker:
         try:
             # Reached through the folder's descriptor: a base path of any length fits a socket
             # address, and only the folder's owner (this daemon) can put anything in it.
+            address = f"/proc/self/fd/{folder}/{SOCKET_NAME}"
             with contextlib.suppress(FileNotFoundError):
                 info = os.stat(SOCKET_NAME, dir_fd=folder, follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode):
                     raise RegionError(f"{self.path}: a folder, not the lease socket")
-                os.unlink(SOCKET_NAME, dir_fd=folder)
+                if stat.S_ISSOCK(info.st_mode) and _answers(address):
+                    raise RegionError(f"{self.path}: another daemon hands out leases here")
+                os.unlink(SOCKET_NAME, dir_fd=folder)  # an earlier daemon's, gone
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                listener.bind(f"/proc/self/fd/{folder}/{SOCKET_NAME}")
-                os.chmod(SOCKET_NAME, SOCKET_MODE, dir_fd=folder, follow_symlinks=False)
-                listener.listen(128)
+                listener.bind(address)
+                # The folder is this daemon's alone: nothing there to follow.
+                os.chmod(SOCKET_NAME, SOCKET_MODE, dir_fd=folder)
+                info = os.stat(SOCKET_NAME, dir_fd=folder, follow_symlinks=False)
+                self._bound = (info.st_dev, info.st_ino)
+                listener.listen(BACKLOG)
                 listener.settimeout(ACCEPT_POLL_S)
             except BaseException:
                 listener.close()
@@ -180,7 +201,9 @@ class LeaseBroker:
         if self._socket is not None:
             self._socket.close()
             with contextlib.suppress(OSError):
-                self.path.unlink()
+                info = self.path.lstat()
+                if (info.st_dev, info.st_ino) == self._bound:  # not a newer daemon's
+                    self.path.unlink()
         for device in self._device_leases.values():
             device.close()
         for lease in self._leases:

@@ -45,7 +45,7 @@ def start_lease_broker(base: Path, backend: BackendInfo) -> LeaseBroker | None:
         return None
     try:
         broker.start()
-    except (OSError, RegionError) as error:
+    except (OSError, RegionError, ValueError) as error:
         broker.close()
         log.warning("no sealed device leases (%s): paced pods use the lease files", error)
         return None

@@ -45,6 +45,8 @@ from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
 
 if TYPE_CHECKING:  # the device plugin (gRPC) and the pod source load only when they run
+    from vgpu_limiter.lease_broker import LeaseBroker
+
     from vgpu_hypervisor.device_plugin.allocation import PendingPods
     from vgpu_hypervisor.device_plugin.server import DevicePlugin
     from vgpu_hypervisor.kubernetes.pod_source import PodSource
@@ -185,10 +187,21 @@ class Daemon:
             await self._serve(observer)
 
     async def _serve(self, observer: GpuObserver) -> None:
+        """Serve with the node's sealed leases handed out, and stop handing them out on every
+        way out (a start that fails half-way included)."""
+        token = _prepare_files(self.settings)
+        leases = start_lease_broker(self.settings.shm_base_path, observer.backend)
+        try:
+            await self._serve_with(observer, token, leases)
+        finally:
+            if leases is not None:
+                leases.close()
+
+    async def _serve_with(
+        self, observer: GpuObserver, token: str, leases: "LeaseBroker | None"
+    ) -> None:
         settings = self.settings
-        token = _prepare_files(settings)
         store = PodStore(settings.shm_base_path)
-        leases = start_lease_broker(settings.shm_base_path, observer.backend)
         publisher = None
         if settings.boost_correction:
             publisher = BoostPublisher(
@@ -271,8 +284,6 @@ class Daemon:
             await asyncio.gather(*tasks, return_exceptions=True)
             if publisher is not None:
                 publisher.close()
-            if leases is not None:
-                leases.close()
             listener.close()
             if isinstance(settings.api_listen_addr, UnixAddress):
                 settings.api_listen_addr.path.unlink(missing_ok=True)

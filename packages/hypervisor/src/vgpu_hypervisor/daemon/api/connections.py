@@ -75,7 +75,7 @@ class Clients:
         if self._count > self.limits.total:
             largest_first = sorted(self._groups.values(), key=len, reverse=True)
             why = f"the server holds {self.limits.total} connections"
-            self._shed(largest_first, connection, why)
+            self._shed(largest_first, connection, why, busy_too=True)
 
     def discard(self, connection: "GuardedProtocol") -> None:
         group = self._groups.get(connection.client_key)
@@ -87,15 +87,24 @@ class Clients:
             del self._groups[connection.client_key]
 
     def _shed(
-        self, groups: list[dict["GuardedProtocol", None]], newcomer: "GuardedProtocol", why: str
+        self,
+        groups: list[dict["GuardedProtocol", None]],
+        newcomer: "GuardedProtocol",
+        why: str,
+        *,
+        busy_too: bool = False,
     ) -> None:
         """Close, in the first group that has one, the oldest waiting connection with nothing
-        unread; else the oldest waiting one; the newcomer only when no other waits. (Bytes a
-        burst of new connections sent may lie unread for a moment, requests and scraps alike:
-        they are a preference, and the newcomer, likely to be about to send its request, is
-        never closed for an older one that waits.)"""
+        unread; else the oldest waiting one. When none waits: with ``busy_too`` (the server's
+        total) the oldest of the first group's others, busy or not, so that a few clients whose
+        replies stall cannot shut every newcomer out (a liveness probe included); else the
+        newcomer. (Bytes a burst of new connections sent may lie unread for a moment, requests
+        and scraps alike: they are a preference, and the newcomer, likely to be about to send
+        its request, is never closed for an older one that waits.)"""
         others = [c for group in groups for c in group if c is not newcomer and c.waiting]
-        victim = next((c for c in others if not c.unread()), others[0] if others else newcomer)
+        busy = [c for group in groups[:1] for c in group if c is not newcomer] if busy_too else []
+        fallback = others[0] if others else busy[0] if busy else newcomer
+        victim = next((c for c in others if not c.unread()), fallback)
         self.report(
             victim.client_key,
             f"{why}: closing its oldest connections that have no request under way",
