@@ -91,9 +91,9 @@ def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(
         path = daemon.base / "default" / "greedy" / "shm"
         with path.open("r+b") as region_file:
             region_file.seek(CREATED_NS)
-            created = int.from_bytes(region_file.read(8), "little")
+            stamp = int.from_bytes(region_file.read(8), "little")
             region_file.seek(CREATED_NS)
-            region_file.write((created + 1).to_bytes(8, "little"))
+            region_file.write((stamp + 1).to_bytes(8, "little"))
         regions["greedy"].set_policy(3, 1_000_000)
         wait_for(lambda: (regions["greedy"].qos, regions["greedy"].weight) == (0, 0), timeout=10)
         time.sleep(1.5)
