@@ -16,13 +16,13 @@ of the window:
 and each pod's matmuls per second; the device lease's epochs and takeovers (leases taken from a
 stale or drained holder) over the case. The bracketing kernels cost a little throughput; the
 figures compare cases run alike. `--variant NAME=PATH` runs the limited cases again with another
-build of the limiter (builds compared in one run), `--leases file sealed` runs them with the
-lease files and again with the daemon's sealed leases (lease_broker.py, handed out here without
+build of the limiter (builds compared in one run), `--leases file arbiter` runs them with the
+lease files and again with the daemon's lease arbiter (lease_broker.py, started here without
 the rest of the daemon), `--keep DIR` saves the intervals, `--logs DIR` keeps each pod's limiter
 log at debug level (its pacing statistics once a second).
 Usage: python benchmarks/handover_gpu.py --library path/to/libcuda_limiter.so
        [--variant NAME=PATH ...] [--sets 30,70 20,30,50] [--seconds 6] [--daemon]
-       [--leases file sealed]
+       [--leases file arbiter]
 """
 
 import argparse
@@ -107,12 +107,12 @@ def run_pods(
 
 
 def lease_counts(bench: Bench, broker: LeaseBroker | None = None) -> tuple[int, int]:
-    """The GPU's lease counters (epochs, takeovers) summed over the leases in use: the sealed
-    one, the node's file under the base path, or a user's own under the temporary folder."""
+    """The GPU's lease counters (epochs, takeovers) summed over the leases in use: the
+    arbiter's, the node's file under the base path, or a user's own under the temporary folder."""
     epochs = takeovers = 0
-    sealed = broker.lease(bench.uuid) if broker is not None else None
-    if sealed is not None:
-        epochs, takeovers = sealed.word(EPOCHS), sealed.word(TAKEOVERS)
+    arbitrated = broker.lease(bench.uuid) if broker is not None else None
+    if arbitrated is not None:
+        epochs, takeovers = arbitrated.word(EPOCHS), arbitrated.word(TAKEOVERS)
     for path in [
         bench.base / ".devices" / bench.uuid,
         *Path(tempfile.gettempdir()).glob(f"vgpu-devices-*/{bench.uuid}"),
@@ -207,9 +207,9 @@ def main() -> None:
     parser.add_argument(
         "--leases",
         nargs="*",
-        choices=["file", "sealed"],
+        choices=["file", "arbiter"],
         default=["file"],
-        help="which device leases the pods pace with (each in turn; the daemon's are sealed)",
+        help="which device leases the pods pace with (each in turn; the daemon arbitrates its own)",
     )
     args = parser.parse_args()
     builds = [("library", args.library)]
@@ -229,7 +229,7 @@ def run_build(args: argparse.Namespace, name: str, library: str, leases: str) ->
     broker = None
     if args.daemon:
         bench.start_daemon()
-    elif leases == "sealed":
+    elif leases == "arbiter":
         broker = LeaseBroker(bench.base, [bench.uuid])
         broker.start()
     try:
@@ -243,7 +243,7 @@ def run_build(args: argparse.Namespace, name: str, library: str, leases: str) ->
             found = analyse(run_pods(bench, envs, args.seconds, args.keep))
             after = lease_counts(bench, broker)
             found |= {"lease_epochs": after[0] - before[0], "takeovers": after[1] - before[1]}
-            record = {"build": name, "leases": "sealed" if args.daemon else leases, "case": label}
+            record = {"build": name, "leases": "arbiter" if args.daemon else leases, "case": label}
             print(json.dumps(record | found), flush=True)
     finally:
         if broker is not None:

@@ -60,12 +60,15 @@ REGION_LIBRARY = NativeLibrary(
         "csrc/limiter/region.c",
         "csrc/limiter/region_file.c",
         "csrc/region/region_api.c",
+        "csrc/region/arbiter.c",
         "csrc/common/vgpu_proc.c",
         "csrc/common/vgpu_files.c",
     ],
     include_dirs=["csrc/include", "csrc/common", "csrc/limiter"],
     define_macros=[("VGPU_REGION_LIBRARY", None)],
     extra_compile_args=["-include", "glibc_compat.h"],
+    # The lease arbiter's thread: before glibc 2.34 pthread_create lives in libpthread.
+    extra_link_args=["-Wl,--no-as-needed", "-l:libpthread.so.0"],
 )
 # The region layout and libvgpu_region.so's prototypes for Python's cffi, from the C headers.
 REGION_CDEF = NativeLibrary(

@@ -1,44 +1,38 @@
-"""The daemon hands out sealed device leases: its paced pods take them, a truncated lease file
-kills nobody, a scribbled header is stamped again, and a daemon started again hands out new
-leases that running processes take."""
+"""The daemon arbitrates every GPU's lease: its paced pods take their leases from it, a truncated
+lease file kills nobody, and a daemon started again arbitrates anew, running processes with it."""
 
-import mmap
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from vgpu_limiter.lease import DeviceLease, lease_path
 from vgpu_limiter.lease_broker import SOCKET_NAME
-from vgpu_limiter.region import CONSTANTS, ffi
 
 from tests.hypervisor.conftest import Daemon, wait_for
 from tests.limiter.conftest import WORKLOAD
-
-SIM_GPU0 = "GPU-5157a1e0-0000-4000-8000-000000000001"
-EPOCHS = ffi.offsetof("struct vgpu_device_lease", "epochs")
-SIZE = ffi.sizeof("struct vgpu_device_lease")
+from tests.support.arbiter import OTHER_POD_HOLDS, SIM_GPU0, Client
 
 
-def _leases(daemon: Daemon) -> dict[str, tuple[int, int]]:
-    """The daemon's answer: by GPU, its lease instance and descriptor."""
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(10)
-    client.connect(str(daemon.base / ".node" / SOCKET_NAME))
-    with client:
-        message, fds, _, _ = socket.recv_fds(client, 4096, 16)
-    lines = message.decode().splitlines()
-    assert lines[0] == "vgpu-leases 1"
-    answer = {}
-    for line, fd in zip(lines[1:], fds, strict=True):
-        uuid, instance = line.split()
-        answer[uuid] = (int(instance), fd)
-    return answer
+def _instance(daemon: Daemon) -> int:
+    """The arbiter that GPU 0's node file names."""
+    with DeviceLease.open(daemon.base, SIM_GPU0) as reader:
+        return reader.lease_instance()
 
 
-def _epochs(fd: int) -> int:
-    with mmap.mmap(fd, SIZE) as view:
-        return int.from_bytes(view[EPOCHS : EPOCHS + 8], "little")
+def _watch_held(daemon: Daemon) -> bool:
+    """Whether the arbiter says another pod holds GPU 0's lease within a few seconds, as seen
+    from a seat of a pod of no process."""
+    watcher = Client(daemon.base / ".node" / SOCKET_NAME, pod=0xC0FFEE)
+    try:
+        assert watcher.instance == _instance(daemon)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if watcher.word(OTHER_POD_HOLDS) == 1:
+                return True
+            time.sleep(0.002)
+        return False
+    finally:
+        watcher.close()
 
 
 def test_paced_pods_take_the_daemons_lease_and_survive_a_truncated_lease_file(
@@ -46,23 +40,17 @@ def test_paced_pods_take_the_daemons_lease_and_survive_a_truncated_lease_file(
 ) -> None:
     created = daemon.cli("pods", "create", "a", "--compute", "0=50")
     assert created.returncode == 0, created.stderr
-    leases = _leases(daemon)
-    assert sorted(leases) == [SIM_GPU0, "GPU-5157a1e0-0000-4000-8000-000000000002"]
-    instance, fd = leases[SIM_GPU0]
-    with DeviceLease.open(daemon.base, SIM_GPU0) as reader:
-        assert reader.lease_instance() == instance
+    second = Client(
+        daemon.base / ".node" / SOCKET_NAME, uuid="GPU-5157a1e0-0000-4000-8000-000000000002"
+    )
+    second.close()  # the daemon arbitrates both simulated GPUs
     process = daemon.workload("a", "--duration", "3", "--kernel-us", "500")
-    wait_for(lambda: _epochs(fd) > 0, timeout=20)
+    assert _watch_held(daemon)
     # What killed every paced process of the GPU with SIGBUS when they mapped the file.
     lease_path(daemon.base, SIM_GPU0).open("r+b").truncate(0)
-    with mmap.mmap(fd, SIZE) as view:
-        view[0:8] = b"scribble"
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert "device lease" not in err  # no fallback, no refusal
-    wait_for(lambda: "stamped again" in daemon.log_file.read_text(), timeout=10)
-    with mmap.mmap(fd, SIZE) as view:
-        assert int.from_bytes(view[0:8], "little") == CONSTANTS["VGPU_LEASE_MAGIC"]
 
 
 def test_running_processes_take_the_lease_of_a_daemon_started_again(daemon: Daemon) -> None:
@@ -76,12 +64,15 @@ def test_running_processes_take_the_lease_of_a_daemon_started_again(daemon: Daem
         text=True,
     )
     time.sleep(1.0)
+    first = _instance(daemon)
     assert daemon.stop() == 0
     daemon.start()
-    instance, fd = _leases(daemon)[SIM_GPU0]
-    wait_for(lambda: _epochs(fd) > 0, timeout=20)
+    instance = _instance(daemon)
+    assert instance != first
+    assert _watch_held(daemon)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
+    assert "the daemon stopped arbitrating it" in err, err
     assert err.count(f"the daemon's, instance {instance}") == 1, err
 
 
@@ -90,14 +81,13 @@ def test_a_second_daemon_on_the_same_base_leaves_the_first_ones_leases_alone(
 ) -> None:
     """Before, it replaced the socket and the node files' instances, and a failing start left
     the node naming leases nobody handed out."""
-    instance, _ = _leases(daemon)[SIM_GPU0]
+    instance = _instance(daemon)
     second = Daemon(tmp_path / "second")
     second.base = daemon.base
     second.start()
     try:
-        wait_for(lambda: "another daemon hands out leases here" in second.log_file.read_text())
+        wait_for(lambda: "another daemon arbitrates leases here" in second.log_file.read_text())
     finally:
         second.close()
-    assert _leases(daemon)[SIM_GPU0][0] == instance
-    with DeviceLease.open(daemon.base, SIM_GPU0) as reader:
-        assert reader.lease_instance() == instance
+    assert Client(daemon.base / ".node" / SOCKET_NAME).instance == instance
+    assert _instance(daemon) == instance

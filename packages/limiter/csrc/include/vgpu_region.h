@@ -193,20 +193,57 @@ struct vgpu_device_node {
     VGPU_ATOMIC(uint32_t) boost;
     uint32_t reserved2;
     VGPU_ATOMIC(uint64_t) boost_ns; /* CLOCK_MONOTONIC when `boost` was written */
-    /* Which sealed lease the daemon hands out for this GPU now (VGPU_LEASE_SOCKET; random, never
-     * 0): a limiter holding another (an earlier daemon's, or a lease file) asks for this one. */
+    /* Which daemon arbitrates this GPU's lease now (VGPU_LEASE_SOCKET; random, never 0): a
+     * limiter pacing with another (an earlier daemon, or a lease file) connects to this one. */
     VGPU_ATOMIC(uint64_t) lease_instance;
     uint64_t spare[3];
 };
 
-/* The node daemon hands out every GPU's lease through this socket of its node folder
- * ({base}/.node/leases.sock): as soon as a process connects, the daemon sends one message, the
- * text "vgpu-leases 1\n" then one "<uuid> <instance>\n" line per GPU, with one file descriptor
- * per line (SCM_RIGHTS): a memfd of the size of a lease, sealed against shrinking and growing.
- * No tenant can truncate a sealed lease (the kernel refuses), so no tenant can SIGBUS another
- * pod's processes through it; every other word is bounded as for a lease file. */
+/* With a node daemon, no process shares a writable word with another pod: the daemon arbitrates
+ * every GPU's lease itself, over this socket of its node folder ({base}/.node/leases.sock, a
+ * SOCK_SEQPACKET socket). A paced process connects once per GPU and sends a HELLO for the GPU;
+ * the daemon answers WELCOME with one descriptor (SCM_RIGHTS): the process's own seat, a memfd
+ * sealed against shrinking and growing that only this process and the daemon map. Then ACQUIRE
+ * (a request number) is answered with GRANT (the same number) when the lease is this process's,
+ * and RELEASE (that number, and the GPU time of the epoch) gives it back, or withdraws a request
+ * given up. The daemon takes the lease back from a holder whose seat says it stopped launching
+ * (VGPU_LEASE_STALE_NS) or left the GPU idle (VGPU_LEASE_DRAINED_NS), or that kept it past
+ * VGPU_LEASE_HOLD_NS while others waited; it grants in turn among pods (one pid namespace and
+ * user is one party), a party that overran the hold last of all for a while. A tenant can write
+ * only its own seat, so it can mislead the daemon only about itself. */
 #define VGPU_LEASE_SOCKET "leases.sock"
-#define VGPU_LEASE_GREETING "vgpu-leases 1\n"
+#define VGPU_ARBITER_MAGIC 0x3242524155504756ULL /* "VGPUARB2" */
+#define VGPU_ARBITER_HELLO 1
+#define VGPU_ARBITER_ACQUIRE 2
+#define VGPU_ARBITER_RELEASE 3
+#define VGPU_ARBITER_WELCOME 4
+#define VGPU_ARBITER_GRANT 5
+
+/* Every message either way: one datagram of exactly this size. */
+struct vgpu_arbiter_message {
+    uint64_t magic;
+    uint32_t kind;
+    uint32_t reserved;
+    uint64_t request; /* ACQUIRE, GRANT, RELEASE: the request; WELCOME: the daemon's instance */
+    uint64_t value;   /* HELLO: the process's pod (its region's identity); RELEASE: GPU ns */
+    char uuid[VGPU_REGION_UUID_SIZE]; /* HELLO: the GPU */
+};
+
+/* A process's seat: its own line (written by it, read by the daemon) and the daemon's line
+ * (written by the daemon: what the process may know of the others). */
+#define VGPU_SEAT_MAGIC 0x3154414553555047ULL /* "GPUSEAT1" */
+struct vgpu_lease_seat {
+    uint64_t magic;
+    VGPU_ATOMIC(uint64_t) activity_ns; /* CLOCK_MONOTONIC of its last launch while holding */
+    VGPU_ATOMIC(uint64_t) drains_ns;   /* when its queued work should be done; 0: not said */
+    uint64_t own_spare[5];
+    VGPU_ATOMIC(uint64_t) granted; /* the request it holds the lease for now; 0: none */
+    VGPU_ATOMIC(uint64_t) waiters; /* other processes waiting for the lease now */
+    VGPU_ATOMIC(uint64_t) other_pod_waiters; /* of them, those of other pods */
+    VGPU_ATOMIC(uint64_t) other_pod_holds;   /* 1: a process of another pod holds it */
+    VGPU_ATOMIC(uint64_t) taken_back;        /* grants taken back from it (stale, idle, overrun) */
+    uint64_t daemon_spare[3];
+};
 
 #define VGPU_BOOST_ONE 10000U
 #define VGPU_BOOST_MAX 20000U          /* larger values are taken as this */
@@ -215,6 +252,8 @@ struct vgpu_device_node {
 #ifndef VGPU_REGION_CDEF
 _Static_assert(sizeof(struct vgpu_device_lease) == 128, "vgpu_device_lease size");
 _Static_assert(sizeof(struct vgpu_device_node) == 64, "vgpu_device_node size");
+_Static_assert(sizeof(struct vgpu_arbiter_message) == 80, "vgpu_arbiter_message size");
+_Static_assert(sizeof(struct vgpu_lease_seat) == 128, "vgpu_lease_seat size");
 
 /* The layout is a contract between processes built at different times: pin it. */
 _Static_assert(sizeof(struct vgpu_region_device) == 272, "vgpu_region_device size");

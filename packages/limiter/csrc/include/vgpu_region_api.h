@@ -137,4 +137,31 @@ VGPU_REGION_API int vgpu_region_safe_reclaim_process(struct vgpu_region *region,
  * `start_time` (0: not known); a zombie is dead. */
 VGPU_REGION_API bool vgpu_region_process_alive(int32_t pid, uint64_t start_time);
 
+/* The node daemon's lease arbiter (vgpu_region.h, VGPU_LEASE_SOCKET): a thread of its own that
+ * serves the lease protocol on `listener` (a listening SOCK_SEQPACKET socket, taken over: the
+ * arbiter closes it), so that a hand-over never waits for the daemon's interpreter. `instance`
+ * is what the node files name (not 0). NULL with `error` when it cannot be made. */
+struct vgpu_arbiter;
+VGPU_REGION_API struct vgpu_arbiter *vgpu_arbiter_new(int listener, uint64_t instance,
+                                                      char *error, size_t error_size);
+/* Arbitrate the lease of GPU `uuid`, keeping in `lease_fd` (a memfd of the daemon's own, the
+ * size of a vgpu_device_lease) the words the daemon reads: activity, epochs, waiters, busy time.
+ * Before vgpu_arbiter_start only; 0, or VGPU_REGION_ERROR with `error`. */
+VGPU_REGION_API int vgpu_arbiter_add_gpu(struct vgpu_arbiter *arbiter, const char *uuid,
+                                         int lease_fd, char *error, size_t error_size);
+VGPU_REGION_API int vgpu_arbiter_start(struct vgpu_arbiter *arbiter, char *error,
+                                       size_t error_size);
+/* Stop serving (every client then sees its connection end) and free everything. */
+VGPU_REGION_API void vgpu_arbiter_stop(struct vgpu_arbiter *arbiter);
+
+struct vgpu_arbiter_stats {
+    uint64_t clients;    /* connected now */
+    uint64_t refused;    /* connections refused (over a limit) or dropped (a broken message) */
+    uint64_t grants;
+    uint64_t taken_back; /* grants taken back from a stale, idle or overrunning holder */
+    uint64_t overruns;   /* of them, holders that kept the lease past VGPU_LEASE_HOLD_NS */
+};
+VGPU_REGION_API void vgpu_arbiter_read_stats(struct vgpu_arbiter *arbiter,
+                                             struct vgpu_arbiter_stats *stats);
+
 #endif

@@ -11,6 +11,9 @@ __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
 __asm__(".symver pthread_once,pthread_once@GLIBC_2.2.5");
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.2.5");
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 /* aarch64's first glibc is 2.17: its base version. */
 __asm__(".symver dlopen,dlopen@GLIBC_2.17");
@@ -18,6 +21,9 @@ __asm__(".symver dlerror,dlerror@GLIBC_2.17");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.17");
 __asm__(".symver pthread_once,pthread_once@GLIBC_2.17");
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.17");
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
 #endif
 
 #endif

@@ -8,13 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core.h"
 #include "lease_file.h"
-#include "lease_sealed.h"
+#include "lease_seat.h"
 #include "log.h"
 #include "vgpu_proc.h"
 
@@ -52,9 +53,15 @@ struct vgpu_lease {
     char node_folder[4096];
     bool private;
     char uuid[VGPU_REGION_UUID_SIZE];
-    uint64_t instance;   /* the daemon's sealed lease mapped (lease_sealed.h); 0: a lease file */
-    uint64_t asked_ns;   /* when the daemon was last asked for another */
-    bool said_daemon;    /* a failure to get the daemon's lease was said (once, as a warning) */
+    /* The daemon's arbiter (lease_seat.h): its connection and this process's seat, or -1 and
+     * NULL while pacing with a lease file. */
+    int socket;
+    struct vgpu_lease_seat *seat;
+    uint64_t request;     /* the last request made of the arbiter */
+    unsigned forks;       /* the fork count when connected: a child connects again */
+    uint64_t instance;    /* the daemon's instance connected to; 0: a lease file */
+    uint64_t asked_ns;    /* when the daemon was last asked for another */
+    bool said_daemon;     /* a failure to get the daemon's lease was said (once, as a warning) */
     /* This process's own account, which no other process can write. */
     bool exclusive;      /* this epoch holds the lease */
     bool exposed;        /* a gap in this epoch's activity let a waiter judge it stale */
@@ -107,14 +114,63 @@ static bool shut_out(const char *folder) {
     return errno == EACCES || errno == ENOENT;
 }
 
-/* The daemon's sealed lease, or else (no daemon) the lease file of {base}/.devices, or else one
- * of this user's own; false (and a warning) when none can be had. */
+/* Forks since the library was loaded: a child's connection to the arbiter is its parent's. */
+static _Atomic unsigned forks;
+static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
+static void count_fork(void) {
+    atomic_fetch_add(&forks, 1);
+}
+static void watch_forks(void) {
+    pthread_atfork(NULL, NULL, count_fork);
+}
+
+/* The pod of this process as the arbiter is told it (its region's namespace, name and creation
+ * time): the pod's processes see one another's waiting as their own. */
+static uint64_t pod_key(void) {
+    const struct vgpu_region *region = vgpu_state.region;
+    uint64_t hash = 1469598103934665603ULL; /* FNV-1a */
+    if (region == NULL) {
+        return (uint64_t)getpid();
+    }
+    const char *parts[] = {region->pod_namespace, "/", region->pod_name};
+    for (size_t part = 0; part < sizeof parts / sizeof parts[0]; part++) {
+        for (size_t at = 0; at < VGPU_REGION_NAME_SIZE && parts[part][at] != '\0'; at++) {
+            hash = (hash ^ (unsigned char)parts[part][at]) * 1099511628211ULL;
+        }
+    }
+    return hash ^ atomic_load(&region->created_ns);
+}
+
+/* Connect to the daemon's arbiter; true when this lease is now arbitrated by it. `*absent`:
+ * there is no daemon to ask. The old seat, if any, stays mapped: it is one page. */
+static bool seat_in(struct vgpu_lease *lease, bool *absent, char *why, size_t why_size) {
+    struct vgpu_lease_seat *seat = NULL;
+    uint64_t instance = 0;
+    int socket_fd = vgpu_seat_connect(lease->node_folder, lease->uuid, pod_key(), &seat,
+                                      &instance, absent, why, why_size);
+    if (socket_fd < 0) {
+        return false;
+    }
+    if (lease->socket >= 0) {
+        close(lease->socket);
+    }
+    lease->socket = socket_fd;
+    lease->seat = seat;
+    lease->instance = instance;
+    lease->forks = atomic_load(&forks);
+    lease->private = false;
+    return true;
+}
+
+/* The daemon's arbiter, or else (no daemon) the lease file of {base}/.devices, or else one of
+ * this user's own; false (and a warning) when none can be had. */
 static bool map_any(struct vgpu_lease *lease) {
     char why[4400];
     bool absent = false;
-    lease->shared = vgpu_lease_sealed(lease->node_folder, lease->uuid, &lease->instance, &absent,
-                                      why, sizeof why);
-    if (lease->shared != NULL) {
+    if (seat_in(lease, &absent, why, sizeof why)) {
+        return true;
+    }
+    if (lease->shared != NULL) { /* the arbiter is gone: pace with the file mapped before */
         return true;
     }
     snprintf(lease->folder, sizeof lease->folder, "%.4000s/.devices", base_path());
@@ -126,8 +182,8 @@ static bool map_any(struct vgpu_lease *lease) {
         usual = shut_out(lease->folder);
     } else {
         /* A daemon is there but did not answer (busy, or flooded with connections): not the
-         * group's lease file, which any member could truncate under this process, but one of
-         * this user's own until the daemon's comes (follow_daemon asks every second). */
+         * group's lease file, which any member could write under this process, but one of this
+         * user's own until the daemon answers (follow_daemon asks every second). */
         snprintf(first, sizeof first, "from the daemon: %.4300s", why);
         lease->said_daemon = true;
     }
@@ -148,6 +204,8 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid) {
     if (lease == NULL) {
         return NULL;
     }
+    pthread_once(&fork_watch, watch_forks);
+    lease->socket = -1;
     snprintf(lease->uuid, sizeof lease->uuid, "%s", uuid);
     snprintf(lease->node_folder, sizeof lease->node_folder, "%.4000s/.node", base_path());
     lease->asked_ns = vgpu_monotonic_ns();
@@ -161,10 +219,14 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid) {
 
 static const struct vgpu_device_node *node_of(struct vgpu_lease *lease, uint64_t now);
 
-/* Between epochs, at most every NODE_RETRY_NS: when the daemon's node file names a sealed lease
- * other than the one mapped (the daemon restarted, or started after this process), ask for it,
- * so that every paced process of the GPU shares one lease again. The old mapping is left mapped:
- * another thread of this process may still be reading a word of it, and it is one page. */
+/* Whether this lease is the arbiter's now (else a lease file's, or none: see `shared`). */
+static bool arbitrated(const struct vgpu_lease *lease) {
+    return lease->socket >= 0;
+}
+
+/* Between epochs, at most every NODE_RETRY_NS: when the daemon's node file names an arbiter
+ * other than the one connected to (the daemon restarted, or started after this process), connect
+ * to it, so that every paced process of the GPU is arbitrated together again. */
 static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     if (now - lease->asked_ns < NODE_RETRY_NS) {
         return;
@@ -175,26 +237,36 @@ static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     /* A lease of this user's own while a daemon is there: ask again even if the node file
      * names nothing new (a flood may have kept the daemon from answering). */
     bool own_for_now = lease->private && lease->said_daemon;
-    if (named == 0 || (named == lease->instance && !own_for_now)) {
+    if (named == 0 || (named == lease->instance && (arbitrated(lease) || !own_for_now))) {
         return;
     }
     char why[4400];
     bool absent = false;
-    uint64_t instance = 0;
-    struct vgpu_device_lease *shared =
-        vgpu_lease_sealed(lease->node_folder, lease->uuid, &instance, &absent, why, sizeof why);
-    if (shared == NULL) { /* said once: this runs every second */
+    if (!seat_in(lease, &absent, why, sizeof why)) { /* said once: this runs every second */
         vgpu_log(absent || lease->said_daemon ? VGPU_LOG_DEBUG : VGPU_LOG_WARN,
                  "device lease from the daemon: %s", why);
         lease->said_daemon = lease->said_daemon || !absent;
         return;
     }
     vgpu_log(VGPU_LOG_INFO, "device lease of %s: the daemon's, instance %llu", lease->uuid,
-             (unsigned long long)instance);
-    lease->shared = shared;
-    lease->instance = instance;
-    lease->private = false;
+             (unsigned long long)lease->instance);
 }
+
+/* The arbiter's connection broke (the daemon stopped): pace with a lease file until a daemon
+ * names itself again in the node file. */
+static void seat_gone(struct vgpu_lease *lease) {
+    close(lease->socket);
+    lease->socket = -1;
+    vgpu_log(VGPU_LOG_INFO, "device lease of %s: the daemon stopped arbitrating it",
+             lease->uuid);
+    if (lease->shared == NULL && !map_any(lease)) {
+        vgpu_log(VGPU_LOG_WARN, "device lease of %s: none to pace with; without exclusivity",
+                 lease->uuid);
+    }
+}
+
+/* vgpu_lease_acquire through the arbiter: it waits no longer than for a lease file. */
+static bool acquire_seat(struct vgpu_lease *lease, uint64_t started);
 
 void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words) {
     lease->pod = pod_words;
@@ -296,9 +368,49 @@ static bool claim(struct vgpu_lease *lease, uint64_t owner, uint64_t me, uint64_
     return take(lease->shared, owner, me, now);
 }
 
+/* In a forked child, the connection and the seat are its parent's: it takes its own. */
+static void reseat_child(struct vgpu_lease *lease) {
+    close(lease->socket);
+    lease->socket = -1;
+    lease->exclusive = false;
+    char why[4400];
+    bool absent = false;
+    if (!seat_in(lease, &absent, why, sizeof why)) {
+        lease->seat = NULL;
+        seat_gone(lease);
+    }
+}
+
+static bool acquire_seat(struct vgpu_lease *lease, uint64_t started) {
+    uint64_t request = ++lease->request;
+    int granted = vgpu_seat_acquire(lease->socket, request, started + WAIT_MAX_NS);
+    uint64_t now = vgpu_monotonic_ns();
+    lease->exclusive = granted > 0;
+    lease->exposed = false;
+    lease->drains_ns = 0;
+    lease->touched_ns = now;
+    if (granted > 0) {
+        atomic_store(&lease->seat->drains_ns, 0);
+        atomic_store(&lease->seat->activity_ns, now);
+    } else if (granted < 0) {
+        seat_gone(lease);
+    }
+    return granted > 0;
+}
+
 bool vgpu_lease_acquire(struct vgpu_lease *lease) {
     uint64_t started = vgpu_monotonic_ns();
+    if (arbitrated(lease) && lease->forks != atomic_load(&forks)) {
+        reseat_child(lease);
+    }
     follow_daemon(lease, started);
+    if (arbitrated(lease)) {
+        return acquire_seat(lease, started);
+    }
+    if (lease->shared == NULL) { /* neither the arbiter nor a file: without exclusivity */
+        lease->exclusive = false;
+        return false;
+    }
     struct vgpu_device_lease *shared = lease->shared;
     uint64_t me = token();
     bool trusting = started >= lease->distrust_until_ns;
@@ -395,6 +507,14 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
 }
 
 bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
+    if (arbitrated(lease)) { /* only the daemon takes it, and only rightly */
+        bool lost = lease->exclusive && atomic_load(&lease->seat->granted) != lease->request;
+        lease->exclusive = lease->exclusive && !lost;
+        return lost;
+    }
+    if (lease->shared == NULL) {
+        return false;
+    }
     if (!lease->exclusive || atomic_load(&lease->shared->owner) == token()) {
         return false;
     }
@@ -417,6 +537,15 @@ void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now) {
         lease->exposed = true; /* stale or drained for a while: a waiter may take the lease */
     }
     lease->touched_ns = now;
+    if (arbitrated(lease)) {
+        if (lease->exclusive && lease->forks == atomic_load(&forks)) {
+            atomic_store(&lease->seat->activity_ns, now);
+        }
+        return;
+    }
+    if (lease->shared == NULL) {
+        return;
+    }
     if (lease->exclusive) {
         atomic_store(&lease->shared->activity_ns, now);
         if (lease->pod != NULL && atomic_load(&lease->pod[POD_HOLDER]) != token()) {
@@ -427,12 +556,32 @@ void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now) {
 
 void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns) {
     lease->drains_ns = drains_ns;
+    if (arbitrated(lease)) {
+        if (lease->exclusive && lease->forks == atomic_load(&forks)) {
+            atomic_store(&lease->seat->drains_ns, drains_ns);
+        }
+        return;
+    }
+    if (lease->shared == NULL) {
+        return;
+    }
     if (lease->exclusive) {
         atomic_store(&lease->shared->drains_ns, drains_ns);
     }
 }
 
 void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
+    if (arbitrated(lease)) {
+        lease->exclusive = false;
+        if (lease->forks == atomic_load(&forks) &&
+            !vgpu_seat_release(lease->socket, lease->request, busy_ns)) {
+            seat_gone(lease);
+        }
+        return;
+    }
+    if (lease->shared == NULL) {
+        return;
+    }
     uint64_t me = token();
     /* With or without the lease, the epoch's work ran on the GPU. */
     atomic_fetch_add_explicit(&lease->shared->busy_ns, busy_ns, memory_order_relaxed);
@@ -451,17 +600,35 @@ void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
 }
 
 bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {
+    if (arbitrated(lease)) {
+        return atomic_load(&lease->seat->other_pod_holds) != 0;
+    }
+    if (lease->shared == NULL) {
+        return false;
+    }
     uint64_t owner = atomic_load(&lease->shared->owner);
     return owner != 0 && owner != token() &&
            (lease->pod == NULL || owner != atomic_load(&lease->pod[POD_HOLDER]));
 }
 
 bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now) {
+    if (arbitrated(lease)) {
+        return atomic_load(&lease->seat->waiters) != 0;
+    }
+    if (lease->shared == NULL) {
+        return false;
+    }
     return waiting(atomic_load(&lease->shared->waiters), atomic_load(&lease->shared->waiting_ns),
                    now);
 }
 
 bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now) {
+    if (arbitrated(lease)) {
+        return atomic_load(&lease->seat->other_pod_waiters) != 0;
+    }
+    if (lease->shared == NULL) {
+        return false;
+    }
     uint64_t waiters = atomic_load(&lease->shared->waiters);
     if (!waiting(waiters, atomic_load(&lease->shared->waiting_ns), now)) {
         return false;

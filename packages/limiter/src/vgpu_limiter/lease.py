@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .region import CONSTANTS, RegionError, ffi, normalize_uuid
 
 if TYPE_CHECKING:
-    from .lease_broker import SealedLease
+    from .lease_broker import ArbitratedLease
 
 LEASE_FOLDER: Final = ".devices"
 NODE_FOLDER: Final = ".node"
@@ -215,11 +215,11 @@ class DeviceLease:
         fd: int,
         node: mmap.mmap | None,
         writer: bool,
-        sealed: SealedLease | None = None,
+        arbitrated: ArbitratedLease | None = None,
     ) -> None:
         self.path = path
         self._fd: int | None = fd
-        self._sealed = sealed
+        self._arbitrated = arbitrated
         self._node_mapping = node
         self._node_buffer: Any = None
         self._node: Any = None
@@ -230,13 +230,13 @@ class DeviceLease:
 
     @classmethod
     def open(
-        cls, base: str | os.PathLike[str], uuid: str, *, sealed: SealedLease | None = None
+        cls, base: str | os.PathLike[str], uuid: str, *, arbitrated: ArbitratedLease | None = None
     ) -> DeviceLease:
         """Map the GPU's lease, creating it (and its folder) when missing, and its node file;
-        RegionError when a file cannot be made or breaks the rules. With ``sealed`` (the
-        daemon's, lease_broker.py) the words are read from that lease, and the node file names
-        it, so that the limiters take it; the lease file stays for processes that cannot reach
-        the daemon."""
+        RegionError when a file cannot be made or breaks the rules. With ``arbitrated`` (the
+        daemon's, lease_broker.py) the words are read from its lease, and the node file names
+        its arbiter, so that the limiters connect to it; the lease file stays for processes
+        that cannot reach the daemon."""
         name = normalize_uuid(uuid)
         path = lease_path(base, name)
         try:
@@ -256,19 +256,19 @@ class DeviceLease:
         except BaseException:
             os.close(fd)
             raise
-        lease = cls(path, fd, node, writer, sealed)
+        lease = cls(path, fd, node, writer, arbitrated)
         if writer and lease._node.magic == 0:
             lease._node.version = CONSTANTS["VGPU_NODE_VERSION"]
             lease._node.magic = CONSTANTS["VGPU_NODE_MAGIC"]  # last: the file is complete
-        if sealed is not None:
+        if arbitrated is not None:
             if not writer:
                 lease.close()
-                raise RegionError(f"{path}: only the node daemon hands out sealed leases")
-            lease._node.lease_instance = sealed.instance
+                raise RegionError(f"{path}: only the node daemon arbitrates leases")
+            lease._node.lease_instance = arbitrated.instance
         return lease
 
     def lease_instance(self) -> int:
-        """The sealed lease the node file names (0: none)."""
+        """The daemon arbiter the node file names (0: none)."""
         return int(self._node.lease_instance) if self._node is not None else 0
 
     def publish_boost(self, boost: float) -> int:
@@ -327,8 +327,8 @@ class DeviceLease:
         read of a short file is 0 where a mapping's would be SIGBUS); 0 once closed."""
         if self._fd is None:
             return 0
-        if self._sealed is not None:
-            return self._sealed.word(_OFFSETS[field])
+        if self._arbitrated is not None:
+            return self._arbitrated.word(_OFFSETS[field])
         data = os.pread(self._fd, 8, _OFFSETS[field])
         return int.from_bytes(data, sys.byteorder) if len(data) == 8 else 0
 

@@ -1,16 +1,18 @@
-"""The node daemon's sealed device leases (vgpu_region.h, ``VGPU_LEASE_SOCKET``).
+"""The node daemon's device leases (vgpu_region.h, ``VGPU_LEASE_SOCKET``), arbitrated by the
+daemon itself.
 
 A lease file under ``{base}/.devices`` is mapped read-write by every paced process, so any of
-them could truncate it and kill the others with SIGBUS at their next access. The daemon's lease
-cannot be truncated: it is a memfd sealed against shrinking and growing, which the daemon makes
-once per GPU and hands to every process that connects to ``{base}/.node/leases.sock`` (the
-descriptor travels over the socket; nothing names the memory on disk). Its words are still
-written by every paced process, and bounded as for a lease file (docs/security.md).
+them could truncate it (killing the others with SIGBUS) or write its owner word (making other
+pods wait, or pace without exclusivity). With a daemon no lease is shared: a thread of the
+region library (arbiter.c, in C so that a hand-over never waits for this interpreter) listens on
+``{base}/.node/leases.sock``, gives each paced process a seat of its own (a sealed memfd only it
+and the daemon map), and decides alone who holds each GPU's lease. A tenant can write only its
+own seat, so it can mislead the arbiter only about itself.
 
-The daemon never reads from a client: on each connection it sends its one message and closes,
-so a client that connects and stays silent, or sends garbage, costs it nothing. The node file
-of each GPU names the lease instance handed out now, so that processes holding another (an
-earlier daemon's, or a lease file) take this one between two epochs.
+The node file of each GPU names the arbiter's instance, so that processes pacing with something
+else (an earlier daemon's arbiter, or a lease file) connect to this one between two epochs. The
+daemon keeps each GPU's lease words (activity, epochs, busy time) in a memfd of its own, which
+the arbiter writes and the boost estimate reads.
 """
 
 from __future__ import annotations
@@ -24,35 +26,32 @@ import secrets
 import socket
 import stat
 import sys
-import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .lease import NODE_FOLDER, NODE_FOLDER_MODE, DeviceLease, folder_fd
-from .region import CONSTANTS, RegionError, ffi, normalize_uuid
+from .region import CONSTANTS, RegionError, ffi, native_library, normalize_uuid
 
 SOCKET_NAME: Final = "leases.sock"
-GREETING: Final = b"vgpu-leases 1\n"
-SOCKET_MODE: Final = 0o666  # every paced process of the node shares the leases
+SOCKET_MODE: Final = 0o666  # every paced process of the node asks for leases
 _SIZE: Final = ffi.sizeof("struct vgpu_device_lease")
 _SEALS: Final = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-_OFFSETS: Final = {
-    field: ffi.offsetof("struct vgpu_device_lease", field) for field in ("magic", "version")
-}
-ACCEPT_POLL_S: Final = 0.25  # how soon the serving thread sees close()
 BACKLOG: Final = 4096  # the kernel caps it (somaxconn): a burst of connections waits its turn
-SEND_TIMEOUT_S: Final = 0.2  # a fresh connection takes the small answer at once
+PROBE_TIMEOUT_S: Final = 0.2
+_ERROR_SIZE: Final = 512
 
 log = logging.getLogger(__name__)
 
 
-class SealedLease:
-    """One GPU's lease as a sealed memfd, mapped here; ``instance`` names it (random, not 0)."""
+class ArbitratedLease:
+    """One GPU's lease words, kept by the arbiter in a memfd of the daemon's own (handed to no
+    other process) and mapped here for the daemon to read."""
 
-    def __init__(self, uuid: str) -> None:
+    def __init__(self, uuid: str, instance: int) -> None:
         self.uuid = normalize_uuid(uuid)
-        self.instance = secrets.randbits(63) | 1
+        self.instance = instance
         self.fd = os.memfd_create(f"vgpu-lease-{self.uuid}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, _SIZE)
@@ -61,25 +60,15 @@ class SealedLease:
         except BaseException:
             os.close(self.fd)
             raise
-        self.repair()
+        self.mapping[0:8] = CONSTANTS["VGPU_LEASE_MAGIC"].to_bytes(8, sys.byteorder)
+        version = ffi.offsetof("struct vgpu_device_lease", "version")
+        self.mapping[version : version + 4] = CONSTANTS["VGPU_LEASE_VERSION"].to_bytes(
+            4, sys.byteorder
+        )
 
     def word(self, offset: int) -> int:
-        """The 64-bit word at ``offset`` (it cannot shrink: no SIGBUS to fear here)."""
+        """The 64-bit word at ``offset``."""
         return int.from_bytes(self.mapping[offset : offset + 8], sys.byteorder)
-
-    def repair(self) -> bool:
-        """Stamp the header again when a sharer scribbled it; whether it had to."""
-        magic, version = _OFFSETS["magic"], _OFFSETS["version"]
-        good_magic = CONSTANTS["VGPU_LEASE_MAGIC"].to_bytes(8, sys.byteorder)
-        good_version = CONSTANTS["VGPU_LEASE_VERSION"].to_bytes(4, sys.byteorder)
-        if (
-            self.mapping[magic : magic + 8] == good_magic
-            and self.mapping[version : version + 4] == good_version
-        ):
-            return False
-        self.mapping[version : version + 4] = good_version
-        self.mapping[magic : magic + 8] = good_magic
-        return True
 
     def close(self) -> None:
         self.mapping.close()
@@ -88,8 +77,8 @@ class SealedLease:
 
 def _answers(address: str) -> bool:
     """Whether a daemon listens on the socket at ``address`` now."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(SEND_TIMEOUT_S)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    probe.settimeout(PROBE_TIMEOUT_S)
     try:
         probe.connect(address)
     except OSError:
@@ -99,21 +88,31 @@ def _answers(address: str) -> bool:
     return True
 
 
-def _answer(leases: Sequence[SealedLease]) -> bytes:
-    return GREETING + b"".join(f"{lease.uuid} {lease.instance}\n".encode() for lease in leases)
+@dataclass(frozen=True)
+class ArbiterStats:
+    """What the arbiter counted: connections now, refused or dropped ones, grants, and grants
+    taken back (of them, ``overruns`` from holders past the hold)."""
+
+    clients: int
+    refused: int
+    grants: int
+    taken_back: int
+    overruns: int
 
 
 class LeaseBroker:
-    """Every GPU's sealed lease, handed out on ``{base}/.node/leases.sock`` by a thread of its
-    own, with the GPUs' node files naming them. ``start`` once, ``close`` once."""
+    """Every GPU's lease, arbitrated on ``{base}/.node/leases.sock`` by the region library's
+    thread, with the GPUs' node files naming the arbiter. ``start`` once, ``close`` once."""
 
     def __init__(self, base: str | os.PathLike[str], uuids: Sequence[str]) -> None:
         self.base = Path(base)
-        self._leases = [SealedLease(uuid) for uuid in dict.fromkeys(map(normalize_uuid, uuids))]
+        self.instance = secrets.randbits(63) | 1
+        self._leases = [
+            ArbitratedLease(uuid, self.instance)
+            for uuid in dict.fromkeys(map(normalize_uuid, uuids))
+        ]
         self._device_leases: dict[str, DeviceLease] = {}
-        self._socket: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._closing = threading.Event()
+        self._arbiter: Any = None
         self._bound: tuple[int, int] | None = None  # the socket file this broker made
         self.path = self.base / NODE_FOLDER / SOCKET_NAME
 
@@ -121,23 +120,35 @@ class LeaseBroker:
     def uuids(self) -> list[str]:
         return [lease.uuid for lease in self._leases]
 
-    def lease(self, uuid: str) -> SealedLease | None:
+    def lease(self, uuid: str) -> ArbitratedLease | None:
         wanted = normalize_uuid(uuid)
         return next((lease for lease in self._leases if lease.uuid == wanted), None)
 
     def device_lease(self, uuid: str) -> DeviceLease | None:
-        """The GPU's DeviceLease (its node file, written here, and the sealed lease's words)."""
+        """The GPU's DeviceLease (its node file, written here, and the arbitrated lease's words)."""
         return self._device_leases.get(normalize_uuid(uuid))
 
     def start(self) -> None:
-        """Listen, then name the leases in the node files; RegionError or OSError when the node
-        folder or the socket cannot be made, or another daemon hands out leases there."""
-        self._socket = self._listen()
+        """Listen and arbitrate, then name the arbiter in the node files; RegionError or OSError
+        when the node folder or the socket cannot be made, or another daemon arbitrates there."""
+        listener = self._listen()
+        try:
+            self._arbiter = _start_arbiter(listener, self.instance, self._leases)
+        finally:
+            listener.close()  # the arbiter holds its own descriptor
         for lease in self._leases:
-            device = DeviceLease.open(self.base, lease.uuid, sealed=lease)
+            device = DeviceLease.open(self.base, lease.uuid, arbitrated=lease)
             self._device_leases[lease.uuid] = device
-        self._thread = threading.Thread(target=self._serve, name="lease broker", daemon=True)
-        self._thread.start()
+
+    def stats(self) -> ArbiterStats:
+        """The arbiter's counts now (zeros before ``start``)."""
+        if self._arbiter is None:
+            return ArbiterStats(0, 0, 0, 0, 0)
+        counts: Any = ffi.new("struct vgpu_arbiter_stats *")
+        native_library().vgpu_arbiter_read_stats(self._arbiter, counts)
+        return ArbiterStats(
+            counts.clients, counts.refused, counts.grants, counts.taken_back, counts.overruns
+        )
 
     def _listen(self) -> socket.socket:
         folder = folder_fd(self.base / NODE_FOLDER, NODE_FOLDER_MODE)
@@ -150,9 +161,9 @@ class LeaseBroker:
                 if stat.S_ISDIR(info.st_mode):
                     raise RegionError(f"{self.path}: a folder, not the lease socket")
                 if stat.S_ISSOCK(info.st_mode) and _answers(address):
-                    raise RegionError(f"{self.path}: another daemon hands out leases here")
+                    raise RegionError(f"{self.path}: another daemon arbitrates leases here")
                 os.unlink(SOCKET_NAME, dir_fd=folder)  # an earlier daemon's, gone
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 listener.bind(address)
                 # The folder is this daemon's alone: nothing there to follow.
@@ -160,7 +171,6 @@ class LeaseBroker:
                 info = os.stat(SOCKET_NAME, dir_fd=folder, follow_symlinks=False)
                 self._bound = (info.st_dev, info.st_ino)
                 listener.listen(BACKLOG)
-                listener.settimeout(ACCEPT_POLL_S)
             except BaseException:
                 listener.close()
                 raise
@@ -168,38 +178,13 @@ class LeaseBroker:
         finally:
             os.close(folder)
 
-    def _serve(self) -> None:
-        assert self._socket is not None
-        answer = _answer(self._leases)
-        fds = [lease.fd for lease in self._leases]
-        while not self._closing.is_set():
-            try:
-                connection, _ = self._socket.accept()
-            except TimeoutError:
-                continue
-            except OSError as error:
-                if self._closing.is_set():
-                    return
-                log.warning("lease socket %s: %s", self.path, error.strerror or error)
-                self._closing.wait(ACCEPT_POLL_S)
-                continue
-            with connection:
-                connection.settimeout(SEND_TIMEOUT_S)
-                with contextlib.suppress(OSError):
-                    socket.send_fds(connection, [answer], fds)
-
-    def repair(self) -> list[str]:
-        """Stamp again the headers that sharers scribbled; the GPUs whose lease needed it."""
-        return [lease.uuid for lease in self._leases if lease.repair()]
-
     def close(self) -> None:
-        """Stop handing leases out. The node files keep naming them, and processes keep the
-        ones they hold: a daemon started again names new ones, which they then take."""
-        self._closing.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5 * ACCEPT_POLL_S)
-        if self._socket is not None:
-            self._socket.close()
+        """Stop arbitrating: every paced process sees its connection end and paces with a lease
+        file until a daemon names its arbiter again. The node files keep naming this one."""
+        if self._arbiter is not None:
+            native_library().vgpu_arbiter_stop(self._arbiter)
+            self._arbiter = None
+        if self._bound is not None:
             with contextlib.suppress(OSError):
                 info = self.path.lstat()
                 if (info.st_dev, info.st_ino) == self._bound:  # not a newer daemon's
@@ -208,3 +193,30 @@ class LeaseBroker:
             device.close()
         for lease in self._leases:
             lease.close()
+
+
+def _said(error: Any) -> str:
+    text = ffi.string(error)
+    return text.decode(errors="replace") if isinstance(text, bytes) else text
+
+
+def _start_arbiter(
+    listener: socket.socket, instance: int, leases: Sequence[ArbitratedLease]
+) -> Any:
+    library = native_library()
+    error = ffi.new("char[]", _ERROR_SIZE)
+    arbiter = library.vgpu_arbiter_new(listener.fileno(), instance, error, _ERROR_SIZE)
+    if arbiter == ffi.NULL:
+        raise RegionError(_said(error))
+    try:
+        for lease in leases:
+            if library.vgpu_arbiter_add_gpu(
+                arbiter, lease.uuid.encode(), lease.fd, error, _ERROR_SIZE
+            ):
+                raise RegionError(_said(error))
+        if library.vgpu_arbiter_start(arbiter, error, _ERROR_SIZE):
+            raise RegionError(_said(error))
+    except BaseException:
+        library.vgpu_arbiter_stop(arbiter)
+        raise
+    return arbiter

@@ -283,6 +283,11 @@ def _library() -> Any:
         raise RegionError(f"{LIBRARY_PATH}: cannot load: {error}".replace("\n", " ")) from None
 
 
+def native_library() -> Any:
+    """libvgpu_region.so through cffi (RegionError when it cannot be loaded)."""
+    return _library()
+
+
 def _error_buffer() -> Any:
     return ffi.new("char[]", _ERROR_SIZE)
 

@@ -54,7 +54,7 @@ class BoostPublisher:
     """One caller ticks (the daemon's boost task); ``boosts`` may be read from any thread."""
 
     def __init__(self, base: Path, device_count: int, leases: LeaseBroker | None = None) -> None:
-        """``leases``: the daemon's sealed leases, whose words (and node files) are used for
+        """``leases``: the daemon's lease arbiter, whose lease words (and node files) are used for
         the GPUs they cover; the others' lease files are opened here."""
         self._base = base
         self._gpus = [_Gpu(index) for index in range(device_count)]

@@ -1,7 +1,7 @@
-"""The node's sealed device leases (vgpu_limiter.lease_broker): one per GPU, handed to every
-paced process through the node folder's socket, their headers repaired when a sharer scribbles
-them. Without them (no memfd, a node folder the daemon cannot use) paced processes fall back
-to the lease files, which the daemon says once."""
+"""The node's device leases, arbitrated by the daemon (vgpu_limiter.lease_broker): every paced
+process connects to the node folder's socket and gets each GPU's lease from the daemon's arbiter,
+sharing no writable word with another pod. Without it (no memfd, a node folder the daemon cannot
+use) paced processes fall back to the lease files, which the daemon says once."""
 
 import logging
 from pathlib import Path
@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def gpu_uuids(backend: BackendInfo) -> list[str]:
-    """The UUIDs of the node's GPUs that NVML names (one whose UUID cannot be read has no
-    sealed lease: its pods pace with the lease file)."""
+    """The UUIDs of the node's GPUs that NVML names (one whose UUID cannot be read is not
+    arbitrated: its pods pace with the lease file)."""
     uuids = []
     with nvml.LOCK:
         for index in range(backend.device_count):
@@ -28,26 +28,19 @@ def gpu_uuids(backend: BackendInfo) -> list[str]:
     return uuids
 
 
-class RepairingBroker(LeaseBroker):
-    def repair(self) -> list[str]:
-        repaired = super().repair()
-        for uuid in repaired:
-            log.warning("device lease of %s: its header was overwritten; stamped again", uuid)
-        return repaired
-
-
 def start_lease_broker(base: Path, backend: BackendInfo) -> LeaseBroker | None:
-    """The leases of every GPU, handed out from now on; None (and a warning) when they cannot be."""
+    """The arbiter of every GPU's lease, serving from now on; None (and a warning) when it
+    cannot be started."""
     try:
-        broker = RepairingBroker(base, gpu_uuids(backend))
+        broker = LeaseBroker(base, gpu_uuids(backend))
     except (OSError, ValueError) as error:
-        log.warning("no sealed device leases (%s): paced pods use the lease files", error)
+        log.warning("no device lease arbiter (%s): paced pods use the lease files", error)
         return None
     try:
         broker.start()
     except (OSError, RegionError, ValueError) as error:
         broker.close()
-        log.warning("no sealed device leases (%s): paced pods use the lease files", error)
+        log.warning("no device lease arbiter (%s): paced pods use the lease files", error)
         return None
-    log.info("device leases of %d GPU(s) handed out on %s", len(broker.uuids), broker.path)
+    log.info("device leases of %d GPU(s) arbitrated on %s", len(broker.uuids), broker.path)
     return broker

@@ -187,8 +187,8 @@ class Daemon:
             await self._serve(observer)
 
     async def _serve(self, observer: GpuObserver) -> None:
-        """Serve with the node's sealed leases handed out, and stop handing them out on every
-        way out (a start that fails half-way included)."""
+        """Serve with the node's device leases arbitrated, and stop arbitrating on every way out
+        (a start that fails half-way included)."""
         token = _prepare_files(self.settings)
         leases = start_lease_broker(self.settings.shm_base_path, observer.backend)
         try:
@@ -244,12 +244,6 @@ class Daemon:
                     self._supervise(
                         "boost correction", lambda: _every(READ_INTERVAL_S, publisher.tick)
                     )
-                )
-            )
-        if leases is not None:
-            tasks.append(
-                asyncio.create_task(
-                    self._supervise("device leases", lambda: _every(1.0, leases.repair))
                 )
             )
         if source is not None:

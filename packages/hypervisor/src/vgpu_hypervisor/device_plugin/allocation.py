@@ -158,7 +158,7 @@ def container_response(
         envs["TENSOR_FUSION_CUDA_UP_LIMIT"] = json.dumps(compute, separators=(",", ":"))
     # Read-only but for the pod's own folder; the rest of the base path (other pods, the lease
     # files any member of their group could truncate) is not mounted at all. The device leases
-    # come from the daemon's socket in .node (docs/security.md, sealed leases).
+    # come from the daemon's arbiter, through its socket in .node (docs/security.md).
     mounts = [
         (layout.host_lib_dir / LIBRARIES[0], Path(libs[0]), True),
         (layout.host_lib_dir / LIBRARIES[1], Path(libs[1]), True),
