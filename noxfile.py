@@ -122,6 +122,12 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         {"ASAN_OPTIONS": "detect_leaks=0"},
     ),
     (
+        "arbiter_policy_test",
+        [ROOT / "tests/c/arbiter_policy_test.c", LIMITER_C / "region/arbiter_policy.c"],
+        [LIMITER_C / "region", LIMITER_C / "include"],
+        {},
+    ),
+    (
         "limiter_config_test",
         [
             ROOT / "tests/c/limiter_config_test.c",

@@ -61,6 +61,7 @@ REGION_LIBRARY = NativeLibrary(
         "csrc/limiter/region_file.c",
         "csrc/region/region_api.c",
         "csrc/region/arbiter.c",
+        "csrc/region/arbiter_policy.c",
         "csrc/common/vgpu_proc.c",
         "csrc/common/vgpu_files.c",
     ],

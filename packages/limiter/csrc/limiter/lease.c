@@ -1,5 +1,9 @@
+/* The node-wide device lease (lease.h): the daemon's arbiter when there is one (lease_seat.c),
+ * else a lease file (lease_words.c) under the base path or a folder of this user's own; how a
+ * process finds the one to use, follows a daemon that starts or stops, and the node file. */
 #define _GNU_SOURCE
 #include "lease.h"
+#include "lease_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -7,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -17,7 +20,6 @@
 #include "lease_file.h"
 #include "lease_seat.h"
 #include "log.h"
-#include "vgpu_proc.h"
 
 uint64_t vgpu_monotonic_ns(void) {
     struct timespec now;
@@ -25,54 +27,7 @@ uint64_t vgpu_monotonic_ns(void) {
     return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
 }
 
-/* This process's token: nonzero, different for every process on the node (a pid plus its start
- * time and pid namespace), recomputed in a forked child. */
-static uint64_t token(void) {
-    static uint64_t cached;
-    static int32_t cached_pid;
-    int32_t pid = (int32_t)getpid();
-    if (cached == 0 || cached_pid != pid) {
-        uint64_t mixed = ((uint64_t)(uint32_t)pid << 32) ^ vgpu_process_start_time(pid) ^
-                         (vgpu_pid_namespace() << 7);
-        cached = mixed | 1;
-        cached_pid = pid;
-    }
-    return cached;
-}
-
 #define NODE_RETRY_NS 1000000000ULL /* how often a missing node file is looked for again */
-#define DISTRUST_NS 1000000000ULL    /* the first time the protocol is seen broken */
-#define DISTRUST_MAX_NS 8000000000ULL
-
-struct vgpu_lease {
-    struct vgpu_device_lease *shared;
-    const struct vgpu_device_node *node;
-    uint64_t node_tried_ns;
-    bool node_refused; /* said once why the node file is not used */
-    char folder[4096];
-    char node_folder[4096];
-    bool private;
-    char uuid[VGPU_REGION_UUID_SIZE];
-    /* The daemon's arbiter (lease_seat.h): its connection and this process's seat, or -1 and
-     * NULL while pacing with a lease file. */
-    int socket;
-    struct vgpu_lease_seat *seat;
-    uint64_t request;     /* the last request made of the arbiter */
-    unsigned forks;       /* the fork count when connected: a child connects again */
-    uint64_t instance;    /* the daemon's instance connected to; 0: a lease file */
-    uint64_t asked_ns;    /* when the daemon was last asked for another */
-    bool said_daemon;     /* a failure to get the daemon's lease was said (once, as a warning) */
-    /* This process's own account, which no other process can write. */
-    bool exclusive;      /* this epoch holds the lease */
-    bool exposed;        /* a gap in this epoch's activity let a waiter judge it stale */
-    uint64_t touched_ns; /* this process's last activity */
-    uint64_t drains_ns;  /* what this process last said in vgpu_lease_expect */
-    uint64_t distrust_until_ns; /* until then, the lease is taken when free, never waited for */
-    uint64_t distrust_ns;
-    _Atomic uint64_t *pod; /* this pod's words (lease.h), or NULL */
-};
-
-enum { POD_WAITERS = 0, POD_WAITING_NS = 1, POD_HOLDER = 2 };
 
 /* The node's base folder, which the daemon owns (SHM_BASE_PATH, read by the configuration). */
 static const char *base_path(void) {
@@ -272,102 +227,6 @@ void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words
     lease->pod = pod_words;
 }
 
-/* Whether a waiter count is one: in range, and renewed within VGPU_LEASE_WANTED_NS of `now` (a
- * waiter killed while it waited leaves its count behind, which would otherwise keep every pod from
- * bursting and make each release wait for nobody). Either side: a caller's `now` may be from
- * before its own wait for the lease, older than a renewal made meanwhile. */
-static bool waiting(uint64_t waiters, uint64_t said_ns, uint64_t now) {
-    uint64_t apart = said_ns > now ? said_ns - now : now - said_ns;
-    return waiters > 0 && waiters <= VGPU_LEASE_WAITERS_MAX && apart < VGPU_LEASE_WANTED_NS;
-}
-
-/* Say that this process still waits, in the lease and in the pod's words. */
-static void say_waiting(struct vgpu_lease *lease, uint64_t now) {
-    if (lease->pod != NULL) {
-        atomic_store(&lease->pod[POD_WAITING_NS], now);
-    }
-    atomic_store(&lease->shared->waiting_ns, now);
-}
-
-/* Count this process in (or out of) the waiters: the pod's count first in and last out, so that
- * the node's never seems to hold more of this pod's waiters than the pod's own does. */
-static void count_waiter(struct vgpu_lease *lease, bool in, uint64_t now) {
-    if (in) {
-        say_waiting(lease, now);
-        if (lease->pod != NULL) {
-            atomic_fetch_add(&lease->pod[POD_WAITERS], 1);
-        }
-        atomic_fetch_add(&lease->shared->waiters, 1);
-    } else {
-        atomic_fetch_sub(&lease->shared->waiters, 1);
-        if (lease->pod != NULL) {
-            atomic_fetch_sub(&lease->pod[POD_WAITERS], 1);
-        }
-    }
-}
-
-/* Sleep until the lease is released (or `nanoseconds` pass): a shared futex, so a release wakes
- * a waiter in another process within microseconds. */
-static void wait_release(struct vgpu_device_lease *shared, uint32_t seen, uint64_t nanoseconds) {
-    struct timespec timeout = {(time_t)(nanoseconds / 1000000000ULL),
-                               (long)(nanoseconds % 1000000000ULL)};
-    syscall(SYS_futex, (uint32_t *)&shared->releases, FUTEX_WAIT, seen, &timeout, NULL, 0);
-}
-
-static void pause_for(uint64_t nanoseconds) {
-    struct timespec delay = {(time_t)(nanoseconds / 1000000000ULL), (long)(nanoseconds % 1000000000ULL)};
-    while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
-    }
-}
-
-/* How long a released lease is kept for processes already waiting: without it the releasing
- * process, awake, would take it back before a sleeping waiter notices. */
-#define YIELD_NS 150000ULL
-/* The longest wait for the lease, whoever holds it: a few holds past any epoch. */
-#define WAIT_MAX_NS (4 * VGPU_LEASE_HOLD_NS)
-
-/* A holder's activity says it is gone: too old, or in the future (no clock of this node
- * writes that). */
-static bool stale(uint64_t activity, uint64_t now) {
-    return activity > now || now - activity > VGPU_LEASE_STALE_NS;
-}
-
-/* Whether a holder that said its work drains at `drains` has left the GPU idle a while. */
-static bool drained_at(uint64_t drains, uint64_t now) {
-    return now > drains && now - drains > VGPU_LEASE_DRAINED_NS && now - drains < VGPU_LEASE_HOLD_NS;
-}
-
-/* The protocol was seen broken: for a while, take the lease when it is free or stale but never
- * wait for it, so that whoever scribbles it costs this process at most one wait. Longer each
- * time it happens again soon. */
-static void distrust(struct vgpu_lease *lease, uint64_t now, const char *what) {
-    bool again = now < lease->distrust_until_ns + lease->distrust_ns;
-    lease->distrust_ns = !again ? DISTRUST_NS
-                         : lease->distrust_ns * 2 > DISTRUST_MAX_NS ? DISTRUST_MAX_NS
-                                                                    : lease->distrust_ns * 2;
-    lease->distrust_until_ns = now + lease->distrust_ns;
-    vgpu_log(VGPU_LOG_WARN, "device lease of %s %s; not waiting for it for %llu s", lease->uuid,
-             what, (unsigned long long)(lease->distrust_ns / 1000000000ULL));
-}
-
-/* Take the lease from `owner`. The activity is written first: a waiter that sees the new owner
- * never pairs it with the old holder's activity and takes the lease from a fresh holder. */
-static bool take(struct vgpu_device_lease *shared, uint64_t owner, uint64_t me, uint64_t now) {
-    atomic_store(&shared->activity_ns, now);
-    atomic_store(&shared->drains_ns, 0);
-    return atomic_compare_exchange_strong(&shared->owner, &owner, me);
-}
-
-/* take(), saying first in the pod's words that this process takes it: a process of the pod that
- * then sees it the owner knows it for the pod's own (vgpu_lease_touch says so again while it
- * holds, should a pod-mate's failed claim have overwritten it). */
-static bool claim(struct vgpu_lease *lease, uint64_t owner, uint64_t me, uint64_t now) {
-    if (lease->pod != NULL) {
-        atomic_store(&lease->pod[POD_HOLDER], me);
-    }
-    return take(lease->shared, owner, me, now);
-}
-
 /* In a forked child, the connection and the seat are its parent's: it takes its own. */
 static void reseat_child(struct vgpu_lease *lease) {
     close(lease->socket);
@@ -411,99 +270,7 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease) {
         lease->exclusive = false;
         return false;
     }
-    struct vgpu_device_lease *shared = lease->shared;
-    uint64_t me = token();
-    bool trusting = started >= lease->distrust_until_ns;
-    bool waiting = false;
-    bool held = false;
-    uint32_t waited_from = 0; /* the release count when this process began to wait */
-    uint64_t holder = 0;
-    uint32_t holder_releases = 0;
-    uint64_t holder_seen_ns = started; /* when this holding began, as far as this process saw */
-    for (;;) {
-        uint32_t seen = atomic_load(&shared->releases);
-        uint64_t owner = atomic_load(&shared->owner);
-        uint64_t activity = atomic_load(&shared->activity_ns);
-        uint64_t drains = atomic_load(&shared->drains_ns);
-        uint64_t until = atomic_load(&shared->yield_until_ns);
-        /* The clock is read after the times: a holder's own are then never in the future. */
-        uint64_t now = vgpu_monotonic_ns();
-        if (owner == me) {
-            held = true;
-            break;
-        }
-        if (owner != holder || seen != holder_releases) {
-            holder = owner;
-            holder_releases = seen;
-            holder_seen_ns = now;
-        }
-        /* A released lease goes first to those that waited before the release. */
-        bool yielding = until > now && until - now <= YIELD_NS;
-        bool first = waiting && seen != waited_from;
-        if (owner == 0 && (first || !yielding || !trusting) && claim(lease, owner, me, now)) {
-            held = true;
-            break;
-        }
-        /* A holder that stopped launching (or died) loses the lease; so does one that keeps it,
-         * by this process's clock, longer than any epoch without a release, and any holder once
-         * this process has waited several such times (releases can be scribbled too). */
-        bool overdue = now - holder_seen_ns > VGPU_LEASE_HOLD_NS ||
-                       now - started > WAIT_MAX_NS;
-        /* A holder whose work is done, by its own word, and that launched nothing since. */
-        bool drained = drains != 0 && drains >= activity && drained_at(drains, now);
-        /* Drained is judged on the holder's latest word: it must not have launched since. */
-        bool unchanged = !drained || stale(activity, now) || overdue ||
-                         atomic_compare_exchange_strong(&shared->activity_ns, &activity, now);
-        if (owner != 0 && (stale(activity, now) || overdue || drained) && unchanged &&
-            claim(lease, owner, me, now)) {
-            atomic_fetch_add(&shared->takeovers, 1);
-            if (drained) {
-                atomic_store(&shared->drained_owner, owner); /* so it knows why */
-            }
-            if (overdue && !stale(activity, now) && !drained && trusting) {
-                distrust(lease, now, "was held past any epoch with activity going on");
-            }
-            held = true;
-            break;
-        }
-        if (!trusting) {
-            break; /* the epoch runs without it */
-        }
-        if (!waiting) {
-            count_waiter(lease, true, now);
-            waiting = true;
-            waited_from = seen;
-        } else {
-            /* At least every VGPU_LEASE_WAITING_EVERY_NS: the sleeps below are no longer. */
-            say_waiting(lease, now);
-        }
-        if (owner == 0) {
-            pause_for(20000); /* free but kept for earlier waiters a moment */
-        } else {
-            /* Until released, and at most until the holder could be stale or overdue. */
-            uint64_t stale_in = stale(activity, now) ? 0 : activity + VGPU_LEASE_STALE_NS - now;
-            uint64_t left = overdue ? 0 : holder_seen_ns + VGPU_LEASE_HOLD_NS - now;
-            left = left < stale_in ? left : stale_in;
-            if (drains >= activity && drains > now && drains - now < left) {
-                left = drains + VGPU_LEASE_DRAINED_NS - now; /* look again once it may be idle */
-            }
-            left += 10000;
-            wait_release(shared, seen,
-                         left < VGPU_LEASE_WAITING_EVERY_NS ? left : VGPU_LEASE_WAITING_EVERY_NS);
-        }
-    }
-    if (waiting) {
-        count_waiter(lease, false, 0);
-    }
-    uint64_t now = vgpu_monotonic_ns();
-    if (held) {
-        atomic_fetch_add(&shared->epochs, 1);
-    }
-    lease->exclusive = held;
-    lease->exposed = false;
-    lease->drains_ns = 0;
-    lease->touched_ns = now;
-    return held;
+    return vgpu_words_acquire(lease, started);
 }
 
 bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
@@ -512,61 +279,33 @@ bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
         lease->exclusive = lease->exclusive && !lost;
         return lost;
     }
-    if (lease->shared == NULL) {
-        return false;
-    }
-    if (!lease->exclusive || atomic_load(&lease->shared->owner) == token()) {
-        return false;
-    }
-    lease->exclusive = false;
-    if (lease->exposed || now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2 ||
-        (lease->drains_ns != 0 && now > lease->drains_ns) ||
-        atomic_load(&lease->shared->drained_owner) == token()) {
-        return true; /* a waiter may rightly have judged this process stale or idle */
-    }
-    if (now >= lease->distrust_until_ns) {
-        distrust(lease, now, "was taken from this active process");
-    }
-    return false;
+    return lease->shared != NULL && vgpu_words_lost(lease, now);
+}
+
+/* Whether this process may write its seat: not a forked child's copy of its parent's. */
+static bool own_seat(const struct vgpu_lease *lease) {
+    return lease->exclusive && lease->forks == atomic_load(&forks);
 }
 
 void vgpu_lease_touch(struct vgpu_lease *lease, uint64_t now) {
-    if (now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2 ||
-        (lease->drains_ns != 0 && now > lease->drains_ns &&
-         now - lease->drains_ns > VGPU_LEASE_DRAINED_NS / 2)) {
-        lease->exposed = true; /* stale or drained for a while: a waiter may take the lease */
-    }
-    lease->touched_ns = now;
     if (arbitrated(lease)) {
-        if (lease->exclusive && lease->forks == atomic_load(&forks)) {
+        lease->touched_ns = now;
+        if (own_seat(lease)) {
             atomic_store(&lease->seat->activity_ns, now);
         }
-        return;
-    }
-    if (lease->shared == NULL) {
-        return;
-    }
-    if (lease->exclusive) {
-        atomic_store(&lease->shared->activity_ns, now);
-        if (lease->pod != NULL && atomic_load(&lease->pod[POD_HOLDER]) != token()) {
-            atomic_store(&lease->pod[POD_HOLDER], token());
-        }
+    } else if (lease->shared != NULL) {
+        vgpu_words_touch(lease, now);
     }
 }
 
 void vgpu_lease_expect(struct vgpu_lease *lease, uint64_t drains_ns) {
-    lease->drains_ns = drains_ns;
     if (arbitrated(lease)) {
-        if (lease->exclusive && lease->forks == atomic_load(&forks)) {
+        lease->drains_ns = drains_ns;
+        if (own_seat(lease)) {
             atomic_store(&lease->seat->drains_ns, drains_ns);
         }
-        return;
-    }
-    if (lease->shared == NULL) {
-        return;
-    }
-    if (lease->exclusive) {
-        atomic_store(&lease->shared->drains_ns, drains_ns);
+    } else if (lease->shared != NULL) {
+        vgpu_words_expect(lease, drains_ns);
     }
 }
 
@@ -577,25 +316,8 @@ void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
             !vgpu_seat_release(lease->socket, lease->request, busy_ns)) {
             seat_gone(lease);
         }
-        return;
-    }
-    if (lease->shared == NULL) {
-        return;
-    }
-    uint64_t me = token();
-    /* With or without the lease, the epoch's work ran on the GPU. */
-    atomic_fetch_add_explicit(&lease->shared->busy_ns, busy_ns, memory_order_relaxed);
-    lease->exclusive = false;
-    if (lease->pod != NULL) {
-        uint64_t mine = me;
-        atomic_compare_exchange_strong(&lease->pod[POD_HOLDER], &mine, 0);
-    }
-    uint64_t now = vgpu_monotonic_ns();
-    if (atomic_compare_exchange_strong(&lease->shared->owner, &me, 0) &&
-        vgpu_lease_wanted(lease, now)) {
-        atomic_store(&lease->shared->yield_until_ns, now + YIELD_NS);
-        atomic_fetch_add(&lease->shared->releases, 1);
-        syscall(SYS_futex, (uint32_t *)&lease->shared->releases, FUTEX_WAKE, 1, NULL, NULL, 0);
+    } else if (lease->shared != NULL) {
+        vgpu_words_release(lease, busy_ns);
     }
 }
 
@@ -603,44 +325,21 @@ bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {
     if (arbitrated(lease)) {
         return atomic_load(&lease->seat->other_pod_holds) != 0;
     }
-    if (lease->shared == NULL) {
-        return false;
-    }
-    uint64_t owner = atomic_load(&lease->shared->owner);
-    return owner != 0 && owner != token() &&
-           (lease->pod == NULL || owner != atomic_load(&lease->pod[POD_HOLDER]));
+    return lease->shared != NULL && vgpu_words_held_by_other_pod(lease);
 }
 
 bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now) {
     if (arbitrated(lease)) {
         return atomic_load(&lease->seat->waiters) != 0;
     }
-    if (lease->shared == NULL) {
-        return false;
-    }
-    return waiting(atomic_load(&lease->shared->waiters), atomic_load(&lease->shared->waiting_ns),
-                   now);
+    return lease->shared != NULL && vgpu_words_wanted(lease, now);
 }
 
 bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now) {
     if (arbitrated(lease)) {
         return atomic_load(&lease->seat->other_pod_waiters) != 0;
     }
-    if (lease->shared == NULL) {
-        return false;
-    }
-    uint64_t waiters = atomic_load(&lease->shared->waiters);
-    if (!waiting(waiters, atomic_load(&lease->shared->waiting_ns), now)) {
-        return false;
-    }
-    if (lease->pod == NULL) {
-        return true;
-    }
-    uint64_t ours = atomic_load(&lease->pod[POD_WAITERS]);
-    if (!waiting(ours, atomic_load(&lease->pod[POD_WAITING_NS]), now)) {
-        ours = 0;
-    }
-    return waiters > ours;
+    return lease->shared != NULL && vgpu_words_wanted_by_other_pod(lease, now);
 }
 
 /* The daemon's node file, looked for at most every NODE_RETRY_NS while missing. */

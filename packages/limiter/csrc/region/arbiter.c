@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vgpu_region_api.h"
+#include "arbiter_internal.h"
 
 /* Older C libraries' headers lack memfd and the seals (Linux 3.17); the library must run on
  * glibc 2.17, so memfd_create is the system call itself. */
@@ -41,59 +41,6 @@
 #define F_SEAL_SHRINK 0x0002
 #define F_SEAL_GROW 0x0004
 #endif
-
-#define MAX_GPUS 64
-#define MAX_CLIENTS 1024
-#define MAX_PER_PARTY 256
-#define PENALTY_NS 4000000000ULL      /* a party that overran the hold: served last this long */
-#define PENALTY_MAX_NS 32000000000ULL /* doubled while it keeps doing so */
-#define HOUSEKEEPING_NS 1000000000ULL
-#define MIN_WAIT_NS 20000ULL /* a deadline just passed is looked at again this soon */
-
-struct party { /* a user in a pid namespace: one pod, as far as the kernel can tell */
-    uint32_t uid;
-    uint64_t namespace_inode;
-    int clients;
-    uint64_t last_grant; /* the arbiter's grant count when it last got the lease */
-    uint64_t penalty_until_ns;
-    uint64_t penalty_ns;
-};
-
-struct client {
-    int fd; /* -1: a free slot */
-    int gpu;   /* -1 until its HELLO */
-    int party;
-    uint64_t pod; /* what it says its pod is: only its own view of "other pods" depends on it */
-    struct vgpu_lease_seat *seat;
-    bool waiting;
-    uint64_t request; /* the request it waits with, or holds the lease for */
-    uint64_t ticket;  /* when it began to wait: first come, first served within a party */
-};
-
-struct gpu {
-    char uuid[VGPU_REGION_UUID_SIZE];
-    struct vgpu_device_lease *words; /* the daemon's own: read by its boost estimate */
-    int holder;                      /* a client, or -1 */
-    uint64_t held_since_ns;
-};
-
-struct vgpu_arbiter {
-    int listener;
-    int wake[2]; /* vgpu_arbiter_stop writes to wake[1] */
-    pthread_t thread;
-    bool started;
-    _Atomic bool stopping;
-    uint64_t instance;
-    int gpu_count;
-    struct gpu gpus[MAX_GPUS];
-    struct client clients[MAX_CLIENTS];
-    struct party parties[MAX_CLIENTS];
-    struct pollfd polled[MAX_CLIENTS + 2];
-    int polled_client[MAX_CLIENTS + 2]; /* the client of each polled descriptor past the two */
-    uint64_t pods[MAX_CLIENTS];          /* scratch: the pods of a GPU's waiters */
-    uint64_t tickets;
-    _Atomic uint64_t connected, refused, grants, taken_back, overruns;
-};
 
 static uint64_t monotonic_ns(void) {
     struct timespec now;
@@ -124,6 +71,7 @@ struct vgpu_arbiter *vgpu_arbiter_new(int listener, uint64_t instance, char *err
     }
     fcntl(arbiter->listener, F_SETFL, fcntl(arbiter->listener, F_GETFL) | O_NONBLOCK);
     arbiter->instance = instance;
+    arbiter->clock = monotonic_ns;
     for (int index = 0; index < MAX_CLIENTS; index++) {
         arbiter->clients[index].fd = -1;
     }
@@ -349,127 +297,24 @@ static void receive(struct vgpu_arbiter *arbiter, int index, uint64_t now) {
     }
 }
 
-/* Whether the holder's own words say it stopped launching or left the GPU idle. The clock is
- * read after its words: a time it wrote just now is then never in the future. */
-static bool holder_done(const struct gpu *gpu, const struct vgpu_lease_seat *seat) {
-    uint64_t activity = atomic_load(&seat->activity_ns);
-    uint64_t drains = atomic_load(&seat->drains_ns);
-    uint64_t now = monotonic_ns();
-    if (activity > now) {
-        return true; /* no clock of this node writes the future */
-    }
-    uint64_t since = activity > gpu->held_since_ns ? activity : gpu->held_since_ns;
-    bool drained = drains != 0 && drains >= activity && now > drains &&
-                   now - drains > VGPU_LEASE_DRAINED_NS && now - drains < VGPU_LEASE_HOLD_NS;
-    return now - since > VGPU_LEASE_STALE_NS || drained;
-}
-
-static void penalize(struct party *party, uint64_t now) {
-    bool again = now < party->penalty_until_ns + party->penalty_ns;
-    party->penalty_ns = !again ? PENALTY_NS
-                        : party->penalty_ns * 2 > PENALTY_MAX_NS ? PENALTY_MAX_NS
-                                                                 : party->penalty_ns * 2;
-    party->penalty_until_ns = now + party->penalty_ns;
-}
-
-/* The next waiter of `gpu`: parties in turn (the one served longest ago first), a party that
- * overran the hold only when no other waits, first come first served within a party. */
-static int next_waiter(struct vgpu_arbiter *arbiter, int gpu, uint64_t now) {
-    int best = -1;
-    for (int index = 0; index < MAX_CLIENTS; index++) {
-        const struct client *client = &arbiter->clients[index];
-        if (client->fd < 0 || client->gpu != gpu || !client->waiting) {
-            continue;
-        }
-        if (best < 0) {
-            best = index;
-            continue;
-        }
-        const struct party *mine = &arbiter->parties[client->party];
-        const struct party *theirs = &arbiter->parties[arbiter->clients[best].party];
-        bool penalized = mine->penalty_until_ns > now;
-        bool best_penalized = theirs->penalty_until_ns > now;
-        if (penalized != best_penalized ? !penalized
-            : mine->last_grant != theirs->last_grant
-                ? mine->last_grant < theirs->last_grant
-                : client->ticket < arbiter->clients[best].ticket) {
-            best = index;
-        }
-    }
-    return best;
-}
-
-static int by_pod(const void *left, const void *right) {
-    uint64_t a = *(const uint64_t *)left;
-    uint64_t b = *(const uint64_t *)right;
-    return a < b ? -1 : a > b;
-}
-
-/* How many of the `count` sorted pods are `pod`. */
-static uint64_t count_of(const uint64_t *pods, uint64_t count, uint64_t pod) {
-    uint64_t low = 0;
-    uint64_t high = count;
-    while (low < high) { /* the first not below `pod` */
-        uint64_t middle = low + (high - low) / 2;
-        low = pods[middle] < pod ? middle + 1 : low;
-        high = pods[middle] < pod ? high : middle;
-    }
-    uint64_t end = low;
-    while (end < count && pods[end] == pod) {
-        end++;
-    }
-    return end - low;
-}
-
-/* What each client of `gpu` may know of the others: who waits, and whether another pod holds.
- * The number waiting. */
-static uint64_t tell_clients(struct vgpu_arbiter *arbiter, int gpu_index) {
-    const struct gpu *gpu = &arbiter->gpus[gpu_index];
-    uint64_t waiting = 0;
-    for (int index = 0; index < MAX_CLIENTS; index++) {
-        const struct client *client = &arbiter->clients[index];
-        if (client->fd >= 0 && client->gpu == gpu_index && client->waiting) {
-            arbiter->pods[waiting++] = client->pod;
-        }
-    }
-    qsort(arbiter->pods, waiting, sizeof arbiter->pods[0], by_pod);
-    const struct client *holder = gpu->holder >= 0 ? &arbiter->clients[gpu->holder] : NULL;
-    for (int index = 0; index < MAX_CLIENTS; index++) {
-        struct client *client = &arbiter->clients[index];
-        if (client->fd < 0 || client->gpu != gpu_index || client->seat == NULL) {
-            continue;
-        }
-        uint64_t own = count_of(arbiter->pods, waiting, client->pod);
-        atomic_store(&client->seat->waiters, waiting - client->waiting);
-        atomic_store(&client->seat->other_pod_waiters, waiting - own);
-        atomic_store(&client->seat->other_pod_holds,
-                     holder != NULL && holder != client && holder->pod != client->pod);
-    }
-    return waiting;
-}
-
 /* Take the lease back from a holder that is done or overran while others wait, grant it to the
  * next waiter; the time by which this GPU must be looked at again. */
 static uint64_t settle(struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now) {
     struct gpu *gpu = &arbiter->gpus[gpu_index];
-    int next = next_waiter(arbiter, gpu_index, now);
-    if (gpu->holder >= 0 && next >= 0) {
+    int next = vgpu_arbiter_next_waiter(arbiter, gpu_index, now);
+    enum vgpu_arbiter_verdict verdict = gpu->holder >= 0 && next >= 0
+                                            ? vgpu_arbiter_judge(arbiter, gpu_index, next)
+                                            : VGPU_ARBITER_KEEP;
+    if (verdict != VGPU_ARBITER_KEEP) {
         struct client *holder = &arbiter->clients[gpu->holder];
-        /* A party served last for a while gives way to any other that waits, at once. */
-        bool yields = arbiter->parties[holder->party].penalty_until_ns > now &&
-                      arbiter->parties[arbiter->clients[next].party].penalty_until_ns <= now;
-        bool done = holder_done(gpu, holder->seat);
-        bool overran = now - gpu->held_since_ns > VGPU_LEASE_HOLD_NS;
-        if (done || overran || yields) {
-            if (overran && !done) {
-                penalize(&arbiter->parties[holder->party], now);
-                atomic_fetch_add(&arbiter->overruns, 1);
-            }
-            atomic_fetch_add(&holder->seat->taken_back, 1);
-            atomic_fetch_add(&gpu->words->takeovers, 1);
-            atomic_fetch_add(&arbiter->taken_back, 1);
-            end_hold(arbiter, gpu, now);
+        if (verdict == VGPU_ARBITER_OVERRAN) {
+            vgpu_arbiter_penalize(&arbiter->parties[holder->party], now);
+            atomic_fetch_add(&arbiter->overruns, 1);
         }
+        atomic_fetch_add(&holder->seat->taken_back, 1);
+        atomic_fetch_add(&gpu->words->takeovers, 1);
+        atomic_fetch_add(&arbiter->taken_back, 1);
+        end_hold(arbiter, gpu, now);
     }
     while (gpu->holder < 0 && next >= 0) {
         struct client *client = &arbiter->clients[next];
@@ -483,30 +328,16 @@ static uint64_t settle(struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now
         atomic_fetch_add(&gpu->words->epochs, 1);
         if (!send_message(client->fd, VGPU_ARBITER_GRANT, client->request, -1)) {
             drop(arbiter, next, now); /* gone, or not reading its socket */
-            next = next_waiter(arbiter, gpu_index, now);
+            next = vgpu_arbiter_next_waiter(arbiter, gpu_index, now);
         }
     }
-    uint64_t waiting = tell_clients(arbiter, gpu_index);
+    uint64_t waiting = vgpu_arbiter_tell(arbiter, gpu_index);
     atomic_store(&gpu->words->waiters, waiting);
     if (waiting > 0) {
         atomic_store(&gpu->words->waiting_ns, now);
     }
-    if (gpu->holder < 0 || waiting == 0) {
-        return now + HOUSEKEEPING_NS;
-    }
-    /* Look again when the holder may be stale, idle or overrunning. */
-    const struct vgpu_lease_seat *seat = arbiter->clients[gpu->holder].seat;
-    uint64_t activity = atomic_load(&seat->activity_ns);
-    uint64_t drains = atomic_load(&seat->drains_ns);
-    uint64_t since = activity > gpu->held_since_ns && activity <= now ? activity
-                                                                        : gpu->held_since_ns;
-    uint64_t at = gpu->held_since_ns + VGPU_LEASE_HOLD_NS;
-    at = since + VGPU_LEASE_STALE_NS < at ? since + VGPU_LEASE_STALE_NS : at;
-    uint64_t idle = drains + VGPU_LEASE_DRAINED_NS + 1;
-    if (drains != 0 && drains >= activity && idle > now && idle < at) {
-        at = idle;
-    }
-    return at > now + MIN_WAIT_NS ? at : now + MIN_WAIT_NS;
+    return gpu->holder < 0 || waiting == 0 ? now + HOUSEKEEPING_NS
+                                           : vgpu_arbiter_deadline(arbiter, gpu_index, now);
 }
 
 static void *serve(void *argument) {

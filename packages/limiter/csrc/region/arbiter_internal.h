@@ -1,0 +1,92 @@
+/* The lease arbiter's state and its policy (arbiter_policy.c): who gets a GPU's lease next and
+ * when a holder loses it, apart from the sockets and seats (arbiter.c) so that the C tests can
+ * run it on a clock of their own. */
+#ifndef VGPU_REGION_ARBITER_INTERNAL_H
+#define VGPU_REGION_ARBITER_INTERNAL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vgpu_region_api.h"
+
+#define MAX_GPUS 64
+#define MAX_CLIENTS 1024
+#define MAX_PER_PARTY 256
+#define PENALTY_NS 4000000000ULL      /* a party that overran the hold: served last this long */
+#define PENALTY_MAX_NS 32000000000ULL /* doubled while it keeps doing so */
+#define HOUSEKEEPING_NS 1000000000ULL
+#define MIN_WAIT_NS 20000ULL /* a deadline just passed is looked at again this soon */
+
+struct party { /* a user in a pid namespace: one pod, as far as the kernel can tell */
+    uint32_t uid;
+    uint64_t namespace_inode;
+    int clients;
+    uint64_t last_grant; /* the arbiter's grant count when it last got the lease */
+    uint64_t penalty_until_ns;
+    uint64_t penalty_ns;
+};
+
+struct client {
+    int fd; /* -1: a free slot */
+    int gpu;   /* -1 until its HELLO */
+    int party;
+    uint64_t pod; /* what it says its pod is: only its own view of "other pods" depends on it */
+    struct vgpu_lease_seat *seat;
+    bool waiting;
+    uint64_t request; /* the request it waits with, or holds the lease for */
+    uint64_t ticket;  /* when it began to wait: first come, first served within a party */
+};
+
+struct gpu {
+    char uuid[VGPU_REGION_UUID_SIZE];
+    struct vgpu_device_lease *words; /* the daemon's own: read by its boost estimate */
+    int holder;                      /* a client, or -1 */
+    uint64_t held_since_ns;
+};
+
+struct vgpu_arbiter {
+    int listener;
+    int wake[2]; /* vgpu_arbiter_stop writes to wake[1] */
+    pthread_t thread;
+    bool started;
+    _Atomic bool stopping;
+    uint64_t instance;
+    int gpu_count;
+    struct gpu gpus[MAX_GPUS];
+    struct client clients[MAX_CLIENTS];
+    struct party parties[MAX_CLIENTS];
+    struct pollfd polled[MAX_CLIENTS + 2];
+    int polled_client[MAX_CLIENTS + 2]; /* the client of each polled descriptor past the two */
+    uint64_t pods[MAX_CLIENTS];          /* scratch: the pods of a GPU's waiters */
+    uint64_t tickets;
+    _Atomic uint64_t connected, refused, grants, taken_back, overruns;
+    uint64_t (*clock)(void); /* CLOCK_MONOTONIC in ns (a test's own clock in the C tests) */
+};
+
+/* Why a holder loses the lease now, if it does. */
+enum vgpu_arbiter_verdict {
+    VGPU_ARBITER_KEEP = 0,
+    VGPU_ARBITER_DONE,    /* its seat says it stopped launching, or left the GPU idle */
+    VGPU_ARBITER_OVERRAN, /* held past VGPU_LEASE_HOLD_NS, active by its own word */
+    VGPU_ARBITER_YIELDS,  /* its party is served last for now, and another party waits */
+};
+
+/* The waiter of `gpu` to serve next, or -1: parties in turn (the one served longest ago first),
+ * a party that overran the hold only when no other waits, first come first served within one. */
+int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
+/* Whether the holder of `gpu` (there is one) loses the lease to waiter `next`; reads the
+ * holder's seat, then the clock. */
+enum vgpu_arbiter_verdict vgpu_arbiter_judge(const struct vgpu_arbiter *arbiter, int gpu,
+                                             int next);
+/* Serve `party` last for a while, longer each time it overruns again soon. */
+void vgpu_arbiter_penalize(struct party *party, uint64_t now);
+/* Tell each client of `gpu` in its seat who waits and whether another pod holds; the number of
+ * waiters. */
+uint64_t vgpu_arbiter_tell(struct vgpu_arbiter *arbiter, int gpu);
+/* When the holder of `gpu` may be stale, idle or overrunning: the time to look again. */
+uint64_t vgpu_arbiter_deadline(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
+
+#endif

@@ -1,0 +1,194 @@
+/* The lease arbiter's policy (arbiter_policy.c) on a clock of the test's own: who is served next,
+ * when a holder loses the lease, what each client is told. Built with its source under ASan/UBSan
+ * (nox -s sanitize) and plainly by the test suite. Prints "N passed, M failed" and exits non-zero
+ * on failure. */
+#include "arbiter_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed;
+static int failed;
+static uint64_t now_ns = 1000000000000ULL;
+
+#define MS 1000000ULL
+
+static uint64_t test_clock(void) {
+    return now_ns;
+}
+
+static void check(int ok, int line, const char *what) {
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    fprintf(stderr, "line %d: %s\n", line, what);
+}
+#define CHECK(condition) check((condition), __LINE__, #condition)
+
+static struct vgpu_arbiter *arbiter;
+static struct vgpu_lease_seat seats[8];
+
+/* One GPU; clients 0..count-1 in parties `parties[i]` of pods `pods[i]`, none waiting. */
+static void set_up(int count, const int *parties, const uint64_t *pods) {
+    free(arbiter);
+    arbiter = calloc(1, sizeof *arbiter);
+    memset(seats, 0, sizeof seats);
+    arbiter->clock = test_clock;
+    arbiter->gpu_count = 1;
+    arbiter->gpus[0].holder = -1;
+    for (int index = 0; index < MAX_CLIENTS; index++) {
+        arbiter->clients[index].fd = -1;
+    }
+    for (int index = 0; index < count; index++) {
+        arbiter->clients[index] = (struct client){
+            .fd = 100 + index, .gpu = 0, .party = parties[index], .pod = pods[index],
+            .seat = &seats[index]};
+        arbiter->parties[parties[index]].clients++;
+    }
+}
+
+static void wait_for_it(int client, uint64_t ticket) {
+    arbiter->clients[client].waiting = true;
+    arbiter->clients[client].request = ticket;
+    arbiter->clients[client].ticket = ticket;
+}
+
+static void hold(int client) {
+    arbiter->gpus[0].holder = client;
+    arbiter->gpus[0].held_since_ns = now_ns;
+    arbiter->clients[client].waiting = false;
+}
+
+static void turns(void) {
+    static const int parties[] = {0, 0, 1};
+    static const uint64_t pods[] = {7, 7, 8};
+    set_up(3, parties, pods);
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == -1);
+    wait_for_it(1, 1);
+    wait_for_it(0, 2);
+    wait_for_it(2, 3);
+    /* Within a party, first come first served; parties never served tie. */
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 1);
+    /* The party served longest ago goes first, whoever came first. */
+    arbiter->parties[0].last_grant = 5;
+    arbiter->parties[1].last_grant = 4;
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
+    /* A party served last for a while is served only when no other waits. */
+    vgpu_arbiter_penalize(&arbiter->parties[1], now_ns);
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 1);
+    arbiter->clients[0].waiting = arbiter->clients[1].waiting = false;
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
+    /* Clients of another GPU, or gone, are not served. */
+    arbiter->clients[2].gpu = 1;
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == -1);
+}
+
+static void judging(void) {
+    static const int parties[] = {0, 1};
+    static const uint64_t pods[] = {7, 8};
+    set_up(2, parties, pods);
+    hold(0);
+    wait_for_it(1, 1);
+    seats[0].activity_ns = now_ns;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_KEEP);
+    /* No launch for the stale time: done. A fresh grant counts from the grant, not from the
+     * holder's old activity. */
+    now_ns += VGPU_LEASE_STALE_NS + 1;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_DONE);
+    hold(0);
+    seats[0].activity_ns = now_ns - 50 * MS;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_KEEP);
+    /* Activity in the future is no clock of this node's: done. */
+    seats[0].activity_ns = now_ns + 1;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_DONE);
+    /* Drained by its own word, and launched nothing since: done past 0.5 ms, not before. */
+    seats[0].activity_ns = now_ns;
+    seats[0].drains_ns = now_ns + MS;
+    now_ns += MS + VGPU_LEASE_DRAINED_NS / 2;
+    seats[0].activity_ns = now_ns - 1; /* still launching: not stale */
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_KEEP);
+    seats[0].drains_ns = now_ns - VGPU_LEASE_DRAINED_NS - 1;
+    seats[0].activity_ns = seats[0].drains_ns;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_DONE);
+    /* Active by its own word past the hold: overran. */
+    hold(0);
+    seats[0].drains_ns = 0;
+    for (int step = 0; step < 11; step++) {
+        now_ns += 10 * MS;
+        seats[0].activity_ns = now_ns;
+    }
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_OVERRAN);
+    /* A penalized holder yields at once to a party that is not. */
+    hold(0);
+    seats[0].activity_ns = now_ns;
+    vgpu_arbiter_penalize(&arbiter->parties[0], now_ns);
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_YIELDS);
+    vgpu_arbiter_penalize(&arbiter->parties[1], now_ns);
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 1) == VGPU_ARBITER_KEEP);
+}
+
+static void penalties(void) {
+    struct party party = {0};
+    vgpu_arbiter_penalize(&party, now_ns);
+    CHECK(party.penalty_ns == PENALTY_NS && party.penalty_until_ns == now_ns + PENALTY_NS);
+    /* Again soon after: doubled, up to the most. */
+    for (int time = 0; time < 8; time++) {
+        now_ns = party.penalty_until_ns + 1;
+        vgpu_arbiter_penalize(&party, now_ns);
+    }
+    CHECK(party.penalty_ns == PENALTY_MAX_NS);
+    /* Long after: the first length again. */
+    now_ns = party.penalty_until_ns + PENALTY_MAX_NS + 1;
+    vgpu_arbiter_penalize(&party, now_ns);
+    CHECK(party.penalty_ns == PENALTY_NS);
+}
+
+static void telling(void) {
+    static const int parties[] = {0, 0, 1, 2};
+    static const uint64_t pods[] = {7, 7, 8, 9};
+    set_up(4, parties, pods);
+    CHECK(vgpu_arbiter_tell(arbiter, 0) == 0);
+    CHECK(seats[0].waiters == 0 && seats[0].other_pod_holds == 0);
+    hold(2);
+    wait_for_it(0, 1);
+    wait_for_it(1, 2);
+    wait_for_it(3, 3);
+    CHECK(vgpu_arbiter_tell(arbiter, 0) == 3);
+    /* Client 0 sees the two others waiting, one of them of another pod; pod 8 holds. */
+    CHECK(seats[0].waiters == 2 && seats[0].other_pod_waiters == 1);
+    CHECK(seats[0].other_pod_holds == 1);
+    /* The holder sees three waiting, all of other pods, and no other pod holding. */
+    CHECK(seats[2].waiters == 3 && seats[2].other_pod_waiters == 3);
+    CHECK(seats[2].other_pod_holds == 0);
+    CHECK(seats[3].waiters == 2 && seats[3].other_pod_waiters == 2);
+}
+
+static void deadlines(void) {
+    static const int parties[] = {0, 1};
+    static const uint64_t pods[] = {7, 8};
+    set_up(2, parties, pods);
+    hold(0);
+    seats[0].activity_ns = now_ns;
+    /* Stale first, unless it said when its work drains sooner. */
+    CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + VGPU_LEASE_STALE_NS);
+    seats[0].drains_ns = now_ns + MS;
+    CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + MS + VGPU_LEASE_DRAINED_NS + 1);
+    /* Never sooner than a moment from now: no spinning on a deadline just passed. */
+    seats[0].drains_ns = 0;
+    arbiter->gpus[0].held_since_ns = seats[0].activity_ns = now_ns - VGPU_LEASE_STALE_NS;
+    CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + MIN_WAIT_NS);
+}
+
+int main(void) {
+    turns();
+    judging();
+    penalties();
+    telling();
+    deadlines();
+    free(arbiter);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
