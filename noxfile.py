@@ -138,6 +138,12 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         [LIMITER_C / "common", LIMITER_C / "limiter", LIMITER_C / "include"],
         {},
     ),
+    (
+        "limiter_pacing_test",
+        [ROOT / "tests/c/limiter_pacing_test.c", LIMITER_C / "limiter/compute_bucket.c"],
+        [LIMITER_C / "limiter", LIMITER_C / "include"],
+        {},
+    ),
 ]
 
 

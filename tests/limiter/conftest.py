@@ -36,6 +36,25 @@ def build_program(name: str, folder: Path) -> Path:
     return program
 
 
+def build_unit_test(
+    name: str, sources: Sequence[Path], includes: Sequence[Path], folder: Path
+) -> Path:
+    """Compile tests/c/NAME.c together with the limiter sources it tests, with the project's
+    flags and no driver at all (the sanitize session builds the same under ASan and UBSan)."""
+    program = folder / name
+    subprocess.run(
+        [
+            *("cc", "-std=c11", "-Wall", "-Wextra", "-Werror"),
+            *(f"-I{include}" for include in includes),
+            str(C_TESTS / f"{name}.c"),
+            *map(str, sources),
+            *("-o", str(program)),
+        ],
+        check=True,
+    )
+    return program
+
+
 @pytest.fixture
 def pod_folder(tmp_path: Path) -> Path:
     return tmp_path / "pod"

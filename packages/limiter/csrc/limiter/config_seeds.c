@@ -218,6 +218,21 @@ static bool parse_ratio(const char *text, uint64_t *millionths) {
     return true;
 }
 
+/* The source of a device-resident limit shows both variables it came from, the memory's and
+ * the ratio's. */
+static void name_both_sources(struct vgpu_config *config, const struct key *key,
+                              const char *memory_name, const char *ratio_name) {
+    for (unsigned i = 0; i < config->count; i++) {
+        struct vgpu_device_setting *setting = &config->settings[i];
+        if (setting->kind == key->kind && setting->index == key->index &&
+            strcmp(setting->uuid, key->uuid) == 0 &&
+            strcmp(setting->memory_source, memory_name) == 0) {
+            snprintf(setting->memory_source, sizeof setting->memory_source, "%.31s/%.31s",
+                     memory_name, ratio_name);
+        }
+    }
+}
+
 /* One device's (or every device's) memory: NAME_<i> else NAME, divided by the ratio that
  * applies to it the same way; a ratio above 1 also turns oversubscription on. */
 static bool apply_memory(struct vgpu_config *config, const struct seeds *seeds, int index,
@@ -291,16 +306,7 @@ static bool apply_memory(struct vgpu_config *config, const struct seeds *seeds, 
     if (!oversold) {
         return true;
     }
-    /* The source shows both variables the device-resident limit came from. */
-    for (unsigned i = 0; i < config->count; i++) {
-        struct vgpu_device_setting *setting = &config->settings[i];
-        if (setting->kind == key.kind && setting->index == key.index &&
-            strcmp(setting->uuid, key.uuid) == 0 &&
-            strcmp(setting->memory_source, memory_name) == 0) {
-            snprintf(setting->memory_source, sizeof setting->memory_source, "%.31s/%.31s",
-                     memory_name, ratio_name);
-        }
-    }
+    name_both_sources(config, &key, memory_name, ratio_name);
     struct report ratio_report = {error, error_size, ratio_name, ratio_value};
     return vgpu_config_set_limit(config, &ratio_report, &key, VGPU_LIMIT_OVERSUBSCRIBE, 1, NULL);
 }

@@ -80,6 +80,42 @@ static bool apply_field(struct sim_device_config *config, const char *key, const
     return true;
 }
 
+/* One device spec's comma-separated key=value fields, applied to `config` (and `count`);
+ * `explicit_uuid` is set when a uuid= field is among them. The spec is cut up in place. */
+static bool parse_spec(char *spec, struct sim_device_config *config, uint64_t *count,
+                       bool *explicit_uuid, char *error, size_t error_size) {
+    char *field_state = NULL;
+    for (char *field = strtok_r(spec, ",", &field_state); field != NULL;
+         field = strtok_r(NULL, ",", &field_state)) {
+        char *equals = strchr(field, '=');
+        if (equals == NULL) {
+            snprintf(error, error_size, "VGPU_SIM_DEVICES: '%s' is not key=value", field);
+            return false;
+        }
+        *equals = '\0';
+        *explicit_uuid = *explicit_uuid || strcmp(field, "uuid") == 0;
+        if (!apply_field(config, field, equals + 1, count, error, error_size)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Two devices with one UUID would break every lookup by UUID. */
+static bool distinct_uuids(const struct sim_state *state, unsigned total, char *error,
+                           size_t error_size) {
+    for (unsigned i = 0; i < total; i++) {
+        for (unsigned j = i + 1; j < total; j++) {
+            if (strcasecmp(state->devices[i].config.uuid, state->devices[j].config.uuid) == 0) {
+                snprintf(error, error_size, "VGPU_SIM_DEVICES: devices %u and %u share uuid %s",
+                         i, j, state->devices[i].config.uuid);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 static bool parse_devices(struct sim_state *state, const char *text, char *error,
                           size_t error_size) {
     uint64_t number = 0;
@@ -110,19 +146,7 @@ static bool parse_devices(struct sim_state *state, const char *text, char *error
         default_device(&config, total);
         bool explicit_uuid = false;
         uint64_t count = 1;
-        char *field_state = NULL;
-        for (char *field = strtok_r(spec, ",", &field_state); ok && field != NULL;
-             field = strtok_r(NULL, ",", &field_state)) {
-            char *equals = strchr(field, '=');
-            if (equals == NULL) {
-                snprintf(error, error_size, "VGPU_SIM_DEVICES: '%s' is not key=value", field);
-                ok = false;
-                break;
-            }
-            *equals = '\0';
-            explicit_uuid = explicit_uuid || strcmp(field, "uuid") == 0;
-            ok = apply_field(&config, field, equals + 1, &count, error, error_size);
-        }
+        ok = parse_spec(spec, &config, &count, &explicit_uuid, error, error_size);
         if (ok && explicit_uuid && count > 1) {
             snprintf(error, error_size, "VGPU_SIM_DEVICES: uuid= and count= exclude each other");
             ok = false;
@@ -148,17 +172,7 @@ static bool parse_devices(struct sim_state *state, const char *text, char *error
         }
     }
     free(copy);
-    /* Two devices with one UUID would break every lookup by UUID. */
-    for (unsigned i = 0; ok && i < total; i++) {
-        for (unsigned j = i + 1; j < total; j++) {
-            if (strcasecmp(state->devices[i].config.uuid, state->devices[j].config.uuid) == 0) {
-                snprintf(error, error_size, "VGPU_SIM_DEVICES: devices %u and %u share uuid %s",
-                         i, j, state->devices[i].config.uuid);
-                ok = false;
-                break;
-            }
-        }
-    }
+    ok = ok && distinct_uuids(state, total, error, error_size);
     state->device_count = total;
     return ok;
 }

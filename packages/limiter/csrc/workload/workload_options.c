@@ -152,6 +152,28 @@ static enum graph_mode parse_graph(const char *text) {
     usage_error("--graph=%s: expected capture or build", text);
 }
 
+/* Once every option is read: the ones that exclude or depend on each other, and the batch when
+ * none was given. */
+static void settle(struct options *options, bool kernels_given, bool batch_given,
+                   bool duration_given) {
+    if (duration_given && kernels_given) {
+        usage_error("--kernels and --duration exclude each other");
+    }
+    if (duration_given && options->duration_s <= 0) {
+        usage_error("--duration must be more than 0");
+    }
+    if (!batch_given) {
+        options->batch = DEFAULT_BATCH;
+        if (!duration_given && options->kernels > 0 && options->kernels < DEFAULT_BATCH) {
+            options->batch = options->kernels;
+        }
+    }
+    if (options->graph != GRAPH_NONE && !duration_given && options->kernels % options->batch != 0) {
+        usage_error("--graph: --kernels %llu is not a multiple of --batch %llu",
+                    (unsigned long long)options->kernels, (unsigned long long)options->batch);
+    }
+}
+
 void options_parse(int argc, char **argv, struct options *options) {
     *options = (struct options){
         .path = PATH_LINKED,
@@ -224,20 +246,5 @@ void options_parse(int argc, char **argv, struct options *options) {
     if (optind < argc) {
         usage_error("%s: unexpected argument (see --help)", argv[optind]);
     }
-    if (duration_given && kernels_given) {
-        usage_error("--kernels and --duration exclude each other");
-    }
-    if (duration_given && options->duration_s <= 0) {
-        usage_error("--duration must be more than 0");
-    }
-    if (!batch_given) {
-        options->batch = DEFAULT_BATCH;
-        if (!duration_given && options->kernels > 0 && options->kernels < DEFAULT_BATCH) {
-            options->batch = options->kernels;
-        }
-    }
-    if (options->graph != GRAPH_NONE && !duration_given && options->kernels % options->batch != 0) {
-        usage_error("--graph: --kernels %llu is not a multiple of --batch %llu",
-                    (unsigned long long)options->kernels, (unsigned long long)options->batch);
-    }
+    settle(options, kernels_given, batch_given, duration_given);
 }

@@ -1,0 +1,105 @@
+/* The pod's token bucket and its rate (compute_bucket.h). The bucket lives in the pod's region,
+ * shared by all the pod's processes: a process starts an epoch only when it is not in debt, and
+ * each epoch's GPU time is debited from it, so the pod gets its limit of each GPU's time however
+ * many processes it has.
+ *
+ * The cap, VGPU_BUCKET_BURST_NS of the hard limit: enough for a pod that waited for the lease (at
+ * most a 32 ms epoch of another) to lose nothing, and little enough that what a pod saves while
+ * idle (compiling, loading) adds at most 0.05 L to its next 1-s window. At 100 ms, a Triton loop
+ * after its compile got 82.3 % in its first second at a 75 % limit.
+ *
+ * Burst: a pod runs at its soft limit only while no other pod has wanted this GPU for
+ * VGPU_CONTENDED_HOLD_NS: seen waiting for the lease, or holding it. Contention is seen at the
+ * first launch of the other pod that waits, so a bursting pod falls back within one contended
+ * epoch. */
+#include "compute_bucket.h"
+
+#include <stdatomic.h>
+
+bool vgpu_compute_limited(uint32_t compute) {
+    return compute != 0 && compute < VGPU_COMPUTE_UNLIMITED;
+}
+
+bool vgpu_pace_contended(bool wanted_now, _Atomic uint64_t *seen_ns, uint64_t now) {
+    if (wanted_now) {
+        atomic_store_explicit(seen_ns, now, memory_order_relaxed);
+        return true;
+    }
+    uint64_t seen = atomic_load_explicit(seen_ns, memory_order_relaxed);
+    return seen != 0 && now - seen < VGPU_CONTENDED_HOLD_NS;
+}
+
+struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_t now,
+                                  bool (*contended)(void *context, uint64_t now), void *context) {
+    struct vgpu_pace pace = {.rate = 0, .hard = limits->limit};
+    if (!vgpu_compute_limited(limits->limit)) {
+        return pace;
+    }
+    /* Oversubscribed: the daemon's effective limit (weights), while fresh. */
+    if (limits->effective != 0 && limits->effective < limits->limit &&
+        limits->effective_ns <= now && now - limits->effective_ns < VGPU_EFFECTIVE_STALE_NS) {
+        pace.hard = (uint32_t)limits->effective;
+    }
+    pace.rate = pace.hard;
+    if (limits->soft > pace.hard && !contended(context, now)) {
+        pace.rate = limits->soft > VGPU_COMPUTE_UNLIMITED ? VGPU_COMPUTE_UNLIMITED : limits->soft;
+    }
+    return pace;
+}
+
+int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace pace, uint64_t now,
+                           uint64_t *capped) {
+    _Atomic uint64_t *bucket = &device->compute_state[VGPU_BUCKET_BALANCE];
+    _Atomic uint64_t *refilled = &device->compute_state[VGPU_BUCKET_REFILLED_NS];
+    uint64_t last = atomic_load(refilled);
+    int64_t cap = (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
+    if (last == 0 || now - last > VGPU_BUCKET_IDLE_NS) {
+        /* First use, or idle for long: start from a full-burst-free, debt-free bucket. */
+        if (atomic_compare_exchange_strong(refilled, &last, now)) {
+            atomic_store(bucket, 0);
+        }
+    } else if (now > last && atomic_compare_exchange_strong(refilled, &last, now)) {
+        /* Below VGPU_BUCKET_IDLE_NS at no more than 100 %: far from overflowing. */
+        int64_t accrued = (int64_t)((now - last) * pace.rate / VGPU_COMPUTE_UNLIMITED);
+        uint64_t current = atomic_load(bucket);
+        int64_t next;
+        do {
+            next = (int64_t)current + accrued;
+            next = next > cap ? cap : next;
+        } while (!atomic_compare_exchange_weak(bucket, &current, (uint64_t)next));
+        *capped += (uint64_t)((int64_t)current + accrued - next);
+    }
+    return (int64_t)atomic_load(bucket);
+}
+
+uint64_t vgpu_bucket_time_to_budget(int64_t balance, uint32_t rate) {
+    if (balance >= 0 || rate == 0) {
+        return 0;
+    }
+    /* Negated as unsigned: defined for the most negative balance too. */
+    uint64_t debt = 0 - (uint64_t)balance;
+    uint64_t wait = debt > UINT64_MAX / VGPU_COMPUTE_UNLIMITED
+                        ? UINT64_MAX
+                        : debt * VGPU_COMPUTE_UNLIMITED / rate;
+    return wait < VGPU_BUCKET_WAIT_MIN_NS   ? VGPU_BUCKET_WAIT_MIN_NS
+           : wait > VGPU_BUCKET_WAIT_MAX_NS ? VGPU_BUCKET_WAIT_MAX_NS
+                                            : wait;
+}
+
+uint64_t vgpu_bucket_wait_ns(struct vgpu_region_device *device, struct vgpu_pace pace,
+                             uint64_t now, uint64_t *capped) {
+    if (!vgpu_compute_limited(pace.rate) && pace.rate != VGPU_COMPUTE_UNLIMITED) {
+        return 0;
+    }
+    return vgpu_bucket_time_to_budget(vgpu_bucket_refill(device, pace, now, capped), pace.rate);
+}
+
+void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, struct vgpu_pace pace) {
+    atomic_fetch_sub(&device->compute_state[VGPU_BUCKET_BALANCE], gpu_ns);
+    atomic_fetch_add_explicit(&device->gpu_ns, gpu_ns, memory_order_relaxed);
+    if (pace.rate > pace.hard && pace.hard != 0) {
+        /* Run at the soft limit: the part above the hard limit was burst. */
+        atomic_fetch_add_explicit(&device->burst_ns, gpu_ns * (pace.rate - pace.hard) / pace.rate,
+                                  memory_order_relaxed);
+    }
+}

@@ -1,0 +1,81 @@
+/* The pod's token bucket and the rate it refills at (compute.c paces launches by it). Arithmetic
+ * over a region device entry's words and a time the caller read: no driver, no clock, no sleep,
+ * so that it can be tested alone (tests/c/limiter_pacing_test.c). Rates and limits are in
+ * hundredths of a percent, as in the region; times are CLOCK_MONOTONIC nanoseconds. */
+#ifndef VGPU_LIMITER_COMPUTE_BUCKET_H
+#define VGPU_LIMITER_COMPUTE_BUCKET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vgpu_region.h"
+
+/* compute_state words of a region device entry: the bucket (signed nanoseconds of GPU time the
+ * pod may still use; negative: its debt), when it was last refilled, and from
+ * VGPU_COMPUTE_LEASE_WORDS on the pod's words about the device lease (lease.h). */
+enum { VGPU_BUCKET_BALANCE = 0, VGPU_BUCKET_REFILLED_NS = 1, VGPU_COMPUTE_LEASE_WORDS = 2 };
+
+/* The bucket holds at most the hard limit's share of this much wall time (compute_bucket.c). */
+#define VGPU_BUCKET_BURST_NS 50000000ULL
+/* A refill after this long starts the bucket afresh, empty and out of debt. */
+#define VGPU_BUCKET_IDLE_NS 10000000000ULL
+/* A wait for the bucket is at least this, and at most this before the limits are read again. */
+#define VGPU_BUCKET_WAIT_MIN_NS 20000ULL
+#define VGPU_BUCKET_WAIT_MAX_NS 100000000ULL
+/* How long a pod stays contended after another pod was last seen wanting the GPU. */
+#define VGPU_CONTENDED_HOLD_NS 200000000ULL
+
+/* Whether a compute limit limits: 0 and VGPU_COMPUTE_UNLIMITED (and above) do not. */
+bool vgpu_compute_limited(uint32_t compute);
+
+/* What the choice of a rate reads: the region's limits of the device and the node daemon's
+ * scheduler words (VGPU_SCHED_EFFECTIVE and VGPU_SCHED_EFFECTIVE_NS). */
+struct vgpu_pace_limits {
+    uint32_t limit;        /* compute_limit, the hard limit */
+    uint32_t soft;         /* compute_soft_limit, burst: 0 or not above `limit` is none */
+    uint64_t effective;    /* the daemon's effective limit when oversubscribed; 0: none */
+    uint64_t effective_ns; /* when the daemon wrote it */
+};
+
+/* The rate an epoch runs at (the bucket refills at it) and the hard limit then. rate 0: not
+ * limited. rate above hard: bursting at the soft limit. */
+struct vgpu_pace {
+    uint32_t rate;
+    uint32_t hard;
+};
+
+/* Whether another pod wants the GPU: `wanted_now` (it waits for or holds the device lease at
+ * `now`, which is then remembered in `*seen_ns`), or it was last seen less than
+ * VGPU_CONTENDED_HOLD_NS before `now`. A `now` before `*seen_ns` is not contended. */
+bool vgpu_pace_contended(bool wanted_now, _Atomic uint64_t *seen_ns, uint64_t now);
+
+/* The pace at `now`: hard is the pod's limit, or the daemon's effective limit when that is lower
+ * and written less than VGPU_EFFECTIVE_STALE_NS before `now`; the rate is that hard limit, 0
+ * when the pod's limit does not limit, or the soft limit (at most VGPU_COMPUTE_UNLIMITED) when it
+ * is above the hard limit and `contended(context, now)` says no other pod wants the GPU.
+ * `contended` is called only in that last case (it may look at the device lease). */
+struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_t now,
+                                  bool (*contended)(void *context, uint64_t now), void *context);
+
+/* Add to the bucket what accrued at `pace.rate` since its last refill, capped at what the hard
+ * limit saves in VGPU_BUCKET_BURST_NS (a pod that bursts keeps no more in hand than without); what
+ * the cap cut off is added to `*capped`. The first refill, one after VGPU_BUCKET_IDLE_NS, and one
+ * with `now` before the last refill empty the bucket instead. Returns the balance. Safe against
+ * the pod's other processes refilling and debiting at the same time. */
+int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace pace, uint64_t now,
+                           uint64_t *capped);
+
+/* How long a bucket at `balance` takes to get out of debt at `rate` (not 0), bounded by
+ * VGPU_BUCKET_WAIT_MIN_NS and VGPU_BUCKET_WAIT_MAX_NS; 0 when it is not in debt. */
+uint64_t vgpu_bucket_time_to_budget(int64_t balance, uint32_t rate);
+
+/* Before an epoch: 0 when it may start now (the pace does not limit, or the bucket, refilled at
+ * `now`, is not in debt), else how long to wait before asking again. */
+uint64_t vgpu_bucket_wait_ns(struct vgpu_region_device *device, struct vgpu_pace pace,
+                             uint64_t now, uint64_t *capped);
+
+/* After an epoch run at `pace`: `gpu_ns` of GPU time is debited from the bucket and added to the
+ * pod's gpu_ns, and the part of it above the hard limit to its burst_ns. */
+void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, struct vgpu_pace pace);
+
+#endif

@@ -1,0 +1,403 @@
+/* The epochs of the compute limiter (compute_epochs.h; the design is in compute.c): events that
+ * measure the GPU time of each epoch, markers that keep the work queued ahead of the GPU short,
+ * and what an epoch costs the pod when it ends. */
+#define _GNU_SOURCE
+#include "compute_epochs.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "core.h"
+#include "lease.h"
+#include "log.h"
+#include "region.h"
+
+/* GPU time launches may run ahead. It covers launch jitter and a launching thread that sleeps
+ * longer than asked (a busy host): at 4 ms a 70 % pod beside a 30 % one on a loaded 2-core
+ * machine left the GPU idle for a tenth of the time; at 10 ms for 3-4 %. */
+#define BACKLOG_NS 10000000ULL
+/* A kernel at least this long runs one at a time (vgpu_epoch_wait_for_backlog). */
+#define LONG_KERNEL_NS 8000000ULL
+/* A launch after this long without one starts a new epoch: its wait for the bucket then spreads
+ * the pod's work evenly (a 25 % pod that synchronizes every 8 ms of work runs 8 ms in 32, not 32
+ * in 128, so that NVML's utilization, from which the daemon estimates the boost, stays steady:
+ * lumpier, a 40 µs-kernel loop at 25 % on an H100 got 22.8 % with the daemon and 25.0 % without,
+ * as if charged the boost of the matmul run before it; with this pause, 23.6 % and 24.8 % once
+ * the estimate had caught up).
+ * While another process waits for the GPU the epoch instead goes on through such gaps (they are
+ * idle, not charged: note_gap) until its quantum: a hand-over at every synchronization left the
+ * GPU idle a moment each time (82 epochs a second for a 70 % matmul pod beside a 30 % one, which
+ * got 0.5 points less). */
+#define PAUSE_NS 2000000ULL
+#define CONTENDED_PAUSE_NS 50000000ULL
+#define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
+#define MARK_EVERY_NS 500000ULL /* launched GPU time between two markers */
+#define RETIRE_EVERY_NS 20000ULL /* how often a launch looks for finished markers */
+
+_Static_assert(VGPU_COMPUTE_LEASE_WORDS + VGPU_LEASE_POD_WORDS <= 8, "compute_state words");
+
+static struct paced_device devices[VGPU_MAX_ORDINALS];
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+
+static void init_devices(void) {
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        pthread_mutex_init(&devices[i].lock, NULL);
+    }
+}
+
+struct paced_device *vgpu_paced_device(int ordinal) {
+    pthread_once(&devices_once, init_devices);
+    return &devices[ordinal];
+}
+
+void vgpu_paced_each_device(void (*visit)(struct paced_device *, const void *),
+                            const void *handle) {
+    pthread_once(&devices_once, init_devices);
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        pthread_mutex_lock(&devices[i].lock);
+        visit(&devices[i], handle);
+        pthread_mutex_unlock(&devices[i].lock);
+    }
+}
+
+void vgpu_compute_pause(uint64_t nanoseconds) {
+    struct timespec delay = {(time_t)(nanoseconds / 1000000000ULL),
+                             (long)(nanoseconds % 1000000000ULL)};
+    while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
+    }
+}
+
+static uint64_t elapsed_ns(CUevent from, CUevent to) {
+    float milliseconds = 0;
+    if (VGPU_REAL(cuEventElapsedTime_v2, &milliseconds, from, to) != CUDA_SUCCESS &&
+        VGPU_REAL(cuEventElapsedTime, &milliseconds, from, to) != CUDA_SUCCESS) {
+        return 0;
+    }
+    return milliseconds > 0 ? (uint64_t)((double)milliseconds * 1e6) : 0;
+}
+
+/* A finished marker, `done` after the epoch's start: the time since the newest finished marker
+ * was idle (a resume marker), or ran its launches, which tells how long one takes. */
+static void count_marker(struct paced_device *state, const struct marker *marker, uint64_t done) {
+    state->queued -= marker->launches < state->queued ? marker->launches : state->queued;
+    if (marker->resume && done > state->done_ns) {
+        /* From the newest finished marker to this one the GPU had none of the epoch's work. */
+        state->idle_ns += done - state->done_ns;
+        state->done_ns = done;
+    } else if (done > state->done_ns && marker->launches > 0) {
+        /* What one launch takes on the GPU: the time since the previous marker. */
+        uint64_t sample = (done - state->done_ns) / marker->launches;
+        state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
+        state->estimated = true;
+        state->done_ns = done;
+    }
+}
+
+bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t deadline) {
+    while (state->pending > 0) {
+        struct marker *marker = &state->markers[state->head];
+        CUresult result = VGPU_REAL(cuEventQuery, marker->event);
+        if (result == CUDA_ERROR_NOT_READY) {
+            if (!wait) {
+                return true;
+            }
+            if (vgpu_monotonic_ns() > deadline) {
+                return false;
+            }
+            /* Fine enough that the GPU never waits long for the next launch. */
+            uint64_t step = state->kernel_ns / 20;
+            vgpu_compute_pause(step < 5000 ? 5000 : step > 50000 ? 50000 : step);
+            continue;
+        }
+        count_marker(state, marker,
+                     result == CUDA_SUCCESS ? elapsed_ns(state->start, marker->event) : 0);
+        marker->pending = false;
+        state->head = (state->head + 1) % MARKERS;
+        state->pending--;
+        wait = false; /* only the oldest is waited for */
+    }
+    return true;
+}
+
+bool vgpu_epoch_mark(struct paced_device *state) {
+    if (state->unmarked == 0 || state->pending >= MARKERS) {
+        return state->unmarked == 0;
+    }
+    struct marker *marker = &state->markers[(state->head + state->pending) % MARKERS];
+    if (VGPU_REAL(cuEventRecord, marker->event, state->stream) != CUDA_SUCCESS) {
+        return false;
+    }
+    marker->pending = true;
+    marker->resume = false;
+    marker->launches = state->unmarked;
+    state->stats.markers++;
+    state->pending++;
+    state->unmarked = 0;
+    return true;
+}
+
+/* Before a launch of an epoch whose earlier work the GPU has all finished (as last seen): the
+ * GPU is idle now, and a resume marker lets retire count the time since the newest finished
+ * marker as idle. A launching thread that sleeps longer than the backlog lasts (descheduled on a
+ * busy host, or the program busy between launches) leaves such gaps; charged, they cost a pod
+ * several points of its limit. Only then is an event recorded: on an idle GPU. */
+static void note_gap(struct paced_device *state) {
+    struct marker *marker = &state->markers[state->head];
+    if (VGPU_REAL(cuEventRecord, marker->event, state->stream) == CUDA_SUCCESS) {
+        marker->pending = true;
+        marker->resume = true;
+        marker->launches = 0;
+        state->pending = 1;
+    }
+}
+
+static void log_stats(struct paced_device *state, uint64_t charged) {
+    state->stats.epochs++;
+    state->stats.charged_ns += charged;
+    uint64_t now = vgpu_monotonic_ns();
+    if (now - state->stats.since_ns < 1000000000ULL) {
+        return;
+    }
+    if (state->stats.since_ns != 0) {
+        vgpu_log(VGPU_LOG_DEBUG,
+                 "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
+                 "lost), %u launches, %u markers, %u stream switches, %llu us of GPU time "
+                 "charged, %llu us waited for the lease, %llu us beyond the bucket's cap in %llu "
+                 "ms",
+                 state->stats.epochs, state->stats.quantum, state->stats.synchronized,
+                 state->stats.paused, state->stats.lost, state->stats.launches,
+                 state->stats.markers, state->stats.switches,
+                 (unsigned long long)(state->stats.charged_ns / 1000),
+                 (unsigned long long)(state->stats.lease_wait_ns / 1000),
+                 (unsigned long long)(state->stats.capped_ns / 1000),
+                 (unsigned long long)((now - state->stats.since_ns) / 1000000));
+    }
+    memset(&state->stats, 0, sizeof state->stats);
+    state->stats.since_ns = now;
+}
+
+/* Wait for the epoch's work until `deadline`; false when it did not finish. The polls run without
+ * the thread's timer slack (50 µs by default), restored after: each poll's sleep would otherwise
+ * add that much to the GPU's idle time before the next epoch, this pod's or another's, starts. */
+static bool drain_all(struct paced_device *state, uint64_t deadline) {
+    if (state->pending == 0) {
+        return true;
+    }
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (slack > 1) {
+        prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    }
+    bool finished = true;
+    while (state->pending > 0 && finished) {
+        finished = vgpu_epoch_retire(state, true, deadline);
+    }
+    if (slack > 1) {
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+    }
+    return finished;
+}
+
+/* The epoch's GPU time as measured, without the time the GPU sat idle for want of its work; the
+ * wall time since it opened when its work did not finish (`finished` false). */
+static uint64_t measured_ns(const struct paced_device *state, bool finished) {
+    uint64_t charged = state->done_ns -
+                       (state->idle_ns < state->done_ns ? state->idle_ns : state->done_ns);
+    if (!finished) {
+        /* Our own work did not finish in time (a kernel waiting on another process): charge
+         * the wall time and let others run rather than wait forever. */
+        uint64_t wall = vgpu_monotonic_ns() - state->opened_ns;
+        charged = charged > wall ? charged : wall;
+        vgpu_log(VGPU_LOG_INFO, "an epoch's work did not finish in %llu ms; pacing goes on",
+                 (unsigned long long)(WAIT_LIMIT_NS / 1000000));
+    }
+    return charged;
+}
+
+void vgpu_epoch_close(struct paced_device *state, bool drain) {
+    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+    vgpu_epoch_mark(state); /* the epoch's last launches are measured too */
+    bool finished = !drain || drain_all(state, deadline);
+    vgpu_epoch_retire(state, false, 0);
+    uint64_t busy = measured_ns(state, finished); /* the GPU time itself, for the lease */
+    uint64_t charged = busy;
+    if (state->lease != NULL) {
+        /* As the saturated GPU's time: what idle time lets GPU Boost add is not free. */
+        charged = charged * vgpu_lease_boost(state->lease) / VGPU_BOOST_ONE;
+    }
+    vgpu_bucket_charge(&vgpu_state.region->devices[state->entry], charged, state->pace);
+    log_stats(state, charged);
+    /* Markers still pending belong to no epoch now: forget them. */
+    for (unsigned i = 0; i < MARKERS; i++) {
+        state->markers[i].pending = false;
+    }
+    state->pending = 0;
+    state->head = 0;
+    state->unmarked = 0;
+    state->queued = 0;
+    if (state->lease != NULL) {
+        vgpu_lease_release(state->lease, busy);
+    }
+    state->open = false;
+}
+
+void vgpu_epoch_release_events(struct paced_device *state) {
+    if (state->open) {
+        vgpu_epoch_close(state, true);
+    }
+    VGPU_REAL(cuEventDestroy_v2, state->start);
+    for (unsigned i = 0; i < MARKERS; i++) {
+        VGPU_REAL(cuEventDestroy_v2, state->markers[i].event);
+    }
+    state->ready = false;
+    state->context = NULL;
+}
+
+/* The start event and every marker's, all or none. */
+static bool create_events(struct paced_device *state) {
+    unsigned created = 0;
+    bool started = VGPU_REAL(cuEventCreate, &state->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    bool made = started;
+    while (made && created < MARKERS) {
+        made = VGPU_REAL(cuEventCreate, &state->markers[created].event, CU_EVENT_DEFAULT) ==
+               CUDA_SUCCESS;
+        created += made;
+    }
+    if (!made) {
+        for (unsigned i = 0; i < created; i++) {
+            VGPU_REAL(cuEventDestroy_v2, state->markers[i].event);
+        }
+        if (started) {
+            VGPU_REAL(cuEventDestroy_v2, state->start);
+        }
+    }
+    return made;
+}
+
+bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcontext context) {
+    if (state->ready && state->context == context) {
+        return true;
+    }
+    if (state->ready) {
+        vgpu_epoch_release_events(state);
+    }
+    if (!create_events(state)) {
+        vgpu_log(VGPU_LOG_ERROR, "cannot create events on device %d; its launches go unpaced",
+                 ordinal);
+        return false;
+    }
+    if (state->lease == NULL) {
+        state->lease = vgpu_lease_open(vgpu_state.region->devices[entry].uuid);
+        if (state->lease != NULL) {
+            vgpu_lease_attach_pod(
+                state->lease,
+                &vgpu_state.region->devices[entry].compute_state[VGPU_COMPUTE_LEASE_WORDS]);
+        }
+    }
+    state->entry = entry;
+    state->context = context;
+    /* Unknown: assume long (past the backlog, so one at a time) until the first marker returns. */
+    state->kernel_ns = BACKLOG_NS + 1;
+    state->estimated = false;
+    state->ready = true;
+    vgpu_log(VGPU_LOG_DEBUG, "compute pacing on device %d", ordinal);
+    return true;
+}
+
+void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
+    bool paused = state->open && now - state->last_launch_ns > PAUSE_NS &&
+                  (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
+                   !vgpu_lease_wanted(state->lease, now));
+    if (state->open &&
+        (paused || (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
+        /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
+         * The lease taken: charge what ran. */
+        state->stats.paused += paused;
+        state->stats.lost += !paused;
+        vgpu_epoch_close(state, paused);
+    }
+}
+
+void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry) {
+    if (state->lease != NULL) {
+        uint64_t asked = vgpu_monotonic_ns();
+        vgpu_lease_acquire(state->lease); /* without it when it is being scribbled */
+        uint64_t waited = vgpu_monotonic_ns() - asked;
+        state->stats.lease_wait_ns += waited;
+        if (waited > 20000) { /* waited for another pod, not just taken */
+            atomic_fetch_add_explicit(&vgpu_state.region->devices[entry].throttled_ns, waited,
+                                      memory_order_relaxed);
+        }
+    }
+    VGPU_REAL(cuEventRecord, state->start, stream);
+    state->stream = stream;
+    state->open = true;
+    state->done_ns = 0;
+    state->idle_ns = 0;
+    state->opened_ns = vgpu_monotonic_ns();
+    state->last_launch_ns = state->opened_ns;
+}
+
+void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
+    if (state->stream != stream) {
+        vgpu_epoch_mark(state); /* a marker covers the launches of one stream */
+        state->stats.switches++;
+        state->stream = stream;
+    }
+}
+
+/* Short kernels keep two launches in flight, so the GPU never waits for the next one; long ones
+ * (and kernels of unknown length, assumed longer than the backlog) one, so that an epoch is not
+ * stretched past its quantum by a second long kernel. */
+void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
+    if (now - state->retired_ns >= RETIRE_EVERY_NS) {
+        vgpu_epoch_retire(state, false, 0); /* a driver call: not at every launch of tiny kernels */
+        state->retired_ns = now;
+    }
+    uint64_t deadline = 0;
+    for (;;) {
+        unsigned in_flight = state->kernel_ns < LONG_KERNEL_NS ? 2 : 1;
+        bool over = state->pending >= MARKERS - 1 ||
+                    (state->queued >= in_flight &&
+                     (uint64_t)state->queued * state->kernel_ns > BACKLOG_NS);
+        /* Only what a marker covers can be waited for. */
+        if (!over || (state->pending == 0 && !vgpu_epoch_mark(state))) {
+            return;
+        }
+        deadline = deadline != 0 ? deadline : vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+        if (!vgpu_epoch_retire(state, true, deadline)) {
+            return;
+        }
+    }
+}
+
+void vgpu_epoch_before_launch(struct paced_device *state) {
+    if (state->last_launch_ns != state->opened_ns && state->pending == 0 && state->queued == 0 &&
+        state->unmarked == 0) {
+        note_gap(state);
+    }
+}
+
+void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
+    if (result == CUDA_SUCCESS) {
+        state->unmarked++;
+        state->stats.launches++;
+        state->queued++;
+        /* kernel_ns starts at the quantum, so the first launches are marked one by one. */
+        if ((uint64_t)state->unmarked * state->kernel_ns >= MARK_EVERY_NS) {
+            vgpu_epoch_mark(state);
+        }
+    }
+    state->last_launch_ns = vgpu_monotonic_ns();
+    if (state->lease != NULL) {
+        vgpu_lease_touch(state->lease, state->last_launch_ns);
+        /* What is queued should be done by then: a thread kept from launching longer (asleep
+         * on a busy host) lets a waiting pod have the idle GPU. */
+        uint64_t backlog = (uint64_t)state->queued * state->kernel_ns;
+        vgpu_lease_expect(state->lease, state->last_launch_ns + (backlog < VGPU_LEASE_HOLD_NS
+                                                                     ? backlog
+                                                                     : VGPU_LEASE_HOLD_NS));
+    }
+}

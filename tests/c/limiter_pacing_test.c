@@ -1,0 +1,343 @@
+/* The compute limiter's token bucket and rate choice (compute_bucket.c) alone: no driver, no
+ * simulator, no clock; times are made up. Built with its source under ASan/UBSan by
+ * nox -s sanitize and plainly by tests/limiter/test_pacing_c.py. Prints "N passed, M failed" and
+ * exits non-zero on failure. */
+#include "compute_bucket.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+static int passed;
+static int failed;
+
+#define MS 1000000ULL
+#define SECOND 1000000000ULL
+#define T0 (1000 * SECOND) /* a monotonic time well after boot */
+#define QUARTER 2500U     /* 25 % in the region's hundredths of a percent */
+#define HALF 5000U
+
+static void check_u64(uint64_t actual, uint64_t expected, int line, const char *what) {
+    if (actual == expected) {
+        passed++;
+        return;
+    }
+    failed++;
+    fprintf(stderr, "line %d: %s: %" PRIu64 ", expected %" PRIu64 "\n", line, what, actual,
+            expected);
+}
+
+static void check_i64(int64_t actual, int64_t expected, int line, const char *what) {
+    if (actual == expected) {
+        passed++;
+        return;
+    }
+    failed++;
+    fprintf(stderr, "line %d: %s: %" PRId64 ", expected %" PRId64 "\n", line, what, actual,
+            expected);
+}
+
+#define CHECK_U64(actual, expected) check_u64((actual), (expected), __LINE__, #actual)
+#define CHECK_I64(actual, expected) check_i64((actual), (expected), __LINE__, #actual)
+#define CHECK(condition) check_u64((condition) ? 1 : 0, 1, __LINE__, #condition)
+
+/* A device entry with every word 0, as a new region has it. */
+static struct vgpu_region_device device;
+
+static void fresh_device(void) {
+    memset(&device, 0, sizeof device);
+}
+
+static int64_t balance(void) {
+    return (int64_t)atomic_load(&device.compute_state[VGPU_BUCKET_BALANCE]);
+}
+
+static void set_balance(int64_t value) {
+    atomic_store(&device.compute_state[VGPU_BUCKET_BALANCE], (uint64_t)value);
+}
+
+static uint64_t refilled_at(void) {
+    return atomic_load(&device.compute_state[VGPU_BUCKET_REFILLED_NS]);
+}
+
+/* The cap of a bucket at hard limit `hard`. */
+static int64_t cap_of(uint32_t hard) {
+    return (int64_t)(VGPU_BUCKET_BURST_NS * hard / VGPU_COMPUTE_UNLIMITED);
+}
+
+/* A stand-in for the device lease: says what it is told, counts the questions. */
+struct lease_answer {
+    bool contended;
+    unsigned asked;
+    uint64_t asked_at;
+};
+
+static bool answer_contended(void *context, uint64_t now) {
+    struct lease_answer *answer = context;
+    answer->asked++;
+    answer->asked_at = now;
+    return answer->contended;
+}
+
+static struct vgpu_pace choose(uint32_t limit, uint32_t soft, uint64_t effective,
+                               uint64_t effective_ns, uint64_t now, struct lease_answer *answer) {
+    struct vgpu_pace_limits limits = {limit, soft, effective, effective_ns};
+    return vgpu_pace_choose(&limits, now, answer_contended, answer);
+}
+
+static void limited(void) {
+    CHECK(!vgpu_compute_limited(0));
+    CHECK(vgpu_compute_limited(1));
+    CHECK(vgpu_compute_limited(QUARTER));
+    CHECK(vgpu_compute_limited(VGPU_COMPUTE_UNLIMITED - 1));
+    CHECK(!vgpu_compute_limited(VGPU_COMPUTE_UNLIMITED));
+    CHECK(!vgpu_compute_limited(UINT32_MAX));
+}
+
+static void contention(void) {
+    _Atomic uint64_t seen = 0;
+    CHECK(!vgpu_pace_contended(false, &seen, T0)); /* never seen */
+    CHECK(vgpu_pace_contended(true, &seen, T0));
+    CHECK_U64(atomic_load(&seen), T0);
+    /* Held for VGPU_CONTENDED_HOLD_NS after the other pod was last seen, not a moment longer. */
+    CHECK(vgpu_pace_contended(false, &seen, T0 + VGPU_CONTENDED_HOLD_NS - 1));
+    CHECK(!vgpu_pace_contended(false, &seen, T0 + VGPU_CONTENDED_HOLD_NS));
+    CHECK_U64(atomic_load(&seen), T0); /* only seeing it again moves the time */
+    CHECK(vgpu_pace_contended(true, &seen, T0 + SECOND));
+    CHECK_U64(atomic_load(&seen), T0 + SECOND);
+    /* A clock behind the time seen: not contended (no wrap-around into "lately"). */
+    CHECK(!vgpu_pace_contended(false, &seen, T0));
+}
+
+static void rate_without_limit(void) {
+    struct lease_answer answer = {0};
+    struct vgpu_pace pace = choose(0, 0, 0, 0, T0, &answer);
+    CHECK_U64(pace.rate, 0);
+    CHECK_U64(pace.hard, 0);
+    pace = choose(VGPU_COMPUTE_UNLIMITED, 0, 0, 0, T0, &answer);
+    CHECK_U64(pace.rate, 0);
+    CHECK_U64(pace.hard, VGPU_COMPUTE_UNLIMITED);
+    /* 100 % is no limit even with a fresh effective limit or a soft limit. */
+    pace = choose(VGPU_COMPUTE_UNLIMITED, 20000, HALF, T0, T0, &answer);
+    CHECK_U64(pace.rate, 0);
+    CHECK_U64(pace.hard, VGPU_COMPUTE_UNLIMITED);
+    CHECK_U64(answer.asked, 0);
+}
+
+static void rate_hard_or_burst(void) {
+    struct lease_answer answer = {0};
+    struct vgpu_pace pace = choose(QUARTER, 0, 0, 0, T0, &answer);
+    CHECK_U64(pace.rate, QUARTER);
+    CHECK_U64(pace.hard, QUARTER);
+    pace = choose(QUARTER, QUARTER, 0, 0, T0, &answer); /* a soft limit no higher: no burst */
+    CHECK_U64(pace.rate, QUARTER);
+    CHECK_U64(answer.asked, 0); /* the lease is looked at only when a burst is possible */
+    pace = choose(QUARTER, HALF, 0, 0, T0, &answer);
+    CHECK_U64(pace.rate, HALF); /* uncontended: the soft limit */
+    CHECK_U64(pace.hard, QUARTER);
+    CHECK_U64(answer.asked, 1);
+    CHECK_U64(answer.asked_at, T0);
+    answer.contended = true;
+    pace = choose(QUARTER, HALF, 0, 0, T0, &answer);
+    CHECK_U64(pace.rate, QUARTER); /* contended: the hard limit */
+    CHECK_U64(pace.hard, QUARTER);
+    answer.contended = false;
+    pace = choose(QUARTER, 20000, 0, 0, T0, &answer); /* a soft limit past 100 % bursts at 100 % */
+    CHECK_U64(pace.rate, VGPU_COMPUTE_UNLIMITED);
+}
+
+static void rate_effective(void) {
+    struct lease_answer answer = {.contended = true};
+    /* The daemon's lower effective limit, while fresh, is the hard limit. */
+    struct vgpu_pace pace = choose(HALF, 0, 1000, T0 - SECOND, T0, &answer);
+    CHECK_U64(pace.rate, 1000);
+    CHECK_U64(pace.hard, 1000);
+    pace = choose(HALF, 0, 1000, T0 - VGPU_EFFECTIVE_STALE_NS + 1, T0, &answer);
+    CHECK_U64(pace.hard, 1000);
+    pace = choose(HALF, 0, 1000, T0 - VGPU_EFFECTIVE_STALE_NS, T0, &answer); /* stale */
+    CHECK_U64(pace.hard, HALF);
+    pace = choose(HALF, 0, 1000, T0 + 1, T0, &answer); /* written "after" now: not trusted */
+    CHECK_U64(pace.hard, HALF);
+    pace = choose(HALF, 0, 8000, T0, T0, &answer); /* never raises the limit */
+    CHECK_U64(pace.hard, HALF);
+    pace = choose(HALF, 0, 0, T0, T0, &answer); /* 0: none */
+    CHECK_U64(pace.hard, HALF);
+    /* Burst is measured from the effective limit: a soft limit above it still bursts. */
+    answer.contended = false;
+    pace = choose(HALF, HALF, 1000, T0, T0, &answer);
+    CHECK_U64(pace.rate, HALF);
+    CHECK_U64(pace.hard, 1000);
+}
+
+static void refill_accrues_up_to_cap(void) {
+    fresh_device();
+    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    uint64_t capped = 0;
+    /* The first refill starts the bucket: empty, refilled now. */
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, T0, &capped), 0);
+    CHECK_U64(refilled_at(), T0);
+    /* 25 % of 1 ms. */
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, T0 + MS, &capped), (int64_t)(MS / 4));
+    CHECK_U64(refilled_at(), T0 + MS);
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, T0 + 3 * MS, &capped), (int64_t)(3 * MS / 4));
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, T0 + 3 * MS, &capped), (int64_t)(3 * MS / 4));
+    CHECK_U64(capped, 0);
+    /* A second more would be 250 ms: the bucket keeps 25 % of the 50 ms burst, the rest is cut. */
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, T0 + 3 * MS + SECOND, &capped), cap_of(QUARTER));
+    CHECK_U64(capped, 3 * MS / 4 + SECOND / 4 - (uint64_t)cap_of(QUARTER));
+}
+
+static void refill_pays_debt_at_rate(void) {
+    fresh_device();
+    uint64_t capped = 0;
+    vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF}, T0, &capped);
+    set_balance(-(int64_t)(10 * MS));
+    CHECK_I64(vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF}, T0 + 4 * MS, &capped),
+              -(int64_t)(8 * MS));
+    /* Bursting: it accrues at the soft limit, but the cap is the hard limit's. */
+    struct vgpu_pace burst = {HALF, QUARTER};
+    CHECK_I64(vgpu_bucket_refill(&device, burst, T0 + 20 * MS, &capped), 0);
+    CHECK_I64(vgpu_bucket_refill(&device, burst, T0 + SECOND, &capped), cap_of(QUARTER));
+    CHECK(cap_of(QUARTER) < cap_of(HALF));
+}
+
+static void refill_after_idle_or_clock_back(void) {
+    fresh_device();
+    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    uint64_t capped = 0;
+    vgpu_bucket_refill(&device, quarter, T0, &capped);
+    set_balance(-(int64_t)SECOND);
+    /* Exactly VGPU_BUCKET_IDLE_NS later still accrues (10 s at 25 % pays the debt, then the cap). */
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, T0 + VGPU_BUCKET_IDLE_NS, &capped),
+              cap_of(QUARTER));
+    /* Idle longer: the bucket starts afresh, out of debt but with nothing saved. */
+    set_balance(-(int64_t)SECOND);
+    uint64_t later = T0 + 2 * VGPU_BUCKET_IDLE_NS + 1;
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, later, &capped), 0);
+    CHECK_U64(refilled_at(), later);
+    /* A clock before the last refill (another process's clock, a scribbled word): afresh too. */
+    set_balance(-(int64_t)SECOND);
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, later - MS, &capped), 0);
+    CHECK_U64(refilled_at(), later - MS);
+    /* The largest gap: no overflow, a fresh bucket. */
+    set_balance(-(int64_t)SECOND);
+    capped = 0;
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, UINT64_MAX, &capped), 0);
+    CHECK_U64(capped, 0);
+    /* The largest gap that accrues, at 100 %: 10 s, cut to the cap, without overflow. */
+    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, 9999};
+    fresh_device();
+    vgpu_bucket_refill(&device, full, T0, &capped);
+    capped = 0;
+    CHECK_I64(vgpu_bucket_refill(&device, full, T0 + VGPU_BUCKET_IDLE_NS, &capped), cap_of(9999));
+    CHECK_U64(capped, VGPU_BUCKET_IDLE_NS - (uint64_t)cap_of(9999));
+}
+
+static void time_to_budget(void) {
+    CHECK_U64(vgpu_bucket_time_to_budget(0, QUARTER), 0);
+    CHECK_U64(vgpu_bucket_time_to_budget((int64_t)MS, QUARTER), 0);
+    /* The debt over the rate: 1 ms of debt at 25 % takes 4 ms, at 50 % 2 ms. */
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)MS, QUARTER), 4 * MS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)MS, HALF), 2 * MS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)(2 * MS), QUARTER), 8 * MS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)MS, VGPU_COMPUTE_UNLIMITED), MS);
+    /* At least VGPU_BUCKET_WAIT_MIN_NS, at most VGPU_BUCKET_WAIT_MAX_NS (limits are re-read). */
+    CHECK_U64(vgpu_bucket_time_to_budget(-1, QUARTER), VGPU_BUCKET_WAIT_MIN_NS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)SECOND, QUARTER), VGPU_BUCKET_WAIT_MAX_NS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)(25 * MS), QUARTER), VGPU_BUCKET_WAIT_MAX_NS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)(25 * MS) + 1, QUARTER),
+              VGPU_BUCKET_WAIT_MAX_NS - 4);
+    /* The largest debts: no overflow (UBSan would stop here), the longest wait. */
+    CHECK_U64(vgpu_bucket_time_to_budget(INT64_MIN, 1), VGPU_BUCKET_WAIT_MAX_NS);
+    CHECK_U64(vgpu_bucket_time_to_budget(INT64_MIN + 1, VGPU_COMPUTE_UNLIMITED),
+              VGPU_BUCKET_WAIT_MAX_NS);
+    CHECK_U64(vgpu_bucket_time_to_budget(-(int64_t)MS, 0), 0); /* a rate of 0 never refills */
+}
+
+static void wait_for_budget(void) {
+    fresh_device();
+    uint64_t capped = 0;
+    /* Not limited: no wait, and the bucket is not even looked at. */
+    CHECK_U64(vgpu_bucket_wait_ns(&device, (struct vgpu_pace){0, 0}, T0, &capped), 0);
+    CHECK_U64(refilled_at(), 0);
+    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0, &capped), 0); /* a fresh bucket */
+    set_balance(-(int64_t)MS);
+    /* 1 ms of debt, 0.25 ms paid back in the last ms: 3 ms to wait. */
+    CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0 + MS, &capped), 3 * MS);
+    CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0 + 4 * MS, &capped), 0);
+    CHECK_I64(balance(), 0);
+    /* At 100 % (a soft limit's burst) the bucket is still paced: a debt is waited for. */
+    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, QUARTER};
+    set_balance(-(int64_t)(2 * MS));
+    CHECK_U64(vgpu_bucket_wait_ns(&device, full, T0 + 5 * MS, &capped), MS);
+}
+
+static void charge(void) {
+    fresh_device();
+    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    vgpu_bucket_charge(&device, 3 * MS, quarter);
+    CHECK_I64(balance(), -(int64_t)(3 * MS));
+    CHECK_U64(atomic_load(&device.gpu_ns), 3 * MS);
+    CHECK_U64(atomic_load(&device.burst_ns), 0);
+    /* At 50 % over a 25 % hard limit, half of the GPU time was burst. */
+    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){HALF, QUARTER});
+    CHECK_I64(balance(), -(int64_t)(7 * MS));
+    CHECK_U64(atomic_load(&device.gpu_ns), 7 * MS);
+    CHECK_U64(atomic_load(&device.burst_ns), 2 * MS);
+    /* At 100 % over 25 %: three quarters. */
+    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){VGPU_COMPUTE_UNLIMITED, QUARTER});
+    CHECK_U64(atomic_load(&device.burst_ns), 5 * MS);
+    /* No hard limit known: no burst counted. */
+    vgpu_bucket_charge(&device, MS, (struct vgpu_pace){HALF, 0});
+    CHECK_U64(atomic_load(&device.burst_ns), 5 * MS);
+    CHECK_U64(atomic_load(&device.gpu_ns), 12 * MS);
+    CHECK_I64(balance(), -(int64_t)(12 * MS));
+}
+
+/* A pod that always has work, run for `seconds` of made-up time in epochs of `epoch_ns` at
+ * `pace`: the GPU time it was charged. */
+static uint64_t busy_pod(struct vgpu_pace pace, uint64_t epoch_ns, uint64_t seconds) {
+    fresh_device();
+    uint64_t now = T0;
+    uint64_t capped = 0;
+    uint64_t used = 0;
+    while (now < T0 + seconds * SECOND) {
+        uint64_t wait = vgpu_bucket_wait_ns(&device, pace, now, &capped);
+        if (wait == 0) {
+            vgpu_bucket_charge(&device, epoch_ns, pace);
+            used += epoch_ns;
+            now += epoch_ns;
+        } else {
+            now += wait;
+        }
+    }
+    return used;
+}
+
+static void pod_gets_its_limit(void) {
+    /* 25 % of 10 s is 2.5 s, give or take an epoch and what the bucket starts with. */
+    uint64_t used = busy_pod((struct vgpu_pace){QUARTER, QUARTER}, 32 * MS, 10);
+    CHECK(used >= 10 * SECOND / 4 - 32 * MS && used <= 10 * SECOND / 4 + 32 * MS);
+    used = busy_pod((struct vgpu_pace){7000, 7000}, 2 * MS, 10);
+    CHECK(used >= 7 * SECOND - 2 * MS && used <= 7 * SECOND + 2 * MS);
+    CHECK_U64(atomic_load(&device.gpu_ns), used);
+}
+
+int main(void) {
+    limited();
+    contention();
+    rate_without_limit();
+    rate_hard_or_burst();
+    rate_effective();
+    refill_accrues_up_to_cap();
+    refill_pays_debt_at_rate();
+    refill_after_idle_or_clock_back();
+    time_to_budget();
+    wait_for_budget();
+    charge();
+    pod_gets_its_limit();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
