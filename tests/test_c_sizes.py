@@ -20,27 +20,11 @@ from check_c_sizes import (
 )
 
 SCRIPT = ROOT / "scripts" / "check_c_sizes.py"
-# Offenders being reworked elsewhere, as (file under the root, function): remove an entry once
-# it is within the limits (the second test says when). Nothing else may offend.
-KNOWN_OFFENDERS = {
-    ("packages/limiter/csrc/limiter/lease.c", "vgpu_lease_acquire"),
-}
 
 
 def test_no_c_file_or_function_is_too_long() -> None:
-    found = {
-        (str(offence.path.relative_to(ROOT)), offence.what): str(offence)
-        for path in c_files(DEFAULT_FOLDERS)
-        for offence in offences(path)
-    }
-    assert [text for key, text in found.items() if key not in KNOWN_OFFENDERS] == []
-
-
-def test_known_offenders_still_offend() -> None:
-    for name, function in KNOWN_OFFENDERS:
-        lengths = [f.lines for f in functions((ROOT / name).read_text()) if f.name == function]
-        assert lengths, f"{name}: no function {function}(): remove it from KNOWN_OFFENDERS"
-        assert max(lengths) > MAX_FUNCTION_LINES, f"{name}: {function}() fits now: remove it"
+    found = [str(offence) for path in c_files(DEFAULT_FOLDERS) for offence in offences(path)]
+    assert found == []
 
 
 def test_the_scan_finds_hooks_and_skips_macro_uses() -> None:
