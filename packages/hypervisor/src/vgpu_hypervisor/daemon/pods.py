@@ -45,17 +45,15 @@ FREEZE_HOLD_S: Final = 10.0  # a freeze not renewed for this long ends (the daem
 
 
 class PodError(Exception):
-    """A pod operation that cannot be done; ``status`` is the HTTP status that says why."""
-
-    status = 422
+    """A pod operation that cannot be done as asked (a bad name or limit); one line."""
 
 
 class PodNotFound(PodError):
-    status = 404
+    """No such pod."""
 
 
 class PodConflict(PodError):
-    status = 409
+    """The pod's state stands in the way: it exists, its workers live, its region is unusable."""
 
 
 @dataclass(frozen=True, slots=True)
