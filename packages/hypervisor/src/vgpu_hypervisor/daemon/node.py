@@ -19,7 +19,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
-from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, weight_of
+from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, node_effective_limits, weight_of
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
@@ -83,7 +83,10 @@ class Node:
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
             self.store.renew_freezes(records)
-            self.store.publish_effective(records)
+            # The scheduling policy is the pass's, not the store's: the store only keeps what
+            # it weighs (the class and weight the daemon holds) and writes what it decides.
+            policies = self.store.held_policies(records)
+            self.store.publish_effective(node_effective_limits(records, policies))
             view = self._build(records)
             self.view = view
             for watcher in self.watchers:
