@@ -294,6 +294,7 @@ class Daemon:
     async def _kubernetes(self, node: Node) -> "PodSource | None":
         """The pod source when the daemon follows Kubernetes (imported only then)."""
         from vgpu_hypervisor.kubernetes import setup
+        from vgpu_hypervisor.kubernetes.identity import CgroupPods
 
         if not setup.enabled(self.settings):
             return None
@@ -302,7 +303,7 @@ class Daemon:
         except setup.KubernetesSetupError as error:
             raise DaemonError(str(error)) from None
         log.info("Kubernetes: following the pods of node %s", source.node_name)
-        node.kubernetes = source
+        node.cluster = CgroupPods(source)
         return source
 
     async def _stop_cluster_parts(self) -> None:
