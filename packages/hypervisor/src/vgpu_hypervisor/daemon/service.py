@@ -8,6 +8,10 @@ record host pids, publish a new view) and the metrics file. SIGTERM or SIGINT st
 and the tasks and closes NVML; the region files stay as they are, so a restart loses nothing.
 The process ends within STOP_GRACE_S of the signal whatever still runs, and at once on a second
 one.
+
+This is the one module that wires the cluster parts into the core: the pod source (kubernetes/,
+which answers the node's ClusterPods) and the device plugin, each imported only when the
+settings ask for it, so the core imports neither and a bare-metal daemon loads none of them.
 """
 
 import asyncio
