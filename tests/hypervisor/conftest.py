@@ -84,6 +84,7 @@ class Daemon:
         self.extra = extra
         self.environment = clean_environment() | {"VGPU_SIM_DEVICES": str(gpus)}
         self.process: subprocess.Popen[bytes] | None = None
+        self.launcher = list(TF_HYPERVISOR)  # the command line up to the CLI's arguments
         self.http = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}", timeout=10, auth=TokenFile(self.token_file)
         )
@@ -94,7 +95,7 @@ class Daemon:
 
     def start(self) -> None:
         command = [
-            *TF_HYPERVISOR,
+            *self.launcher,
             "daemon",
             "--simulate",
             "--sim-state",

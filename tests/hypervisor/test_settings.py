@@ -375,6 +375,8 @@ BAD_FLAGS = [
     ("metrics_rotate_bytes", "0", "--metrics-rotate-bytes=0: expected a number of bytes"),
     ("shm_base_path", "", '--shm-base-path="": expected a path'),
     ("api_open_reads", "pods,secrets", "--api-open-reads=pods,secrets: 'secrets' is not a read"),
+    ("gpu_resource", "gpu", "--gpu-resource=gpu: expected an extended resource name DOMAIN/NAME"),
+    ("gpu_memory_resource", "k8s.io/mem", "--gpu-memory-resource=k8s.io/mem: the kubernetes.io"),
 ]
 
 

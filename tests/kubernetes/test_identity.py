@@ -8,7 +8,7 @@ from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, NodeSnapshot
 from vgpu_hypervisor.gpu.snapshot import ProcessMemory
-from vgpu_hypervisor.kubernetes.identity import CgroupIdentity, parse_cgroup, pod_of
+from vgpu_hypervisor.kubernetes.identity import CgroupIdentity, CgroupPods, parse_cgroup, pod_of
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 
 UID = "4f2c8d1e-9a7b-4c3d-8e1f-0a1b2c3d4e5f"
@@ -79,6 +79,10 @@ def test_a_pid_maps_to_namespace_pod_and_container(tmp_path: Path) -> None:
     assert (found.namespace, found.pod, found.container) == ("ml", "train", "main")
     assert pod_of(4243, Pods(POD), proc) is None  # no such process
     assert pod_of(4242, Pods(), proc) is None  # a pod not of this node
+    cluster = CgroupPods(Pods(POD), proc)  # what the node's view is given
+    assert cluster.pod_of(4242) == found
+    assert cluster.phase("ml", "train") == "Running"
+    assert cluster.phase("ml", "other") is None
 
 
 class Observer:
@@ -101,10 +105,10 @@ def test_a_pod_process_without_the_limiter_is_a_worker_shown_unlimited(tmp_path:
     pid = os.getpid()  # a real process: its command line is read as for any worker
     proc = fake_proc(tmp_path / "proc", pid, f"0::/kubepods/burstable/pod{UID}/{CID}\n")
     store = PodStore(tmp_path / "shm")
-    node = Node(Observer(pid), store, proc=proc)  # type: ignore[arg-type]
+    node = Node(Observer(pid), store)  # type: ignore[arg-type]
     node.sample()
     assert node.refresh().workers == ()  # Kubernetes off: only the regions' workers
-    node.kubernetes = Pods(POD)
+    node.cluster = CgroupPods(Pods(POD), proc)
     (worker,) = node.refresh().workers
     assert (worker.namespace, worker.pod, worker.container) == ("ml", "train", "main")
     assert worker.host_pid == pid and not worker.limited

@@ -40,7 +40,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from vgpu_common.paths import DEFAULT_BASE
 from vgpu_common.units import format_size, parse_size
 
-from vgpu_hypervisor.device_plugin.resources import check_resource_name
 from vgpu_hypervisor.listen_address import (
     LISTEN_FORMS,
     ListenAddress,
@@ -149,8 +148,10 @@ def _simulate(value: object) -> bool | None:
 
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# An extended resource name: a DNS subdomain prefix outside kubernetes.io, "/", a name. The
+# settings are its one check: the device plugin and the pod source take the names from them.
 _RESOURCE_NAME = re.compile(
-    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+    r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
 
 
@@ -172,9 +173,12 @@ def _kubernetes(value: object) -> bool | None:
 
 
 def _resource_name(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("expected an extended resource name DOMAIN/NAME")
-    return check_resource_name(value)
+    if not isinstance(value, str) or not _RESOURCE_NAME.fullmatch(value):
+        raise ValueError("expected an extended resource name DOMAIN/NAME, e.g. vgpu.io/gpu")
+    domain = value.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith((".kubernetes.io", "k8s.io")):
+        raise ValueError("the kubernetes.io and k8s.io domains are reserved")
+    return value
 
 
 def _shares(value: object) -> int:

@@ -12,18 +12,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 
 from vgpu_common.units import hundredths_to_percent
 from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
+from vgpu_hypervisor.daemon.cluster import ClusterPods
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
-from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, weight_of
+from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, node_effective_limits, weight_of
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
-from vgpu_hypervisor.kubernetes.identity import PodLookup, pod_of
 
 log = logging.getLogger("vgpu_hypervisor")
 
@@ -50,11 +49,8 @@ class Node:
         observer: GpuObserver,
         store: PodStore,
         boosts: Callable[[], Mapping[str, float]] = dict,
-        proc: Path = Path("/proc"),
     ) -> None:
-        """``boosts``: the boost correction's estimates by GPU UUID (none when it is off);
-        ``proc``: where processes' cgroups are read (their Kubernetes pods)."""
-        self._proc = proc
+        """``boosts``: the boost correction's estimates by GPU UUID (none when it is off)."""
         self.observer = observer
         self.store = store
         self._boosts = boosts
@@ -64,8 +60,9 @@ class Node:
         self._snapshot: NodeSnapshot | None = None
         self._lock = threading.Lock()
         self.view = NodeView(taken_at=0.0, snapshot=None)
-        # The Kubernetes pods of this node (the pod source's cache) when the daemon follows them.
-        self.kubernetes: PodLookup | None = None
+        # The cluster's pods of this node when the daemon follows a cluster (Kubernetes): set
+        # by the one place that wires it in, as its pod source starts after the node.
+        self.cluster: ClusterPods | None = None
         # Called with every new view, in the refreshing thread, one at a time (under the lock):
         # what reacts to the regions' counters (events on Kubernetes pods). Must not block.
         self.watchers: list[Callable[[NodeView], None]] = []
@@ -83,7 +80,10 @@ class Node:
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
             self.store.renew_freezes(records)
-            self.store.publish_effective(records)
+            # The scheduling policy is the pass's, not the store's: the store only keeps what
+            # it weighs (the class and weight the daemon holds) and writes what it decides.
+            policies = self.store.held_policies(records)
+            self.store.publish_effective(node_effective_limits(records, policies))
             view = self._build(records)
             self.view = view
             for watcher in self.watchers:
@@ -130,9 +130,9 @@ class Node:
         self._host_pids.forget_except(
             {(p.pid, p.pid_namespace, p.start_time) for r in records for p in r.processes}
         )
-        if self.kubernetes is not None:
-            workers = [self._with_container(worker, self.kubernetes) for worker in workers]
-            workers += self._unlimited(devices, self.kubernetes, workers)
+        if self.cluster is not None:
+            workers = [self._with_container(worker, self.cluster) for worker in workers]
+            workers += self._unlimited(devices, self.cluster, workers)
         boosts = {uuid.lower(): boost for uuid, boost in self._boosts().items()}
         gpus = tuple(self._gpu(device, pods, workers, boosts) for device in devices)
         return NodeView(time.time(), snapshot, gpus, tuple(pods), tuple(workers))
@@ -161,16 +161,19 @@ class Node:
             ],
         )
 
-    def _with_container(self, worker: models.Worker, pods: PodLookup) -> models.Worker:
-        found = pod_of(worker.host_pid, pods, self._proc) if worker.host_pid else None
+    def _with_container(self, worker: models.Worker, cluster: ClusterPods) -> models.Worker:
+        found = cluster.pod_of(worker.host_pid) if worker.host_pid else None
         if found is None or found.container is None:
             return worker
         return worker.model_copy(update={"container": found.container})
 
     def _unlimited(
-        self, devices: Iterable[DeviceSnapshot], pods: PodLookup, limited: list[models.Worker]
+        self,
+        devices: Iterable[DeviceSnapshot],
+        cluster: ClusterPods,
+        limited: list[models.Worker],
     ) -> list[models.Worker]:
-        """Processes of Kubernetes pods on the GPUs that no region knows: started without the
+        """Processes of the cluster's pods on the GPUs that no region knows: started without the
         limiter, so nothing limits them; shown so that they are seen."""
         known = {worker.host_pid for worker in limited if worker.host_pid}
         memory: dict[int, list[models.WorkerGpu]] = {}
@@ -190,7 +193,7 @@ class Node:
                 )
         found = []
         for pid, gpus in sorted(memory.items()):
-            owner = pod_of(pid, pods, self._proc)
+            owner = cluster.pod_of(pid)
             if owner is None:
                 continue
             facts = self._processes.facts(pid, 0)
@@ -266,8 +269,7 @@ class Node:
         )
 
     def _phase(self, record: PodRecord) -> str | None:
-        kube = self.kubernetes.by_key(*record.key) if self.kubernetes is not None else None
-        return None if kube is None else kube.phase
+        return self.cluster.phase(*record.key) if self.cluster is not None else None
 
     def _gpu(
         self,

@@ -39,23 +39,20 @@ from vgpu_limiter.region import (
     RegionError,
 )
 
-from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
-
 FREEZE_HOLD_S: Final = 10.0  # a freeze not renewed for this long ends (the daemon is gone)
+PodKey = tuple[str, str]  # (namespace, name)
 
 
 class PodError(Exception):
-    """A pod operation that cannot be done; ``status`` is the HTTP status that says why."""
-
-    status = 422
+    """A pod operation that cannot be done as asked (a bad name or limit); one line."""
 
 
 class PodNotFound(PodError):
-    status = 404
+    """No such pod."""
 
 
 class PodConflict(PodError):
-    status = 409
+    """The pod's state stands in the way: it exists, its workers live, its region is unusable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,44 +372,41 @@ class PodStore:
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
             self._policy[(namespace, name)] = (identity, *policy)
 
+    def held_policies(self, records: list[PodRecord]) -> dict[PodKey, tuple[int, int]]:
+        """Each readable pod's (class, weight) as the daemon set them (or first read them from
+        its file), from every pod of the node (``records``): what the scheduling policy
+        weighs, never the words in the region, which are the tenant's to write. Words a tenant
+        wrote over them are set back; the policies of pods gone are forgotten (not of
+        unreadable ones)."""
+        with self._lock:
+            present = {record.key for record in records}
+            for key in set(self._policy) - present:
+                del self._policy[key]
+            return {r.key: self._held_policy(r) for r in records if r.error is None}
+
     def _held_policy(self, record: PodRecord) -> tuple[int, int]:
-        """The pod's class and weight as the daemon set them (or first read them from this
-        file); words a tenant wrote over them in its region are set back and never weigh in."""
         current = self._open.get(record.path)
         if current is None:
             return (record.qos, record.weight)
-        key = (record.namespace, record.name)
-        known = self._policy.get(key)
+        known = self._policy.get(record.key)
         if known is None or known[0] != current.identity:  # a new pod, or its file made anew
             known = (current.identity, record.qos, record.weight)
-            self._policy[key] = known
+            self._policy[record.key] = known
         policy = (known[1], known[2])
         if policy != (record.qos, record.weight):
             with suppress(RegionError, ValueError):
                 current.region.set_policy(*policy)
         return policy
 
-    def publish_effective(self, records: list[PodRecord]) -> None:
-        """Each pod's effective compute limit per GPU (scheduler.py) into its region, from
-        every pod of the node (``records``)."""
-        with self._lock:  # the policies of pods gone are forgotten (not of unreadable ones)
-            present = {(r.namespace, r.name) for r in records}
-            for key in set(self._policy) - present:
-                del self._policy[key]
-        by_gpu: dict[str, dict[tuple[Path, int], tuple[int, int]]] = {}
-        for record in records:
-            if record.error is not None:
-                continue
-            with self._lock:
-                weight = weight_of(*self._held_policy(record))
-            for device in record.devices:
-                pods = by_gpu.setdefault(device.uuid.lower(), {})
-                pods[(record.path, device.index)] = (device.compute_limit, weight)
+    def publish_effective(self, effective: Mapping[PodKey, Mapping[int, int]]) -> None:
+        """Write each pod's effective compute limit by device entry (the scheduling policy's
+        result) into its region; a file that went or changed since the scan is left alone."""
         with self._lock:
-            for pods in by_gpu.values():
-                for (path, index), effective in effective_limits(pods).items():
+            for (namespace, name), limits in effective.items():
+                path = self._path(namespace, name)
+                for index, limit in limits.items():
                     with suppress(RegionError):
-                        self._region(path, opening=False).set_effective(index, effective)
+                        self._region(path, opening=False).set_effective(index, limit)
 
     def renew_freezes(self, records: list[PodRecord]) -> None:
         """Extend the hold of every frozen pod; clear the flag of a freeze that ran out."""

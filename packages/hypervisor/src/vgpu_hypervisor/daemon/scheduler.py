@@ -9,9 +9,12 @@ limit (what a capped pod leaves is shared among the others the same way):
 computed by water-filling from C = 100 %, with w from the pod's weight, or from its QoS class
 (low/medium/high/critical = 1/2/4/8). The daemon writes share_p into the pod's region
 (scheduler_state, stamped); the limiter paces at the smaller of its limit and a fresh share, so a
-daemon gone leaves every pod its own limit within 5 s."""
+daemon gone leaves every pod its own limit within 5 s.
 
-from collections.abc import Hashable, Mapping
+The policy is pure: the node's pass (node.py) reads the pods from the store, hands them here and
+gives the result back to the store to write."""
+
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from vgpu_limiter.region import (
@@ -22,6 +25,8 @@ from vgpu_limiter.region import (
     QOS_MEDIUM,
     QOS_WEIGHTS,
 )
+
+from vgpu_hypervisor.daemon.pods import PodKey, PodRecord
 
 WHOLE: int = COMPUTE_UNLIMITED  # 100 % in hundredths
 QOS_NAMES: dict[int, str] = {
@@ -63,4 +68,27 @@ def effective_limits(pods: Mapping[Key, tuple[int, int]]) -> dict[Key, int]:
             result[key] = limit
             capacity -= limit
             del open_pods[key]
+    return result
+
+
+def node_effective_limits(
+    records: Iterable[PodRecord], policies: Mapping[PodKey, tuple[int, int]]
+) -> dict[PodKey, dict[int, int]]:
+    """Each pod's effective compute limit (hundredths) by the index of its device entry, from
+    every pod of the node; the pods on one GPU (by UUID) are weighed against each other.
+    ``policies``: each pod's (class, weight) as the daemon holds them, never the record's own
+    words (its tenant can write them); a pod without one (unreadable) takes no part."""
+    by_gpu: dict[str, dict[tuple[PodKey, int], tuple[int, int]]] = {}
+    for record in records:
+        policy = policies.get(record.key)
+        if record.error is not None or policy is None:
+            continue
+        weight = weight_of(*policy)
+        for device in record.devices:
+            pods = by_gpu.setdefault(device.uuid.lower(), {})
+            pods[(record.key, device.index)] = (device.compute_limit, weight)
+    result: dict[PodKey, dict[int, int]] = {}
+    for pods in by_gpu.values():
+        for (key, index), effective in effective_limits(pods).items():
+            result.setdefault(key, {})[index] = effective
     return result

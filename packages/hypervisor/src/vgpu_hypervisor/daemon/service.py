@@ -8,6 +8,10 @@ record host pids, publish a new view) and the metrics file. SIGTERM or SIGINT st
 and the tasks and closes NVML; the region files stay as they are, so a restart loses nothing.
 The process ends within STOP_GRACE_S of the signal whatever still runs, and at once on a second
 one.
+
+This is the one module that wires the cluster parts into the core: the pod source (kubernetes/,
+which answers the node's ClusterPods) and the device plugin, each imported only when the
+settings ask for it, so the core imports neither and a bare-metal daemon loads none of them.
 """
 
 import asyncio
@@ -288,6 +292,7 @@ class Daemon:
     async def _kubernetes(self, node: Node) -> "PodSource | None":
         """The pod source when the daemon follows Kubernetes (imported only then)."""
         from vgpu_hypervisor.kubernetes import setup
+        from vgpu_hypervisor.kubernetes.identity import CgroupPods
 
         if not setup.enabled(self.settings):
             return None
@@ -296,7 +301,7 @@ class Daemon:
         except setup.KubernetesSetupError as error:
             raise DaemonError(str(error)) from None
         log.info("Kubernetes: following the pods of node %s", source.node_name)
-        node.kubernetes = source
+        node.cluster = CgroupPods(source)
         return source
 
     async def _stop_cluster_parts(self) -> None:

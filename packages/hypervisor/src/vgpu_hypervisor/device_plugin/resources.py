@@ -13,7 +13,6 @@ Memory and compute devices only count capacity: the kubelet picks them from any 
 pod's limits apply to the GPUs its GPU devices name (allocation.py).
 """
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -25,24 +24,10 @@ UNHEALTHY: Final = "Unhealthy"
 COMPUTE_UNITS: Final = 100
 # The kubelet reads a ListAndWatch message with gRPC's default 4 MiB limit; stay well below.
 MAX_LIST_BYTES: Final = 3 << 20
-# An extended resource name: a DNS subdomain prefix outside kubernetes.io, "/", a name.
-_NAME = re.compile(
-    r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-)
 
 
 class ResourceError(ValueError):
     """A resource setting or inventory the plugin cannot advertise; one line."""
-
-
-def check_resource_name(name: str) -> str:
-    """``name`` when it is a valid extended resource name; ValueError naming the rule."""
-    if not _NAME.fullmatch(name):
-        raise ValueError("expected an extended resource name DOMAIN/NAME, e.g. vgpu.io/gpu")
-    domain = name.split("/", 1)[0]
-    if domain == "kubernetes.io" or domain.endswith((".kubernetes.io", "k8s.io")):
-        raise ValueError("the kubernetes.io and k8s.io domains are reserved")
-    return name
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from vgpu_hypervisor.daemon.cluster import PodOfProcess
 from vgpu_hypervisor.kubernetes.model import KubePod
 
 _POD = re.compile(
@@ -70,13 +71,6 @@ class PodLookup(Protocol):
     def by_key(self, namespace: str, name: str) -> KubePod | None: ...
 
 
-@dataclass(frozen=True)
-class PodOfProcess:
-    namespace: str
-    pod: str
-    container: str | None
-
-
 def pod_of(pid: int, pods: PodLookup, proc: Path = Path("/proc")) -> PodOfProcess | None:
     """The Kubernetes pod (and container, when its status names the id) of host ``pid``."""
     identity = read_identity(pid, proc)
@@ -94,3 +88,19 @@ def pod_of(pid: int, pods: PodLookup, proc: Path = Path("/proc")) -> PodOfProces
         None,
     )
     return PodOfProcess(pod.namespace, pod.name, container)
+
+
+@dataclass(frozen=True)
+class CgroupPods:
+    """The node's view's ClusterPods (daemon/cluster.py) in a cluster: a process's pod from its
+    cgroup, looked up among ``pods`` (the pod source's cache)."""
+
+    pods: PodLookup
+    proc: Path = Path("/proc")
+
+    def pod_of(self, pid: int) -> PodOfProcess | None:
+        return pod_of(pid, self.pods, self.proc)
+
+    def phase(self, namespace: str, name: str) -> str | None:
+        pod = self.pods.by_key(namespace, name)
+        return None if pod is None else pod.phase

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from vgpu_limiter.region import RegionError
 
 from vgpu_hypervisor import models
-from vgpu_hypervisor.daemon.pods import PodError
+from vgpu_hypervisor.daemon.pods import PodConflict, PodError, PodNotFound
 
 log = logging.getLogger("vgpu_hypervisor.api")
 
@@ -33,6 +33,16 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The error documents a route may answer, for its OpenAPI description (only those it can:
     a 422 listed here also replaces FastAPI's own schema of it, which is not what we send)."""
     return {code: {"model": models.ErrorDocument, "description": _WHY[code]} for code in codes}
+
+
+def _pod_status(error: PodError) -> int:
+    """The HTTP status of a store's refusal: the domain names what went wrong, the API how it
+    answers it."""
+    if isinstance(error, PodNotFound):
+        return 404
+    if isinstance(error, PodConflict):
+        return 409
+    return 422
 
 
 class ApiError(Exception):
@@ -78,7 +88,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(PodError)
     async def pod_error(request: Request, error: PodError) -> JSONResponse:
-        return _error(error.status, str(error))
+        return _error(_pod_status(error), str(error))
 
     @app.exception_handler(RegionError)
     async def region_error(request: Request, error: RegionError) -> JSONResponse:
