@@ -108,6 +108,9 @@ class Daemon:
             str(self.log_file),
             "--config",
             "",
+            # The simulator's contexts take 512 MiB, as the workloads here say they do.
+            "--context-charge",
+            "512MiB",
             *self.flags,
             *self.extra,
         ]

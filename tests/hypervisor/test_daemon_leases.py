@@ -91,3 +91,9 @@ def test_a_second_daemon_on_the_same_base_leaves_the_first_ones_leases_alone(
         second.close()
     assert Client(daemon.base / ".node" / SOCKET_NAME).instance == instance
     assert _instance(daemon) == instance
+
+
+def test_the_daemon_publishes_its_context_charge_in_every_node_file(daemon: Daemon) -> None:
+    for uuid in (SIM_GPU0, "GPU-5157a1e0-0000-4000-8000-000000000002"):
+        with DeviceLease.open(daemon.base, uuid) as reader:
+            assert reader.context_charge() == 512 << 20  # the test daemon's --context-charge

@@ -193,6 +193,14 @@ def _shares(value: object) -> int:
     return shares
 
 
+def _context_charge(value: object) -> int:
+    """A size up to 64 GiB: more than any GPU's context, which a typo would charge every pod."""
+    charge = parse_size(value)
+    if charge > 64 << 30:
+        raise ValueError(f"{format_size(charge)} is more than any context takes (at most 64GiB)")
+    return charge
+
+
 def _memory_unit(value: object) -> int:
     size = parse_size(value)
     if size < 1 << 20:
@@ -332,6 +340,17 @@ class Settings(BaseSettings):
             off_when_empty=True,
         ),
     ] = None
+    context_charge: Annotated[
+        int,
+        BeforeValidator(_context_charge),
+        Setting(
+            "--context-charge",
+            "SIZE",
+            "Device memory each CUDA context of a pod is charged (544MiB); a pod's "
+            "TF_CUDA_CONTEXT_OVERHEAD may raise it, never lower it.",
+            show=format_size,
+        ),
+    ] = 544 << 20
     metrics_rotate_bytes: Annotated[
         int,
         BeforeValidator(parse_size),

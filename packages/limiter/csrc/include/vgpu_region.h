@@ -196,7 +196,11 @@ struct vgpu_device_node {
     /* Which daemon arbitrates this GPU's lease now (VGPU_LEASE_SOCKET; random, never 0): a
      * limiter pacing with another (an earlier daemon, or a lease file) connects to this one. */
     VGPU_ATOMIC(uint64_t) lease_instance;
-    uint64_t spare[3];
+    /* The device memory each CUDA context on this GPU is charged, a setting of the node's (bytes;
+     * 0: none published). TF_CUDA_CONTEXT_OVERHEAD may raise it for a process, never lower it:
+     * a tenant that could would hold contexts its limit does not count. */
+    VGPU_ATOMIC(uint64_t) context_charge;
+    uint64_t spare[2];
 };
 
 /* With a node daemon, no process shares a writable word with another pod: the daemon arbitrates

@@ -3,9 +3,14 @@
  * Destroying a context frees what was allocated in it, and so does the pod's charge. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "compute.h"
 #include "core.h"
+#include "lease_file.h"
 #include "ledger.h"
 #include "log.h"
 
@@ -41,12 +46,42 @@ static void forget_context(CUcontext context) {
     } while (taken == 256);
 }
 
-static void remember_context(CUcontext context, int entry) {
+/* What a new context on the GPU of `entry` is charged: the process's setting, or the node's
+ * (the daemon's, in the GPU's node file) when that is more. Read at each context's creation,
+ * which is rare; the record keeps what was charged, so a later change of the node's setting
+ * never unbalances the pod's count. */
+static uint64_t context_charge(int entry) {
+    uint64_t charge = vgpu_state.context_overhead;
+    if (entry < 0 || vgpu_state.region == NULL) {
+        return charge;
+    }
+    char folder_path[4200];
+    char why[512];
+    uid_t owner;
+    snprintf(folder_path, sizeof folder_path, "%.4000s/.node", vgpu_state.config.base_path);
+    int folder = vgpu_lease_folder(folder_path, VGPU_FOLDER_NODE, &owner, why, sizeof why);
+    if (folder < 0) {
+        return charge;
+    }
+    const struct vgpu_device_node *node = vgpu_lease_map_node(
+        folder, owner, vgpu_state.region->devices[entry].uuid, why, sizeof why);
+    close(folder);
+    if (node != NULL) {
+        uint64_t published = atomic_load(&node->magic) == VGPU_NODE_MAGIC
+                                 ? atomic_load(&node->context_charge)
+                                 : 0;
+        charge = published > charge ? published : charge;
+        munmap((void *)node, sizeof *node);
+    }
+    return charge;
+}
+
+static void remember_context(CUcontext context, int entry, uint64_t charged) {
     struct vgpu_record record = {
         .key = (uint64_t)(uintptr_t)context,
         .kind = VGPU_RECORD_CONTEXT,
         .entry = entry,
-        .bytes = vgpu_state.context_overhead,
+        .bytes = charged,
         .context = context,
     };
     if (!vgpu_ledger_put(&record)) {
@@ -64,16 +99,17 @@ static CUresult create(CUcontext *pctx, CUdevice dev, CUresult (*call)(void *), 
         vgpu_log(VGPU_LOG_INFO, "no context on device %d: not one of the pod's GPUs", dev);
         return CUDA_ERROR_INVALID_DEVICE;
     }
-    if (!vgpu_charge(entry, vgpu_state.context_overhead)) {
+    uint64_t charge = context_charge(entry);
+    if (!vgpu_charge(entry, charge)) {
         vgpu_log(VGPU_LOG_INFO, "a new context on device %d does not fit the pod's limit", dev);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     result = call(arguments);
     if (result != CUDA_SUCCESS || pctx == NULL || entry < 0) {
-        vgpu_uncharge(entry, vgpu_state.context_overhead);
+        vgpu_uncharge(entry, charge);
         return result;
     }
-    remember_context(*pctx, entry);
+    remember_context(*pctx, entry, charge);
     return CUDA_SUCCESS;
 }
 
@@ -182,7 +218,8 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice de
         vgpu_log(VGPU_LOG_INFO, "no green context on device %d: not one of the pod's GPUs", dev);
         return CUDA_ERROR_INVALID_DEVICE;
     }
-    if (!vgpu_charge(entry, vgpu_state.context_overhead)) {
+    uint64_t charge = context_charge(entry);
+    if (!vgpu_charge(entry, charge)) {
         vgpu_log(VGPU_LOG_INFO, "a new green context on device %d does not fit the pod's limit",
                  dev);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -190,10 +227,10 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice de
     result = VGPU_REAL(cuGreenCtxCreate, phCtx, desc, dev, flags);
     CUcontext context = result == CUDA_SUCCESS && phCtx != NULL ? green_context(*phCtx) : NULL;
     if (context == NULL || entry < 0) {
-        vgpu_uncharge(entry, vgpu_state.context_overhead);
+        vgpu_uncharge(entry, charge);
         return result;
     }
-    remember_context(context, entry);
+    remember_context(context, entry, charge);
     return CUDA_SUCCESS;
 }
 

@@ -284,6 +284,19 @@ class DeviceLease:
         self._node.boost_ns = time.monotonic_ns()
         return int(parts)
 
+    def publish_context_charge(self, charge: int) -> None:
+        """Publish the device memory each CUDA context on this GPU is charged (bytes; 0: none):
+        the limiter charges a context the larger of this and its process's own setting."""
+        if charge < 0:
+            raise ValueError(f"a context charge cannot be negative: {charge}")
+        if not self._writer:
+            raise RegionError(f"{self.path}: only the node daemon publishes the context charge")
+        self._node.context_charge = charge
+
+    def context_charge(self) -> int:
+        """The context charge the node file names (0: none)."""
+        return int(self._node.context_charge) if self._node is not None else 0
+
     def boost(self) -> float | None:
         """The published boost, or None when none is published or it is stale (as the
         limiter judges it)."""

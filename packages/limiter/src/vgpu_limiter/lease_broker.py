@@ -104,8 +104,13 @@ class LeaseBroker:
     """Every GPU's lease, arbitrated on ``{base}/.node/leases.sock`` by the region library's
     thread, with the GPUs' node files naming the arbiter. ``start`` once, ``close`` once."""
 
-    def __init__(self, base: str | os.PathLike[str], uuids: Sequence[str]) -> None:
+    def __init__(
+        self, base: str | os.PathLike[str], uuids: Sequence[str], context_charge: int = 0
+    ) -> None:
+        """``context_charge``: the device memory each CUDA context is charged, published in
+        every GPU's node file (0: none; processes then charge their own setting)."""
         self.base = Path(base)
+        self.context_charge = context_charge
         self.instance = secrets.randbits(63) | 1
         self._leases = [
             ArbitratedLease(uuid, self.instance)
@@ -139,6 +144,7 @@ class LeaseBroker:
         for lease in self._leases:
             device = DeviceLease.open(self.base, lease.uuid, arbitrated=lease)
             self._device_leases[lease.uuid] = device
+            device.publish_context_charge(self.context_charge)
 
     def stats(self) -> ArbiterStats:
         """The arbiter's counts now (zeros before ``start``)."""

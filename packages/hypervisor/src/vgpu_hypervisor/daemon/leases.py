@@ -28,11 +28,11 @@ def gpu_uuids(backend: BackendInfo) -> list[str]:
     return uuids
 
 
-def start_lease_broker(base: Path, backend: BackendInfo) -> LeaseBroker | None:
-    """The arbiter of every GPU's lease, serving from now on; None (and a warning) when it
-    cannot be started."""
+def start_lease_broker(base: Path, backend: BackendInfo, context_charge: int) -> LeaseBroker | None:
+    """The arbiter of every GPU's lease, serving from now on, with the node's context charge
+    published; None (and a warning) when it cannot be started."""
     try:
-        broker = LeaseBroker(base, gpu_uuids(backend))
+        broker = LeaseBroker(base, gpu_uuids(backend), context_charge)
     except (OSError, ValueError) as error:
         log.warning("no device lease arbiter (%s): paced pods use the lease files", error)
         return None

@@ -194,7 +194,9 @@ class Daemon:
         """Serve with the node's device leases arbitrated, and stop arbitrating on every way out
         (a start that fails half-way included)."""
         token = _prepare_files(self.settings)
-        leases = start_lease_broker(self.settings.shm_base_path, observer.backend)
+        leases = start_lease_broker(
+            self.settings.shm_base_path, observer.backend, self.settings.context_charge
+        )
         try:
             await self._serve_with(observer, token, leases)
         finally:
