@@ -4,6 +4,8 @@ Every scenario runs its pods at once, side by side with the same pods unlimited 
 (the unlimited column), and reports each pod's share of the GPU: its work per second while all
 ran, over the work per second of one unlimited program alone.
   shares   30/70, 30/30 and 20/30/50
+  idle     a busy 30/70 pair beside pods that exist and launch nothing: one idle 50 % pod, then
+           six more (25, 50, 25, 50, 25, 50), as a user leaves pods made over a day
   burst    a pod at 30 with burst 100 alone, then with a 70 % pod starting: its share alone and
            the pair's from 1 s after the start; and such a pod of two processes alone
   weights  oversubscribed: 60/60 of equal class, 60 high against 60 low (the scheduler's rule,
@@ -11,6 +13,8 @@ ran, over the work per second of one unlimited program alone.
   freeze   how long after a freeze the pod's last work finished (p50, p99), short kernels
 On a GPU the workload is a bf16 4096³ matmul loop (PyTorch); with --sim, the simulated GPU's
 workload (500 µs kernels; 50 µs for freeze).
+Pods stay once made, as a user's do: every scenario runs beside the finished pods of the ones
+before it, which want the GPU no more and must take nothing from it.
 With --daemon the node daemon (tf-hypervisor) runs throughout on the pods' base path: it adopts
 the benchmark's regions, publishes the weights itself (its pod passes), freezes through its API,
 and its boost correction applies (on the simulated GPU only when VGPU_SIM_ACTIVE_POWER_W exceeds
@@ -26,7 +30,6 @@ Usage: python benchmarks/scheduling_gpu.py --library path/to/libcuda_limiter.so 
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -166,17 +169,11 @@ class Bench:
         rates = gpu.overlap_rates(reports, self.seconds)
         begin = max(report["started"] for report in reports)
         end = min(report["started"] for report in reports) + self.seconds
-        self.clear()
         gpu_view = {
             "boost": counters.boost(begin, end),
             "boost_per_s": counters.boosts_per_second(begin, end),
         } | counters.nvml(begin, end)
         return rates, counters.percent(begin, end), gpu_view
-
-    def clear(self) -> None:
-        """Remove the finished pods' regions: the daemon's scheduler counts every pod it finds,
-        so pods of an earlier run would oversubscribe the next."""
-        shutil.rmtree(self.base / NAMESPACE, ignore_errors=True)
 
     def baseline(self) -> float:
         if self.simulated:
@@ -307,6 +304,27 @@ def shares(bench: Bench, base: float, sets: list[list[int]] | None = None) -> No
         )
 
 
+def idle(bench: Bench, base: float) -> None:
+    """A busy 30/70 pair beside pods that exist and launch nothing."""
+    for case, idle_limits in (("one idle pod", [50]), ("six more idle", [25, 50, 25, 50, 25, 50])):
+        for limit in idle_limits:
+            bench.pod(limit)  # made, never used
+        limited, counted, gpu_view = bench.together_counted([bench.pod(30), bench.pod(70)])
+        bench.emit(
+            {
+                "scenario": "idle",
+                "case": case,
+                "limits": [30, 70],
+                "idle_limits": idle_limits,
+                "limited": [pct(r, base) for r in limited],
+                "busy": round(sum(pct(r, base) for r in limited), 1),
+                "charged": [c for c, _ in counted],
+                "throttled": [t for _, t in counted],
+            }
+            | gpu_view
+        )
+
+
 def burst(bench: Bench, base: float) -> None:
     alone = 3
     env = bench.pod(30, burst=100)
@@ -329,7 +347,6 @@ def burst(bench: Bench, base: float) -> None:
         a = bench.collect(first)
     finally:
         counters.stop()
-    bench.clear()
     offset = b["started"] - a["started"]
     alone_end = second_launched - a["started"]
     if alone_end < 1.5:
@@ -472,7 +489,6 @@ def freeze(bench: Bench, base: float, count: int = 10) -> None:
                 region.resume()
             time.sleep(0.3)
     report = bench.collect(handle)
-    bench.clear()
     marks = report["marks"]
     latencies = []
     for at in frozen_at:
@@ -497,7 +513,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True)
     parser.add_argument("--sim", action="store_true", help="on the simulated GPU")
-    parser.add_argument("--only", nargs="*", default=["shares", "burst", "weights", "freeze"])
+    parser.add_argument(
+        "--only", nargs="*", default=["shares", "idle", "burst", "weights", "freeze"]
+    )
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument(
         "--shares",
@@ -532,6 +550,7 @@ def main() -> None:
         bench.emit({"scenario": "baseline", "simulated": args.sim, "rate_per_s": round(base, 3)})
         for name, scenario in (
             ("shares", shares),
+            ("idle", idle),
             ("burst", burst),
             ("weights", weights),
             ("freeze", freeze),

@@ -1,13 +1,16 @@
-"""Weights when a GPU's limits add up past 100 % (issue 13): the formula, and the daemon
-publishing each pod's effective limit into its region."""
+"""Weights when the limits of the pods that want a GPU add up past 100 %: the formula, who counts
+as wanting the GPU, and the daemon publishing each pod's effective limit into its region."""
 
+import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord
 from vgpu_hypervisor.daemon.scheduler import effective_limits, node_effective_limits, weight_of
-from vgpu_limiter.region import QOS_HIGH, QOS_LOW, DeviceInfo, ffi, open_region
+from vgpu_limiter.region import QOS_HIGH, QOS_LOW, DeviceInfo, ProcessInfo, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
 
@@ -71,17 +74,60 @@ def test_the_node_s_policy_is_a_function_of_the_pods_and_their_held_policies() -
         PodRecord("ml", "bad", Path("/none/bad"), error="truncated"),
     ]
     policies = {("ml", "hi"): (QOS_HIGH, 0), ("ml", "lo"): (QOS_LOW, 0), ("ml", "bad"): (0, 9)}
-    assert node_effective_limits(records, policies) == {
+    everyone = {(pod, index) for pod in policies for index in (0, 1)}
+    assert node_effective_limits(records, policies, everyone) == {
         ("ml", "hi"): {0: 6000, 1: 3000},  # GPU 1's limits fit: each holds
         ("ml", "lo"): {0: 5000, 1: 4000},
     }
-    assert node_effective_limits(records, {}) == {}  # no policy held: nothing weighed
+    assert node_effective_limits(records, {}, everyone) == {}  # no policy held: nothing weighed
+    # A pod that does not want a GPU takes nothing there: "lo" alone wants GPU 0 (its entry 1)
+    # and keeps its 60 %, where it got 40 beside "hi".
+    assert node_effective_limits(records, policies, everyone - {(("ml", "hi"), 0)}) == {
+        ("ml", "hi"): {0: 0, 1: 3000},
+        ("ml", "lo"): {0: 5000, 1: 6000},
+    }
 
 
-def test_the_daemon_publishes_effective_limits(daemon: Daemon) -> None:
+def _counted(name: str, gpu_ns: int, throttled_ns: int, live: bool = True) -> PodRecord:
+    device = DeviceInfo(0, "GPU-0", 0, 0, 5000, 0, gpu_ns=gpu_ns, throttled_ns=throttled_ns)
+    process = ProcessInfo(0, 1, 1, 0, 0, 0)
+    return PodRecord(
+        "ml", name, Path("/none") / name, devices=(device,), processes=(process,) if live else ()
+    )
+
+
+def test_a_pod_wants_a_gpu_while_it_launches_or_waits_there() -> None:
+    demand = DemandTracker()
+    # First seen: a pod with a live process wants it, one without does not.
+    first = demand.wanting([_counted("busy", 5, 0), _counted("made", 0, 0, live=False)])
+    assert first == {(("ml", "busy"), 0)}
+    # Then only a counter that moved counts: GPU time, or time waited for its share.
+    assert demand.wanting(
+        [_counted("busy", 9, 0), _counted("made", 0, 0, live=False), _counted("late", 0, 0)]
+    ) == {(("ml", "busy"), 0), (("ml", "late"), 0)}
+    assert demand.wanting(
+        [_counted("busy", 9, 4), _counted("made", 0, 0), _counted("late", 0, 0)]
+    ) == {(("ml", "busy"), 0)}
+    # Idle again (a sleeping process, a frozen pod): wants nothing; nor does a pod whose
+    # processes exited, whatever its counters did before they went.
+    assert demand.wanting([_counted("busy", 9, 4), _counted("made", 0, 0)]) == set()
+    assert demand.wanting([_counted("busy", 12, 4, live=False)]) == set()
+    assert demand.wanting([PodRecord("ml", "bad", Path("/none/bad"), error="truncated")]) == set()
+
+
+def _busy(daemon: Daemon, workloads: list["subprocess.Popen[str]"], *names: str) -> None:
+    """A workload in each pod, launching until the test ends: the pods want the GPU."""
+    for name in names:
+        workloads.append(daemon.workload(name, "--duration", "60", "--kernel-us", "500"))
+
+
+def test_the_daemon_publishes_effective_limits(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
     for name, qos in (("hi", "high"), ("lo", "low")):
         created = daemon.cli("pods", "create", name, "--compute", "0=60", "--qos", qos, "--json")
         assert created.returncode == 0, created.stderr
+    _busy(daemon, workloads, "hi", "lo")
     regions = {name: open_region(daemon.base / "default" / name / "shm") for name in ("hi", "lo")}
     try:
         wait_for(lambda: regions["lo"].effective(0) == 4000, timeout=10)
@@ -101,13 +147,14 @@ def test_the_daemon_publishes_effective_limits(daemon: Daemon) -> None:
 
 
 def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(
-    daemon: Daemon,
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
 ) -> None:
     """The region is the tenant's to write; the class and weight are the daemon's: one written
     there is set back and never weighs in the division of an oversubscribed GPU."""
     for name in ("honest", "greedy"):
         created = daemon.cli("pods", "create", name, "--compute", "0=60", "--qos", "low")
         assert created.returncode == 0, created.stderr
+    _busy(daemon, workloads, "honest", "greedy")
     regions = {n: open_region(daemon.base / "default" / n / "shm") for n in ("honest", "greedy")}
     try:
         wait_for(lambda: regions["greedy"].effective(0) == 5000, timeout=10)
@@ -130,6 +177,38 @@ def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(
         assert daemon.cli("pods", "update", "greedy", "--weight", "3").returncode == 0
         wait_for(lambda: regions["honest"].effective(0) == 4000, timeout=10)
         assert regions["greedy"].effective(0) == 6000
+    finally:
+        for region in regions.values():
+            region.close()
+
+
+def _share(process: "subprocess.Popen[str]") -> float:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return float(100 * json.loads(out)["achieved_kernels_per_s"] * 500 / 1e6)
+
+
+def test_an_idle_pod_takes_nothing_and_one_that_wakes_regains_its_share(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """Before, a pod with a 50 % limit and no process cut a busy 30/70 pair to 20/47 on the
+    simulated GPU (20.7 / 48.4 on an H100)."""
+    for name, compute in (("a", 30), ("b", 70), ("idle", 50)):
+        created = daemon.cli("pods", "create", name, "--compute", f"0={compute}")
+        assert created.returncode == 0, created.stderr
+    regions = {n: open_region(daemon.base / "default" / n / "shm") for n in ("a", "b", "idle")}
+    try:
+        pair = [daemon.workload(n, "--duration", "4", "--kernel-us", "500") for n in ("a", "b")]
+        workloads.extend(pair)
+        wait_for(lambda: regions["a"].devices[0].gpu_ns > 0, timeout=10)
+        time.sleep(1.5)  # passes with the pair launching
+        assert [regions[n].effective(0) for n in ("a", "b", "idle")] == [3000, 7000, 0]
+        low, high = (_share(process) for process in pair)
+        assert low == pytest.approx(30, abs=4) and high == pytest.approx(70, abs=4)
+        # The idle pod wakes: within a pass or two all three are weighed (150 % of limits).
+        _busy(daemon, workloads, "a", "b", "idle")
+        weighed = [2000, 4666, 3333]  # 100 % in proportion to 30, 70 and 50
+        wait_for(lambda: [regions[n].effective(0) for n in ("a", "b", "idle")] == weighed)
     finally:
         for region in regions.values():
             region.close()

@@ -18,6 +18,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.cluster import ClusterPods
+from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, node_effective_limits, weight_of
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
@@ -59,6 +60,7 @@ class Node:
         self._utilization = Utilization()
         self._snapshot: NodeSnapshot | None = None
         self._lock = threading.Lock()
+        self._demand = DemandTracker()  # who wants each GPU, pass to pass
         self.view = NodeView(taken_at=0.0, snapshot=None)
         # The cluster's pods of this node when the daemon follows a cluster (Kubernetes): set
         # by the one place that wires it in, as its pod source starts after the node.
@@ -83,7 +85,8 @@ class Node:
             # The scheduling policy is the pass's, not the store's: the store only keeps what
             # it weighs (the class and weight the daemon holds) and writes what it decides.
             policies = self.store.held_policies(records)
-            self.store.publish_effective(node_effective_limits(records, policies))
+            wanting = self._demand.wanting(records)
+            self.store.publish_effective(node_effective_limits(records, policies, wanting))
             view = self._build(records)
             self.view = view
             for watcher in self.watchers:

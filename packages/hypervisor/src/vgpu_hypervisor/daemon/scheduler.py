@@ -1,6 +1,8 @@
 """Weights when a GPU is oversubscribed: the effective compute limit of each pod.
 
-While the compute limits of the pods on a GPU add up to at most 100 %, each pod's limit holds.
+Only the pods that want a GPU now (demand.py: they launched, or waited for their share, since
+the previous pass) are weighed; the others keep their own limits and take nothing. While the
+compute limits of the pods that want a GPU add up to at most 100 %, each pod's limit holds.
 Past that, the GPU is divided in proportion to weight * limit, never giving a pod more than its
 limit (what a capped pod leaves is shared among the others the same way):
 
@@ -14,7 +16,7 @@ daemon gone leaves every pod its own limit within 5 s.
 The policy is pure: the node's pass (node.py) reads the pods from the store, hands them here and
 gives the result back to the store to write."""
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from vgpu_limiter.region import (
@@ -72,22 +74,29 @@ def effective_limits(pods: Mapping[Key, tuple[int, int]]) -> dict[Key, int]:
 
 
 def node_effective_limits(
-    records: Iterable[PodRecord], policies: Mapping[PodKey, tuple[int, int]]
+    records: Iterable[PodRecord],
+    policies: Mapping[PodKey, tuple[int, int]],
+    wanting: Collection[tuple[PodKey, int]],
 ) -> dict[PodKey, dict[int, int]]:
     """Each pod's effective compute limit (hundredths) by the index of its device entry, from
-    every pod of the node; the pods on one GPU (by UUID) are weighed against each other.
+    every pod of the node; the pods that want one GPU (by UUID) are weighed against each other.
     ``policies``: each pod's (class, weight) as the daemon holds them, never the record's own
-    words (its tenant can write them); a pod without one (unreadable) takes no part."""
+    words (its tenant can write them); a pod without one (unreadable) takes no part.
+    ``wanting``: the (pod, device entry) pairs that want their GPU now; the others get 0 (no
+    effective limit: their own holds) and take nothing from the pods that do."""
     by_gpu: dict[str, dict[tuple[PodKey, int], tuple[int, int]]] = {}
+    result: dict[PodKey, dict[int, int]] = {}
     for record in records:
         policy = policies.get(record.key)
         if record.error is not None or policy is None:
             continue
         weight = weight_of(*policy)
         for device in record.devices:
+            if (record.key, device.index) not in wanting:
+                result.setdefault(record.key, {})[device.index] = 0
+                continue
             pods = by_gpu.setdefault(device.uuid.lower(), {})
             pods[(record.key, device.index)] = (device.compute_limit, weight)
-    result: dict[PodKey, dict[int, int]] = {}
     for pods in by_gpu.values():
         for (key, index), effective in effective_limits(pods).items():
             result.setdefault(key, {})[index] = effective
