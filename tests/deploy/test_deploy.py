@@ -79,6 +79,8 @@ def test_daemonset_mounts_and_rights() -> None:
         assert mounts[name]["mountPath"] == host[name]
     assert mounts["host-proc"]["readOnly"] is True
     assert daemon["securityContext"]["privileged"] is False
+    # GPU nodes only (the label NVIDIA's GPU feature discovery sets).
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     env = {e["name"]: e for e in daemon["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["TF_HYPERVISOR_DEVICE_PLUGIN_LIB_DIR"]["value"] == host["libraries"]

@@ -157,6 +157,13 @@ def _prepare_files(settings: Settings) -> str:
     return token
 
 
+def _follows_a_cluster(settings: Settings) -> bool:
+    """Whether the daemon serves Kubernetes (its pods, or the kubelet's device plugin)."""
+    from vgpu_hypervisor.kubernetes.setup import enabled  # the one wiring module; lazily
+
+    return settings.device_plugin or enabled(settings)
+
+
 class Daemon:
     def __init__(
         self,
@@ -182,10 +189,17 @@ class Daemon:
     async def run(self) -> None:
         settings = self.settings
         _check_extras(settings)
+        simulate = settings.simulate
+        cluster = _follows_a_cluster(settings)
+        if simulate is None and cluster:
+            # Never offer the kubelet GPUs that do not exist: on a node without the driver the
+            # daemon stops, rather than falling back to the simulated GPU.
+            simulate = False
         try:
-            observer = GpuObserver.open(simulate=settings.simulate, sim_state=settings.sim_state)
+            observer = GpuObserver.open(simulate=simulate, sim_state=settings.sim_state)
         except GpuBackendError as error:
-            raise DaemonError(str(error)) from None
+            said = f"{error} (with --kubernetes or --device-plugin the simulated GPU runs only"
+            raise DaemonError(f"{said} with --simulate)" if cluster else str(error)) from None
         with observer:
             log.info("%s", observer.backend.describe())
             await self._serve(observer)

@@ -116,11 +116,17 @@ def start(
             except _NoDriver as missing:
                 raise GpuBackendError(f"NVML ({library}): {missing}") from None
         try:
-            return _start(nvml.SONAME, sim_state, f"{nvml.SONAME} found")
+            info = _start(nvml.SONAME, sim_state, f"{nvml.SONAME} found")
         except _NoDriver as missing:
             if simulate is False:
                 raise GpuBackendError(f"no NVIDIA driver: {missing}") from None
             return _start(str(simulated_library()), sim_state, f"no NVIDIA driver: {missing}")
+        if simulate is False and info.backend == "simulated":
+            nvml.shutdown()  # found first on the library path, but the driver was asked for
+            raise GpuBackendError(
+                f"no NVIDIA driver: {nvml.SONAME} is the simulated GPU's ({info.library})"
+            )
+        return info
 
 
 def stop() -> None:
