@@ -25,6 +25,18 @@ def free_port() -> int:
         return port
 
 
+def daemon_files(folder: Path) -> list[str]:
+    """Flags that keep a daemon run by a test to files of its own, under ``folder``."""
+    return [
+        "--config",
+        "",
+        "--shm-base-path",
+        str(folder / "shm"),
+        "--token-file",
+        str(folder / "token"),
+    ]
+
+
 def clean_environment() -> dict[str, str]:
     return {
         k: v

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from vgpu_hypervisor.gpu.backend import simulated_library
 
-from tests.hypervisor.conftest import TF_HYPERVISOR, clean_environment
+from tests.hypervisor.conftest import TF_HYPERVISOR, clean_environment, daemon_files
 
 
 def _driver_present() -> bool:
@@ -27,12 +27,7 @@ def _daemon(tmp_path: Path, *flags: str) -> "subprocess.CompletedProcess[str]":
         [
             *TF_HYPERVISOR,
             "daemon",
-            "--config",
-            "",
-            "--shm-base-path",
-            str(tmp_path / "shm"),
-            "--token-file",
-            str(tmp_path / "token"),
+            *daemon_files(tmp_path),
             *flags,
         ],
         env=clean_environment(),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hypervisor.conftest import clean_environment
+from tests.hypervisor.conftest import clean_environment, daemon_files
 
 # Run the CLI as if the extra's modules were not installed (None in sys.modules: not importable).
 WITHOUT = (
@@ -33,13 +33,8 @@ def test_a_daemon_asked_for_a_kubernetes_part_without_the_extra_says_what_to_ins
             "-c",
             WITHOUT,
             "daemon",
-            "--config",
-            "",
             "--simulate",
-            "--shm-base-path",
-            str(tmp_path / "shm"),
-            "--token-file",
-            str(tmp_path / "token"),
+            *daemon_files(tmp_path),
             *flags,
         ],
         env=clean_environment(),
