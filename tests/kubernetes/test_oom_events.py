@@ -11,9 +11,10 @@ from typing import Any
 from lightkube import AsyncClient, KubeConfig
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.node import NodeView
+from vgpu_hypervisor.daemon.refusals import RefusalLog, RefusalReporter
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.model import KubePod
-from vgpu_hypervisor.kubernetes.refusals import RefusalReporter
+from vgpu_hypervisor.kubernetes.refusals import KubernetesRefusals
 
 from tests.hypervisor.conftest import Daemon, wait_for
 from tests.kubernetes.apiserver import ApiServer
@@ -133,7 +134,7 @@ def test_refusals_in_the_quiet_minute_are_told_after_it(api: ApiServer, tmp_path
     async def scenario() -> list[str]:
         client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
         events = EventPoster(client, "node-a", asyncio.get_running_loop(), clock=clock)
-        reporter = RefusalReporter(Pods(train, old), events)
+        reporter = RefusalReporter(KubernetesRefusals(Pods(train, old), events, RefusalLog()))
         now = 2e9  # regions made after the reporter started: every refusal is news
         told = []
         for refusals, minutes in ((0, 0), (1, 0), (2, 0.5), (5, 0.9), (5, 1.1), (6, 1.2)):

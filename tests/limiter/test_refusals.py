@@ -11,7 +11,7 @@ import pytest
 from vgpu_limiter import region as regions
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
-from tests.limiter.test_oversubscription import OUT_OF_MEMORY, UUID, make_pod, steps
+from tests.limiter.test_oversubscription import OUT_OF_MEMORY, PROGRAM, UUID, make_pod, steps
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -76,3 +76,32 @@ def test_host_backed_memory_past_the_limit_is_not_a_refusal(
     (refused,) = steps(environment, pod_folder, "vmm:c=1024")
     assert refused["code"] == OUT_OF_MEMORY
     assert counted(pod_folder) == (1, GiB)
+
+
+def test_a_refused_allocation_says_so_on_stderr_once_in_a_while(
+    limited_env: LimitedEnv, pod_folder: Path
+) -> None:
+    """Before, the program got a plain out-of-memory error and nothing said a limit refused it
+    (under a 1 GiB limit a 512 MiB allocation fails: the context's charge comes first)."""
+    environment = limited_env('{"0": "1GiB"}', POD_NAMESPACE="team", POD_NAME="notebook")
+    result = run([WORKLOAD, "--kernels", "1", "--alloc", "600MiB"], environment)
+    assert json.loads(result.stdout)["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+    (said,) = [line for line in result.stderr.splitlines() if "refused" in line]
+    assert said.startswith("vgpu-limiter[") and ": warning: " in said
+    assert "600 MiB refused: pod team/notebook holds 512 MiB of its 1 GiB limit" in said, said
+    assert "each CUDA context counts at least 512 MiB" in said
+    assert "TF_LOG_LEVEL=error silences this" in said
+    # Several refusals in one process: said once (at most one line every 10 s per process).
+    make_pod(pod_folder / "many", oversubscribe=False)
+    many = run(
+        [sys.executable, "-c", PROGRAM, str(pod_folder / "many" / "shm")]
+        + [f"alloc:a{n}=1024" for n in range(4)],
+        limited_env(SHM_PATH=str(pod_folder / "many"), TF_CUDA_CONTEXT_OVERHEAD="256MiB"),
+    )
+    assert many.returncode == 0, many.stderr
+    assert [json.loads(line)["code"] for line in many.stdout.splitlines()] == [OUT_OF_MEMORY] * 4
+    assert sum("refused" in line for line in many.stderr.splitlines()) == 1, many.stderr
+    quiet = run(
+        [WORKLOAD, "--kernels", "1", "--alloc", "600MiB"], environment | {"TF_LOG_LEVEL": "error"}
+    )
+    assert "refused" not in quiet.stderr

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ledger.h"
@@ -244,8 +245,54 @@ uint64_t vgpu_memory_used(int entry) {
     return atomic_load(&vgpu_state.region->devices[entry].memory_used);
 }
 
+/* `bytes` as a person reads a size: "512 MiB", "1.5 GiB". */
+static void show_size(uint64_t bytes, char *out, size_t size) {
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    unsigned unit = 0;
+    double value = (double)bytes;
+    while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024.0;
+        unit++;
+    }
+    snprintf(out, size, value == (double)(uint64_t)value ? "%.0f %s" : "%.2f %s", value,
+             units[unit]);
+}
+
+/* A refused allocation says so on the program's stderr (a plain out-of-memory error says
+ * nothing of a limit), at most once every REFUSAL_EVERY_NS per process. */
+#define REFUSAL_EVERY_NS 10000000000ULL
+static void say_refused(int entry, uint64_t bytes) {
+    static _Atomic uint64_t next_ns;
+    struct timespec clock;
+    clock_gettime(CLOCK_MONOTONIC, &clock);
+    uint64_t now = (uint64_t)clock.tv_sec * 1000000000ULL + (uint64_t)clock.tv_nsec;
+    uint64_t due = atomic_load(&next_ns);
+    if (now < due || !atomic_compare_exchange_strong(&next_ns, &due, now + REFUSAL_EVERY_NS)) {
+        return;
+    }
+    const struct vgpu_region *region = vgpu_state.region;
+    uint64_t limit;
+    uint32_t compute;
+    vgpu_region_limits(region, entry, &limit, &compute);
+    char asked[32], used[32], limited[32], context[32];
+    show_size(bytes, asked, sizeof asked);
+    show_size(atomic_load(&region->devices[entry].memory_used), used, sizeof used);
+    show_size(limit, limited, sizeof limited);
+    show_size(vgpu_state.context_overhead, context, sizeof context);
+    vgpu_log(VGPU_LOG_WARN,
+             "%.48s: %s refused: pod %.64s/%.64s holds %s of its %s limit (each CUDA context "
+             "counts at least %s); raise the pod's memory limit or use less (TF_LOG_LEVEL=error "
+             "silences this)",
+             region->devices[entry].uuid, asked, region->pod_namespace, region->pod_name, used,
+             limited, context);
+}
+
 bool vgpu_charge(int entry, uint64_t bytes) {
-    return entry < 0 || bytes == 0 || vgpu_region_reserve(vgpu_state.region, entry, bytes, true);
+    if (entry < 0 || bytes == 0 || vgpu_region_reserve(vgpu_state.region, entry, bytes, true)) {
+        return true;
+    }
+    say_refused(entry, bytes);
+    return false;
 }
 
 bool vgpu_try_charge(int entry, uint64_t bytes) {

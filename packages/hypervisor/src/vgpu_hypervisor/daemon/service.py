@@ -43,6 +43,7 @@ from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
 from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.daemon.refusals import RefusalLog, RefusalReporter
 from vgpu_hypervisor.extras import ExtraMissing, require_kubernetes
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
@@ -311,6 +312,8 @@ class Daemon:
         from vgpu_hypervisor.kubernetes.identity import CgroupPods
 
         if not setup.enabled(self.settings):
+            # Refusals go to the log; in a cluster, to the pods' events (setup.pod_source).
+            node.watchers.append(RefusalReporter(RefusalLog()).observe)
             return None
         try:
             source = setup.pod_source(self.settings, node)

@@ -62,10 +62,11 @@ def node_gpus(node: Node) -> list[NodeGpu]:
 
 def pod_source(settings: Settings, node: Node) -> PodSource:
     """The pod source of this node, its client from the settings; KubernetesSetupError."""
+    from vgpu_hypervisor.daemon.refusals import RefusalLog, RefusalReporter
     from vgpu_hypervisor.kubernetes.events import EventPoster
     from vgpu_hypervisor.kubernetes.pod_book import BookError, PodBook
     from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
-    from vgpu_hypervisor.kubernetes.refusals import RefusalReporter
+    from vgpu_hypervisor.kubernetes.refusals import KubernetesRefusals
 
     if not settings.node_name:
         raise KubernetesSetupError(
@@ -97,5 +98,5 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
         ),
         book=book,
     )
-    node.watchers.append(RefusalReporter(source, events).observe)
+    node.watchers.append(RefusalReporter(KubernetesRefusals(source, events, RefusalLog())).observe)
     return source
