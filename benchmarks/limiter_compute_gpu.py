@@ -60,7 +60,7 @@ PROGRAM = textwrap.dedent(
         x = torch.ones(16 << 20, device="cuda")
         grid = (triton.cdiv(x.numel(), 1024),)
         step, batch = (lambda: scale_kernel[grid](x, x.numel(), BLOCK=1024)), 200
-    elif kind == "matmul":
+    elif kind in ("matmul", "bursty"):  # bursty: about 8 ms of matmuls, then 40 ms idle
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         step, batch = (lambda: a @ b), 40
@@ -96,13 +96,18 @@ PROGRAM = textwrap.dedent(
         step()
     synchronize()
     marks, done, start, started = [], 0, time.perf_counter(), time.time()
+    rounds = []  # each round's time from its first launch to its end, in ms
     while time.perf_counter() - start < seconds:
+        began = time.perf_counter()
         for _ in range(batch):
             step()
         synchronize()
+        rounds.append(1000 * (time.perf_counter() - began))
         done += batch
         marks.append((time.perf_counter() - start, done))
-    print(json.dumps({"kind": kind, "marks": marks, "started": started}))
+        if kind == "bursty":
+            time.sleep(0.04)
+    print(json.dumps({"kind": kind, "marks": marks, "started": started, "round_ms": rounds}))
     """
 )
 

@@ -8,6 +8,8 @@ ran, over the work per second of one unlimited program alone.
            six more (25, 50, 25, 50, 25, 50), as a user leaves pods made over a day
   burst    a pod at 30 with burst 100 alone, then with a 70 % pod starting: its share alone and
            the pair's from 1 s after the start; and such a pod of two processes alone
+  bursty   an inference-like pod (8-10 ms of work, 40 ms idle) alone, then beside a training pod
+           (hard 50, burst 100): the training pod's share and the bursty pod's p50/p99 latency
   weights  oversubscribed: 60/60 of equal class, 60 high against 60 low (the scheduler's rule,
            daemon/scheduler.py, published into the regions as the daemon does)
   freeze   how long after a freeze the pod's last work finished (p50, p99), short kernels
@@ -128,16 +130,27 @@ class Bench:
         paths = [Path(env["SHM_PATH"]) / "shm" for env in envs]
         return Counters(self.uuid, paths, self.base, nvml_device=None if self.simulated else 0)
 
-    def start(self, env: dict[str, str], seconds: float, kernel_us: int = SIM_KERNEL_US) -> Any:
+    def start(
+        self,
+        env: dict[str, str],
+        seconds: float,
+        kernel_us: int = SIM_KERNEL_US,
+        bursty: bool = False,
+    ) -> Any:
+        """A workload: the matmul loop, or with ``bursty`` about 8-10 ms of work then 40 ms idle
+        (an inference-like program, whose rounds' latency the report gives)."""
         started = time.time()
         if self.simulated:
             command = [str(sim.workload_path()), "--duration", str(seconds), "--marks"]
             # Short kernels in small rounds, so that the freeze's marks are fine-grained.
             batch = "2" if kernel_us < SIM_KERNEL_US else "10"
+            if bursty:
+                kernel_us, batch = 1000, "10"
+                command += ["--idle-ms", "40"]
             command += ["--kernel-us", str(kernel_us), "--batch", batch]
             process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
             return (process, started, kernel_us)
-        return (gpu.start("matmul", int(seconds), env), started, 0)
+        return (gpu.start("bursty" if bursty else "matmul", int(seconds), env), started, 0)
 
     def collect(self, handle: Any) -> dict[str, Any]:
         process, started, kernel_us = handle
@@ -147,7 +160,8 @@ class Bench:
         report = json.loads(out)
         # Marks in GPU-seconds of work, so that the rates are shares of the device directly.
         marks = [[t, k * kernel_us * 1e-6] for t, k in report["marks"]]
-        return {"marks": marks, "started": started}
+        latency = {k: report[k] for k in ("round_ms_p50", "round_ms_p99") if k in report}
+        return {"marks": marks, "started": started} | latency
 
     def together(self, envs: list[dict[str, str]]) -> list[float]:
         return self.together_counted(envs)[0]
@@ -323,6 +337,41 @@ def idle(bench: Bench, base: float) -> None:
             }
             | gpu_view
         )
+
+
+def _latency(report: dict[str, Any]) -> dict[str, float]:
+    """A bursty program's rounds: p50 and p99 in ms (the simulated workload gives them)."""
+    if "round_ms_p50" in report:
+        return {"p50_ms": report["round_ms_p50"], "p99_ms": report["round_ms_p99"]}
+    rounds = sorted(report["round_ms"][1:])  # the first pays for warm-up
+    return {
+        "p50_ms": round(rounds[len(rounds) // 2], 2),
+        "p99_ms": round(rounds[min(len(rounds) - 1, len(rounds) * 99 // 100)], 2),
+    }
+
+
+def bursty(bench: Bench, base: float) -> None:
+    """An inference-like pod (limit 50: about 8 ms of work, then 40 ms idle) alone, then beside a
+    training pod (hard 50, burst 100): the training pod's share, which should take what the
+    bursty one leaves, and the bursty pod's round latency beside it against alone."""
+    infer_env = bench.pod(50)
+    alone = bench.collect(bench.start(infer_env, bench.seconds, bursty=True))
+    train_env = bench.pod(50, burst=100)
+    handles = [
+        bench.start(train_env, bench.seconds),
+        bench.start(infer_env, bench.seconds, bursty=True),
+    ]
+    train, infer = (bench.collect(handle) for handle in handles)
+    (trained,) = gpu.overlap_rates([train], bench.seconds)
+    bench.emit(
+        {
+            "scenario": "bursty",
+            "train_limits": [50, 100],
+            "train": pct(trained, base),
+            "infer_alone": _latency(alone),
+            "infer_beside": _latency(infer),
+        }
+    )
 
 
 def burst(bench: Bench, base: float) -> None:
@@ -514,7 +563,7 @@ def main() -> None:
     parser.add_argument("--library", required=True)
     parser.add_argument("--sim", action="store_true", help="on the simulated GPU")
     parser.add_argument(
-        "--only", nargs="*", default=["shares", "idle", "burst", "weights", "freeze"]
+        "--only", nargs="*", default=["shares", "idle", "burst", "bursty", "weights", "freeze"]
     )
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument(
@@ -552,6 +601,7 @@ def main() -> None:
             ("shares", shares),
             ("idle", idle),
             ("burst", burst),
+            ("bursty", bursty),
             ("weights", weights),
             ("freeze", freeze),
         ):

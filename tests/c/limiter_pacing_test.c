@@ -82,8 +82,36 @@ static bool answer_contended(void *context, uint64_t now) {
 
 static struct vgpu_pace choose(uint32_t limit, uint32_t soft, uint64_t effective,
                                uint64_t effective_ns, uint64_t now, struct lease_answer *answer) {
-    struct vgpu_pace_limits limits = {limit, soft, effective, effective_ns};
+    struct vgpu_pace_limits limits = {limit, soft, effective, effective_ns, 0, 0};
     return vgpu_pace_choose(&limits, now, answer_contended, answer);
+}
+
+static struct vgpu_pace choose_burst(uint32_t soft, uint64_t burst, uint64_t burst_ns,
+                                     uint64_t now, struct lease_answer *answer) {
+    struct vgpu_pace_limits limits = {QUARTER, soft, 0, 0, burst, burst_ns};
+    return vgpu_pace_choose(&limits, now, answer_contended, answer);
+}
+
+/* Contended, a pod with a soft limit runs at the daemon's burst rate (what the other pods
+ * leave), never past its soft limit, never below its hard limit, and only while it is fresh. */
+static void rate_burst_beside_others(void) {
+    struct lease_answer answer = {.contended = true};
+    struct vgpu_pace pace = choose_burst(VGPU_COMPUTE_UNLIMITED, 7800, T0 - SECOND, T0, &answer);
+    CHECK_U64(pace.rate, 7800);
+    CHECK_U64(pace.hard, QUARTER);
+    pace = choose_burst(HALF, 7800, T0, T0, &answer); /* up to the soft limit */
+    CHECK_U64(pace.rate, HALF);
+    pace = choose_burst(HALF, 1000, T0, T0, &answer); /* never below the hard limit */
+    CHECK_U64(pace.rate, QUARTER);
+    pace = choose_burst(HALF, 4000, T0 - VGPU_EFFECTIVE_STALE_NS, T0, &answer); /* stale */
+    CHECK_U64(pace.rate, QUARTER);
+    pace = choose_burst(HALF, 4000, T0 + 1, T0, &answer); /* "after" now: not trusted */
+    CHECK_U64(pace.rate, QUARTER);
+    pace = choose_burst(QUARTER, 7800, T0, T0, &answer); /* no soft limit: no burst */
+    CHECK_U64(pace.rate, QUARTER);
+    answer.contended = false; /* uncontended: the soft limit, whatever the burst rate */
+    pace = choose_burst(HALF, 4000, T0, T0, &answer);
+    CHECK_U64(pace.rate, HALF);
 }
 
 static void limited(void) {
@@ -330,6 +358,7 @@ int main(void) {
     contention();
     rate_without_limit();
     rate_hard_or_burst();
+    rate_burst_beside_others();
     rate_effective();
     refill_accrues_up_to_cap();
     refill_pays_debt_at_rate();

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord
-from vgpu_hypervisor.daemon.scheduler import effective_limits, node_effective_limits, weight_of
+from vgpu_hypervisor.daemon.scheduler import (
+    burst_rates,
+    effective_limits,
+    node_effective_limits,
+    weight_of,
+)
 from vgpu_limiter.region import QOS_HIGH, QOS_LOW, DeviceInfo, ProcessInfo, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
@@ -99,20 +104,54 @@ def _counted(name: str, gpu_ns: int, throttled_ns: int, live: bool = True) -> Po
 def test_a_pod_wants_a_gpu_while_it_launches_or_waits_there() -> None:
     demand = DemandTracker()
     # First seen: a pod with a live process wants it, one without does not.
-    first = demand.wanting([_counted("busy", 5, 0), _counted("made", 0, 0, live=False)])
-    assert first == {(("ml", "busy"), 0)}
+    first = demand.observe([_counted("busy", 5, 0), _counted("made", 0, 0, live=False)])
+    assert first.wanting == {(("ml", "busy"), 0)}
     # Then only a counter that moved counts: GPU time, or time waited for its share.
-    assert demand.wanting(
+    assert demand.observe(
         [_counted("busy", 9, 0), _counted("made", 0, 0, live=False), _counted("late", 0, 0)]
-    ) == {(("ml", "busy"), 0), (("ml", "late"), 0)}
-    assert demand.wanting(
+    ).wanting == {(("ml", "busy"), 0), (("ml", "late"), 0)}
+    assert demand.observe(
         [_counted("busy", 9, 4), _counted("made", 0, 0), _counted("late", 0, 0)]
-    ) == {(("ml", "busy"), 0)}
+    ).wanting == {(("ml", "busy"), 0)}
     # Idle again (a sleeping process, a frozen pod): wants nothing; nor does a pod whose
     # processes exited, whatever its counters did before they went.
-    assert demand.wanting([_counted("busy", 9, 4), _counted("made", 0, 0)]) == set()
-    assert demand.wanting([_counted("busy", 12, 4, live=False)]) == set()
-    assert demand.wanting([PodRecord("ml", "bad", Path("/none/bad"), error="truncated")]) == set()
+    assert demand.observe([_counted("busy", 9, 4), _counted("made", 0, 0)]).wanting == set()
+    assert demand.observe([_counted("busy", 12, 4, live=False)]).wanting == set()
+    bad = PodRecord("ml", "bad", Path("/none/bad"), error="truncated")
+    assert demand.observe([bad]).wanting == set()
+
+
+def test_a_pods_use_is_its_gpu_time_over_the_pass() -> None:
+    now = [10**9]
+    demand = DemandTracker(clock=lambda: now[0])
+    demand.observe([_counted("a", 0, 0), _counted("b", 0, 0)])
+    now[0] += 10**9  # a second: 170 ms of GPU time is 17 %
+    seen = demand.observe([_counted("a", 170 * 10**6, 0), _counted("b", 10**8, 5 * 10**7)])
+    assert seen.usage == {(("ml", "a"), 0): 1700, (("ml", "b"), 0): 1000}
+
+
+@pytest.mark.parametrize(
+    ("pods", "wanted"),
+    [
+        # A training pod (hard 50, soft 100) beside one that uses 17 %: 100 - 22 = 78.
+        ({"train": (5000, 10000, 9000), "infer": (5000, 0, 1700)}, {"train": 7800}),
+        # The other uses its whole limit: nothing left above 50.
+        ({"train": (5000, 10000, 5000), "infer": (5000, 0, 4900)}, {"train": 0}),
+        # Not yet measured: counted at its limit.
+        ({"train": (3000, 10000, None), "new": (4000, 0, None)}, {"train": 6000}),
+        # Two bursting pods share what is left by their room: 40 left, rooms 50 and 30.
+        (
+            {"a": (2000, 7000, 0), "b": (2000, 5000, 0), "c": (2000, 0, 1800)},
+            {"a": 4500, "b": 3500},
+        ),
+        # Never past the soft limit: the rest stays.
+        ({"a": (2000, 3000, 0), "c": (1000, 0, 0)}, {"a": 3000}),
+    ],
+)
+def test_a_bursting_pod_takes_what_the_others_leave(
+    pods: dict[str, tuple[int, int, int | None]], wanted: dict[str, int]
+) -> None:
+    assert burst_rates(pods) == wanted
 
 
 def _busy(daemon: Daemon, workloads: list["subprocess.Popen[str]"], *names: str) -> None:
@@ -212,3 +251,34 @@ def test_an_idle_pod_takes_nothing_and_one_that_wakes_regains_its_share(
     finally:
         for region in regions.values():
             region.close()
+
+
+def test_a_training_pod_takes_what_a_bursty_pod_leaves(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """Before, a training pod (hard 50, burst 100) fell to 50 % whenever a bursty pod beside it
+    (10 ms of work, then 40 ms idle: about 20 %) wanted the GPU at all."""
+    for name, flags in (
+        ("train", ["--compute", "0=50", "--burst", "0=100"]),
+        ("infer", ["--compute", "0=50"]),
+    ):
+        created = daemon.cli("pods", "create", name, *flags)
+        assert created.returncode == 0, created.stderr
+    infer = daemon.workload(
+        "infer", "--duration", "6", "--kernel-us", "1000", "--batch", "10", "--idle-ms", "40"
+    )
+    train = daemon.workload("train", "--duration", "6", "--kernel-us", "500")
+    workloads.extend([infer, train])
+    with open_region(daemon.base / "default" / "train" / "shm") as region:
+        wait_for(lambda: region.burst(0) > 5000, timeout=10)  # the daemon saw both at work
+    trained = _share(train)
+    out, err = infer.communicate(timeout=60)
+    assert infer.returncode == 0, err
+    report = json.loads(out)
+    print(
+        f"train {trained:.1f} %, infer rounds p50/p99 {report['round_ms_p50']}/"
+        f"{report['round_ms_p99']} ms"
+    )
+    assert trained >= 65  # 75 on an idle machine; 50 before
+    # The bursty pod's work still gets done: at least 17 of its 20 rounds a second.
+    assert report["rounds"] >= 17 * 6

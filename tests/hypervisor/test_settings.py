@@ -501,6 +501,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'api_open_reads = ["metrics", "node"]',
                 'gpu_metrics_file = "/var/log/tf/metrics.log"',
                 "metrics_rotate_bytes = 1048576",
+                'context_charge = "600MiB"',
                 "sample_interval_s = 0.05",
                 'log_level = "WARN"',
                 'log_format = "JSON"',
@@ -534,6 +535,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.api_open_reads == ("node", "metrics")
     assert settings.gpu_metrics_file == Path("/var/log/tf/metrics.log")
     assert settings.metrics_rotate_bytes == MiB
+    assert settings.context_charge == 600 * MiB
     assert settings.sample_interval_s == 0.05
     assert settings.log_level == "warning"
     assert settings.log_format == "json"

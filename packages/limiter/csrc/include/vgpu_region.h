@@ -63,6 +63,11 @@
 #define VGPU_EFFECTIVE_STALE_NS 5000000000ULL
 /* Nonzero on some entries: a freeze of the pod (VGPU_REGION_FROZEN) holds those GPUs only. */
 #define VGPU_SCHED_FROZEN 2
+/* For a pod with a soft limit: the rate (hundredths) it may run at while other pods want the
+ * GPU, its hard limit and what the others leave, as the daemon measured it; and when that was
+ * written. Stale as the effective limit is; without it a contended pod runs at its hard limit. */
+#define VGPU_SCHED_BURST 3
+#define VGPU_SCHED_BURST_NS 4
 
 struct vgpu_region_device {
     char uuid[VGPU_REGION_UUID_SIZE];  /* physical GPU, "GPU-…" lower case; "" = free entry */

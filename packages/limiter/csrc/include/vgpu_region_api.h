@@ -123,6 +123,10 @@ VGPU_REGION_API int vgpu_region_safe_set_policy(struct vgpu_region *region, uint
  * VGPU_EFFECTIVE_STALE_NS. */
 VGPU_REGION_API int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry,
                                                    uint32_t effective, uint64_t now_ns);
+/* The scheduler's burst rate of a device entry (VGPU_SCHED_BURST: hundredths; 0: none),
+ * stamped with `now_ns` (CLOCK_MONOTONIC). */
+VGPU_REGION_API int vgpu_region_safe_set_burst(struct vgpu_region *region, unsigned entry,
+                                               uint32_t burst, uint64_t now_ns);
 /* Mark a device entry as one the pod's freeze holds (nonzero), or clear the mark; with no entry
  * marked, a freeze holds every GPU of the pod. */
 VGPU_REGION_API int vgpu_region_safe_freeze_device(struct vgpu_region *region, unsigned entry,

@@ -78,6 +78,8 @@ static struct vgpu_pace pace_now(struct paced_device *state, int entry) {
     /* The effective limit before its time, which is then no older than the limit read. */
     read.effective = atomic_load(&device->scheduler_state[VGPU_SCHED_EFFECTIVE]);
     read.effective_ns = atomic_load(&device->scheduler_state[VGPU_SCHED_EFFECTIVE_NS]);
+    read.burst = atomic_load(&device->scheduler_state[VGPU_SCHED_BURST]);
+    read.burst_ns = atomic_load(&device->scheduler_state[VGPU_SCHED_BURST_NS]);
     return vgpu_pace_choose(&read, vgpu_monotonic_ns(), contended, state);
 }
 

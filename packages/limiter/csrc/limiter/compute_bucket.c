@@ -41,8 +41,16 @@ struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_
         pace.hard = (uint32_t)limits->effective;
     }
     pace.rate = pace.hard;
-    if (limits->soft > pace.hard && !contended(context, now)) {
-        pace.rate = limits->soft > VGPU_COMPUTE_UNLIMITED ? VGPU_COMPUTE_UNLIMITED : limits->soft;
+    if (limits->soft <= pace.hard) {
+        return pace;
+    }
+    uint32_t soft = limits->soft > VGPU_COMPUTE_UNLIMITED ? VGPU_COMPUTE_UNLIMITED : limits->soft;
+    if (!contended(context, now)) {
+        pace.rate = soft;
+    } else if (limits->burst > pace.hard && limits->burst_ns <= now &&
+               now - limits->burst_ns < VGPU_EFFECTIVE_STALE_NS) {
+        /* Contended: what the other pods leave, as the daemon last measured it. */
+        pace.rate = limits->burst < soft ? (uint32_t)limits->burst : soft;
     }
     return pace;
 }

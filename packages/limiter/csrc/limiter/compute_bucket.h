@@ -35,6 +35,8 @@ struct vgpu_pace_limits {
     uint32_t soft;         /* compute_soft_limit, burst: 0 or not above `limit` is none */
     uint64_t effective;    /* the daemon's effective limit when oversubscribed; 0: none */
     uint64_t effective_ns; /* when the daemon wrote it */
+    uint64_t burst;        /* the daemon's burst rate while contended (VGPU_SCHED_BURST); 0: none */
+    uint64_t burst_ns;     /* when the daemon wrote it */
 };
 
 /* The rate an epoch runs at (the bucket refills at it) and the hard limit then. rate 0: not
@@ -51,9 +53,10 @@ bool vgpu_pace_contended(bool wanted_now, _Atomic uint64_t *seen_ns, uint64_t no
 
 /* The pace at `now`: hard is the pod's limit, or the daemon's effective limit when that is lower
  * and written less than VGPU_EFFECTIVE_STALE_NS before `now`; the rate is that hard limit, 0
- * when the pod's limit does not limit, or the soft limit (at most VGPU_COMPUTE_UNLIMITED) when it
- * is above the hard limit and `contended(context, now)` says no other pod wants the GPU.
- * `contended` is called only in that last case (it may look at the device lease). */
+ * when the pod's limit does not limit, or with a soft limit above the hard limit: the soft limit
+ * (at most VGPU_COMPUTE_UNLIMITED) when `contended(context, now)` says no other pod wants the
+ * GPU, else the daemon's fresh burst rate (what the others leave) up to the soft limit.
+ * `contended` is called only when there is a soft limit (it may look at the device lease). */
 struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_t now,
                                   bool (*contended)(void *context, uint64_t now), void *context);
 

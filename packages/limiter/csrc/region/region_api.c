@@ -140,6 +140,17 @@ int vgpu_region_safe_set_effective(struct vgpu_region *region, unsigned entry, u
     return 0;
 }
 
+int vgpu_region_safe_set_burst(struct vgpu_region *region, unsigned entry, uint32_t burst,
+                               uint64_t now_ns) {
+    if (entry >= VGPU_REGION_MAX_DEVICES) {
+        return VGPU_REGION_ERROR;
+    }
+    struct vgpu_region_device *device = &region->devices[entry];
+    GUARDED(atomic_store(&device->scheduler_state[VGPU_SCHED_BURST], burst);
+            atomic_store(&device->scheduler_state[VGPU_SCHED_BURST_NS], now_ns));
+    return 0;
+}
+
 int vgpu_region_safe_freeze_device(struct vgpu_region *region, unsigned entry, uint64_t frozen) {
     if (entry >= VGPU_REGION_MAX_DEVICES) {
         return VGPU_REGION_ERROR;

@@ -46,6 +46,8 @@ struct run {
     double mark_s[MAX_MARKS];         /* when a round was seen finished (since the start) */
     uint64_t mark_done[MAX_MARKS];    /* and the kernels finished then */
     size_t marks;
+    double round_ms[MAX_MARKS]; /* with --idle-ms: from each round's first launch to its end */
+    size_t rounds_timed;
     double elapsed_s;
     float gpu_ms;
 };
@@ -199,6 +201,37 @@ static void make_graph(struct run *run) {
     CU(run, cuGraphInstantiate, &run->exec, run->graph, 0);
 }
 
+/* A bursty program's round: wait for it, note how long it took, and idle. */
+static void pause_after(struct run *run, CUevent done, double began) {
+    CU(run, cuEventSynchronize, done);
+    if (run->rounds_timed < MAX_MARKS) {
+        run->round_ms[run->rounds_timed++] = (now_s() - began) * 1000.0;
+    }
+    double idle_s = run->options.idle_ms / 1000.0;
+    struct timespec pause = {(time_t)idle_s, (long)((idle_s - (double)(time_t)idle_s) * 1e9)};
+    while (nanosleep(&pause, &pause) != 0) {
+    }
+}
+
+static int by_value(const void *left, const void *right) {
+    double a = *(const double *)left;
+    double b = *(const double *)right;
+    return a < b ? -1 : a > b;
+}
+
+/* The rounds' latency, p50 and p99, as JSON fields. */
+static void print_rounds(struct run *run) {
+    if (run->rounds_timed == 0) {
+        return;
+    }
+    qsort(run->round_ms, run->rounds_timed, sizeof run->round_ms[0], by_value);
+    size_t p99 = (run->rounds_timed * 99) / 100;
+    printf("\"round_ms_p50\": %.4g, \"round_ms_p99\": %.4g, \"rounds\": %zu, ",
+           run->round_ms[run->rounds_timed / 2],
+           run->round_ms[p99 < run->rounds_timed ? p99 : run->rounds_timed - 1],
+           run->rounds_timed);
+}
+
 static void run_rounds(struct run *run) {
     const struct options *options = &run->options;
     CUstream first = run->streams[0];
@@ -226,6 +259,7 @@ static void run_rounds(struct run *run) {
         } else if (options->kernels - run->kernels_done < count) {
             count = options->kernels - run->kernels_done;
         }
+        double round_began = now_s();
         CUstream stream = run->streams[round % run->stream_count];
         if (options->fresh_streams) {
             CU(run, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
@@ -246,6 +280,9 @@ static void run_rounds(struct run *run) {
         }
         run->kernels_done += count;
         run->issued[round % ROUNDS_IN_FLIGHT] = run->kernels_done;
+        if (options->idle_ms > 0) {
+            pause_after(run, *slot, round_began);
+        }
     }
     /* Join every stream into the first, so the end event follows all the work. */
     for (unsigned s = 1; s < run->stream_count; s++) {
@@ -283,7 +320,7 @@ static void tear_down_work(struct run *run) {
     CU(run, cuModuleUnload, run->module);
 }
 
-static void print_report(const struct run *run) {
+static void print_report(struct run *run) {
     const struct options *options = &run->options;
     double rate = run->elapsed_s > 0 ? (double)run->kernels_done / run->elapsed_s : 0.0;
     printf("{\"path\": \"%s\", ", path_name(options->path));
@@ -304,6 +341,7 @@ static void print_report(const struct run *run) {
     if (options->duration_s > 0) {
         printf("\"duration_s\": %.10g, ", options->duration_s);
     }
+    print_rounds(run);
     if (options->marks) {
         /* The program's progress over time, as the GPU benchmarks record it: [seconds, kernels
          * finished], one pair per finished round. */

@@ -70,6 +70,7 @@ struct options {
     enum graph_mode graph;
     double duration_s;  /* > 0: issue rounds until this much wall time has passed */
     double hold_s;
+    double idle_ms;     /* > 0: each round waited for, then this much sleep */
     int cuda_version;   /* asked of cuGetProcAddress_v2 */
 };
 

@@ -36,6 +36,8 @@ static const char usage[] =
     "  --batch B           kernels per round (default 10, or --kernels when smaller)\n"
     "  --graph[=capture|build]  run each round as one launch of a graph made of B kernels,\n"
     "                      captured from a stream (default) or built node by node\n"
+    "  --idle-ms M         after each round, wait for it to finish and sleep M ms (a bursty,\n"
+    "                      inference-like program); the report gives the rounds' latency\n"
     "  --hold SECONDS      after the report, keep the memory and context and sleep;\n"
     "                      SIGTERM or SIGINT end the hold early (then clean up, exit 0)\n"
     "  --cuda-version V    version asked of cuGetProcAddress_v2 (default 13000)\n"
@@ -111,6 +113,7 @@ enum {
     OPT_GRAPH,
     OPT_DURATION,
     OPT_HOLD,
+    OPT_IDLE_MS,
     OPT_CUDA_VERSION,
     OPT_HELP,
 };
@@ -128,6 +131,7 @@ static const struct option long_options[] = {
     {"graph", optional_argument, NULL, OPT_GRAPH},
     {"duration", required_argument, NULL, OPT_DURATION},
     {"hold", required_argument, NULL, OPT_HOLD},
+    {"idle-ms", required_argument, NULL, OPT_IDLE_MS},
     {"cuda-version", required_argument, NULL, OPT_CUDA_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -230,6 +234,9 @@ void options_parse(int argc, char **argv, struct options *options) {
             break;
         case OPT_HOLD:
             options->hold_s = parse_decimal("--hold", optarg, 86400);
+            break;
+        case OPT_IDLE_MS:
+            options->idle_ms = parse_decimal("--idle-ms", optarg, 10000);
             break;
         case OPT_CUDA_VERSION:
             options->cuda_version = (int)parse_count("--cuda-version", optarg, 1, 1000000);

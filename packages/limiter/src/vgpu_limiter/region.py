@@ -604,6 +604,18 @@ class Region:
         snapshot = self._snapshot()  # kept: the entry points into its buffer
         return int(snapshot.devices[index].scheduler_state[_constant("VGPU_SCHED_EFFECTIVE")])
 
+    def set_burst(self, index: int, burst: int) -> None:
+        """The scheduler's burst rate of device entry ``index``: what a pod with a soft limit may
+        run at while other pods want the GPU (hundredths; 0: its hard limit), stamped now."""
+        stamp = time.monotonic_ns()
+        region = self._writable()
+        self._call(int(_library().vgpu_region_safe_set_burst(region, index, burst, stamp)))
+
+    def burst(self, index: int) -> int:
+        """The burst rate last published for device entry ``index`` (0: none)."""
+        snapshot = self._snapshot()  # kept: the entry points into its buffer
+        return int(snapshot.devices[index].scheduler_state[_constant("VGPU_SCHED_BURST")])
+
     def change_flags(self, set: int = 0, clear: int = 0) -> int:
         """Set, then clear bits of the flags (FLAG_*); the flags after."""
         region = self._writable()

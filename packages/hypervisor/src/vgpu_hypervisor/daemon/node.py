@@ -20,7 +20,12 @@ from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.cluster import ClusterPods
 from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
-from vgpu_hypervisor.daemon.scheduler import QOS_NAMES, node_effective_limits, weight_of
+from vgpu_hypervisor.daemon.scheduler import (
+    QOS_NAMES,
+    node_burst_rates,
+    node_effective_limits,
+    weight_of,
+)
 from vgpu_hypervisor.daemon.workers import HostPids, ProcessTable, Utilization
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, GpuObserver, NodeSnapshot
 from vgpu_hypervisor.gpu.values import or_default
@@ -85,8 +90,10 @@ class Node:
             # The scheduling policy is the pass's, not the store's: the store only keeps what
             # it weighs (the class and weight the daemon holds) and writes what it decides.
             policies = self.store.held_policies(records)
-            wanting = self._demand.wanting(records)
-            self.store.publish_effective(node_effective_limits(records, policies, wanting))
+            demand = self._demand.observe(records)
+            effective = node_effective_limits(records, policies, demand.wanting)
+            self.store.publish_effective(effective)
+            self.store.publish_burst(node_burst_rates(records, effective, demand))
             view = self._build(records)
             self.view = view
             for watcher in self.watchers:

@@ -400,13 +400,25 @@ class PodStore:
 
     def publish_effective(self, effective: Mapping[PodKey, Mapping[int, int]]) -> None:
         """Write each pod's effective compute limit by device entry (the scheduling policy's
-        result) into its region; a file that went or changed since the scan is left alone."""
+        result) into its region."""
+        self._publish(effective, Region.set_effective)
+
+    def publish_burst(self, rates: Mapping[PodKey, Mapping[int, int]]) -> None:
+        """Write each bursting pod's burst rate by device entry (what it may run at while others
+        want the GPU) into its region."""
+        self._publish(rates, Region.set_burst)
+
+    def _publish(
+        self, values: Mapping[PodKey, Mapping[int, int]], write: Callable[[Region, int, int], None]
+    ) -> None:
+        """Write a scheduler word by pod and device entry; a file that went or changed since
+        the scan is left alone."""
         with self._lock:
-            for (namespace, name), limits in effective.items():
+            for (namespace, name), by_entry in values.items():
                 path = self._path(namespace, name)
-                for index, limit in limits.items():
+                for index, value in by_entry.items():
                     with suppress(RegionError):
-                        self._region(path, opening=False).set_effective(index, limit)
+                        write(self._region(path, opening=False), index, value)
 
     def renew_freezes(self, records: list[PodRecord]) -> None:
         """Extend the hold of every frozen pod; clear the flag of a freeze that ran out."""

@@ -28,6 +28,7 @@ from vgpu_limiter.region import (
     QOS_WEIGHTS,
 )
 
+from vgpu_hypervisor.daemon.demand import Demand
 from vgpu_hypervisor.daemon.pods import PodKey, PodRecord
 
 WHOLE: int = COMPUTE_UNLIMITED  # 100 % in hundredths
@@ -100,4 +101,72 @@ def node_effective_limits(
     for pods in by_gpu.values():
         for (key, index), effective in effective_limits(pods).items():
             result.setdefault(key, {})[index] = effective
+    return result
+
+
+# A pod under its limit may grow this much (hundredths) before a pass sees it: what a bursting
+# pod beside it leaves it on top of what it used.
+HEADROOM = 500
+
+
+def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, int]:
+    """The rates (hundredths) the pods with a soft limit may run at while others want the GPU,
+    from each wanting pod's (hard limit, soft limit, use or None): their hard limit and what the
+    others leave. A pod without a soft limit is counted at what it needs: what it used and some
+    headroom, never more than its limit (a pod its limit holds back uses about all of it), and
+    its limit when not yet measured. What is left goes to the bursting pods in proportion to
+    their room above the hard limit, never past their soft limit; none left: 0 (their hard limit
+    holds). A pod that needs more than it got last pass gains the headroom each pass."""
+    bursting = {key: (hard, soft) for key, (hard, soft, _) in pods.items() if soft > hard}
+    needed = sum(hard for hard, _ in bursting.values())
+    for key, (hard, _, used) in pods.items():
+        if key in bursting:
+            continue
+        ceiling = hard if 0 < hard < WHOLE else WHOLE
+        needed += ceiling if used is None else min(ceiling, used + HEADROOM)
+    left = WHOLE - needed
+    result = dict.fromkeys(bursting, 0)
+    open_pods = {key: min(soft, WHOLE) - hard for key, (hard, soft) in bursting.items()}
+    while left > 0 and open_pods:
+        room = sum(open_pods.values())
+        if room <= 0:
+            break
+        given = {key: min(rest, left * rest // room) for key, rest in open_pods.items()}
+        for key, extra in given.items():
+            result[key] += extra
+            open_pods[key] -= extra
+        left -= sum(given.values())
+        full = [key for key, rest in open_pods.items() if rest <= 0]
+        for key in full:
+            del open_pods[key]
+        if not full:
+            break
+    return {key: bursting[key][0] + extra if extra > 0 else 0 for key, extra in result.items()}
+
+
+def node_burst_rates(
+    records: Iterable[PodRecord],
+    effective: Mapping[PodKey, Mapping[int, int]],
+    demand: Demand,
+) -> dict[PodKey, dict[int, int]]:
+    """Each bursting pod's burst rate by device entry (0: none), from the pods that want each GPU
+    (their effective limits as the hard ones where set)."""
+    by_gpu: dict[str, dict[tuple[PodKey, int], tuple[int, int, int | None]]] = {}
+    for record in records:
+        if record.error is not None:
+            continue
+        for device in record.devices:
+            key = (record.key, device.index)
+            if key not in demand.wanting:
+                continue
+            hard = effective.get(record.key, {}).get(device.index, 0) or device.compute_limit
+            by_gpu.setdefault(device.uuid.lower(), {})[key] = (
+                hard,
+                device.compute_soft_limit,
+                demand.usage.get(key),
+            )
+    result: dict[PodKey, dict[int, int]] = {}
+    for pods in by_gpu.values():
+        for (pod, index), rate in burst_rates(pods).items():
+            result.setdefault(pod, {})[index] = rate
     return result
