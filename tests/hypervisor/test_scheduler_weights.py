@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from vgpu_hypervisor.daemon.demand import DemandTracker
-from vgpu_hypervisor.daemon.pods import PodRecord
+from vgpu_hypervisor.daemon.pods import PodRecord, _decode_policies, _encode_policies
 from vgpu_hypervisor.daemon.scheduler import (
     burst_rates,
     effective_limits,
@@ -282,3 +282,36 @@ def test_a_training_pod_takes_what_a_bursty_pod_leaves(
     assert trained >= 65  # 75 on an idle machine; 50 before
     # The bursty pod's work still gets done: at least 17 of its 20 rounds a second.
     assert report["rounds"] >= 17 * 6
+
+
+def test_a_class_written_while_the_daemon_was_down_is_set_back(daemon: Daemon) -> None:
+    """Before, the class and weight the daemon held lived in its memory: a tenant that wrote
+    critical and the largest weight into its region while the daemon was down had them adopted
+    by the next daemon, and took contended time from the other pods."""
+    created = daemon.cli("pods", "create", "tenant", "--compute", "0=60", "--qos", "low")
+    assert created.returncode == 0, created.stderr
+    path = daemon.base / "default" / "tenant" / "shm"
+    time.sleep(1.5)  # a pass or two
+    assert daemon.stop() == 0
+    with open_region(path) as region:
+        region.set_policy(3, 1_000_000)
+    daemon.start()
+    with open_region(path) as region:
+        wait_for(lambda: (region.qos, region.weight) == (QOS_LOW, 0), timeout=10)
+    book = daemon.base / ".daemon"
+    assert book.stat().st_mode & 0o777 == 0o700
+    assert json.loads((book / "policies.json").read_text())[0]["qos"] == QOS_LOW
+
+
+@pytest.mark.parametrize(
+    "document",
+    [None, {"not": "a list"}, [{"namespace": "a"}], [{"namespace": "a", "name": "b",
+     "region": [1, 2], "qos": "high", "weight": 0}], [1, 2]],
+)  # fmt: skip
+def test_a_policy_book_of_the_wrong_shape_is_no_policy(document: object) -> None:
+    assert _decode_policies(document) == {}
+
+
+def test_a_policy_book_round_trips() -> None:
+    policies = {("ml", "a"): ((5, 7), QOS_HIGH, 3), ("ml", "b"): ((5, 9), QOS_LOW, 0)}
+    assert _decode_policies(_encode_policies(policies)) == policies

@@ -17,6 +17,7 @@ daemon's last renewal (every pass renews the freezes of all frozen pods, those o
 daemon included), so a pod is never left frozen for longer than that by a daemon that is gone.
 """
 
+import logging
 import os
 import shutil
 import threading
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from vgpu_common.units import WHOLE_GPU, percent_to_hundredths
 from vgpu_limiter import region as regions
@@ -39,6 +40,11 @@ from vgpu_limiter.region import (
     RegionError,
 )
 
+from vgpu_hypervisor.daemon.private_file import PrivateFile
+
+log = logging.getLogger("vgpu_hypervisor")
+POLICY_FOLDER: Final = ".daemon"  # the daemon's own, 0700 (private_file.py)
+POLICY_FILE: Final = "policies.json"
 FREEZE_HOLD_S: Final = 10.0  # a freeze not renewed for this long ends (the daemon is gone)
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -112,7 +118,21 @@ class PodStore:
     # (namespace, name), with the identity of the region file they belong to: the words in the
     # region are the tenant's to write (its header too), and a weight written there must not
     # take contended time from other pods.
+    # Kept across the daemon's restarts in {base}/.daemon/policies.json (private_file.py): a
+    # daemon started after a tenant wrote its class or weight must not take them for the admin's.
     _policy: dict[tuple[str, str], tuple[tuple[int, int], int, int]] = field(default_factory=dict)
+    _policy_file: PrivateFile | None = None
+
+    def __post_init__(self) -> None:
+        self._policy_file = PrivateFile(self.base / POLICY_FOLDER, POLICY_FILE)
+        if (self.base / POLICY_FOLDER).is_dir():
+            self._policy = _decode_policies(self._policy_file.load())
+
+    def _remember_policies(
+        self, before: dict[tuple[str, str], tuple[tuple[int, int], int, int]]
+    ) -> None:
+        if self._policy != before and self._policy_file is not None:
+            self._policy_file.save(_encode_policies(self._policy))
 
     # Reading
 
@@ -370,7 +390,9 @@ class PodStore:
                 raise PodError(_one_line(error)) from None
             except RegionError as error:  # the file's state (cut short under us): a conflict
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+            before = dict(self._policy)
             self._policy[(namespace, name)] = (identity, *policy)
+            self._remember_policies(before)
 
     def held_policies(self, records: list[PodRecord]) -> dict[PodKey, tuple[int, int]]:
         """Each readable pod's (class, weight) as the daemon set them (or first read them from
@@ -379,10 +401,13 @@ class PodStore:
         wrote over them are set back; the policies of pods gone are forgotten (not of
         unreadable ones)."""
         with self._lock:
+            before = dict(self._policy)
             present = {record.key for record in records}
             for key in set(self._policy) - present:
                 del self._policy[key]
-            return {r.key: self._held_policy(r) for r in records if r.error is None}
+            held = {r.key: self._held_policy(r) for r in records if r.error is None}
+            self._remember_policies(before)
+            return held
 
     def _held_policy(self, record: PodRecord) -> tuple[int, int]:
         current = self._open.get(record.path)
@@ -535,3 +560,46 @@ def _remove_if_empty(folder: Path) -> None:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+# {base}/.daemon/policies.json: [{"namespace", "name", "region": [st_dev, st_ino], "qos", "weight"}]
+
+
+def _encode_policies(
+    policies: Mapping[tuple[str, str], tuple[tuple[int, int], int, int]],
+) -> list[dict[str, Any]]:
+    return [
+        {"namespace": ns, "name": name, "region": list(identity), "qos": qos, "weight": weight}
+        for (ns, name), (identity, qos, weight) in sorted(policies.items())
+    ]
+
+
+def _decode_policies(document: Any) -> dict[tuple[str, str], tuple[tuple[int, int], int, int]]:
+    """The policies a file holds; none from one that is not a list of such entries (said)."""
+    policies: dict[tuple[str, str], tuple[tuple[int, int], int, int]] = {}
+    if document is None:
+        return policies
+    try:
+        for entry in document:
+            device, inode = entry["region"]
+            values = (
+                entry["namespace"],
+                entry["name"],
+                device,
+                inode,
+                entry["qos"],
+                entry["weight"],
+            )
+            if not all(isinstance(v, str) for v in values[:2]) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in values[2:]
+            ):
+                raise TypeError("a field of the wrong type")
+            policies[(entry["namespace"], entry["name"])] = (
+                (device, inode),
+                entry["qos"],
+                entry["weight"],
+            )
+    except (TypeError, KeyError, ValueError) as error:
+        log.warning("%s/%s: cannot read: %s; starting afresh", POLICY_FOLDER, POLICY_FILE, error)
+        return {}
+    return policies

@@ -21,24 +21,20 @@ through a new file renamed over the old.
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import os
-import stat
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from vgpu_hypervisor.daemon.private_file import PrivateFile, PrivateFolderError
 from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling
 
 log = logging.getLogger("vgpu_hypervisor.kubernetes")
 FOLDER: Final = ".kubernetes"
 FILE: Final = "pods.json"
 OLD_MARKER: Final = "kubernetes-pod"  # where versions before this one kept a pod's UID
-_MOST_BYTES: Final = 16 << 20  # far above what a node's pods take; a bigger file is not ours
 _DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -73,8 +69,12 @@ class PodBook:
     Not thread-safe: the pod source changes it under its own lock."""
 
     def __init__(self, base: Path) -> None:
-        self.folder = base / FOLDER
-        os.close(self._open_folder())  # BookError now, not at the first pod
+        self._file = PrivateFile(base / FOLDER, FILE)
+        self.folder = self._file.folder
+        try:
+            self._file.check()  # BookError now, not at the first pod
+        except PrivateFolderError as error:
+            raise BookError(str(error)) from None
         self._entries = self._load()
 
     def get(self, namespace: str, name: str) -> Entry | None:
@@ -86,89 +86,21 @@ class PodBook:
     def put(self, namespace: str, name: str, entry: Entry) -> None:
         if self._entries.get((namespace, name)) != entry:
             self._entries[(namespace, name)] = entry
-            self._save()
+            self._file.save(_encode(self._entries))
 
     def remove(self, namespace: str, name: str) -> None:
         if self._entries.pop((namespace, name), None) is not None:
-            self._save()
-
-    # The folder and the file
-
-    def _open_folder(self) -> int:
-        """The folder, made when missing, opened as itself and checked; BookError."""
-        try:
-            self.folder.parent.mkdir(parents=True, exist_ok=True)
-            self.folder.mkdir(0o700, exist_ok=True)
-            fd = os.open(self.folder, _DIRECTORY)
-        except OSError as error:
-            why = (
-                "not a folder (a symbolic link?)"
-                if error.errno in (errno.ELOOP, errno.ENOTDIR)
-                else error.strerror
-            )
-            raise BookError(f"{self.folder}: {why}") from None
-        info = os.fstat(fd)
-        problem = (
-            f"owned by uid {info.st_uid}, not the daemon's"
-            if info.st_uid != os.geteuid()
-            else "open to other users"
-            if info.st_mode & 0o077
-            else None
-        )
-        if problem is not None:
-            os.close(fd)
-            raise BookError(f"{self.folder}: {problem}: not the daemon's own folder (remove it)")
-        return fd
+            self._file.save(_encode(self._entries))
 
     def _load(self) -> dict[tuple[str, str], Entry]:
-        folder = self._open_folder()
-        try:
-            fd = os.open(FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=folder)  # fmt: skip
-        except FileNotFoundError:
+        document = self._file.load()
+        if document is None:
             return {}
-        except OSError as error:
-            log.warning("%s: cannot read: %s; starting afresh", self.folder / FILE, error)
+        try:
+            return _decode(document)
+        except (ValueError, KeyError, TypeError) as error:
+            log.warning("%s: cannot read: %s; starting afresh", self._file.path, error)
             return {}
-        finally:
-            os.close(folder)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > _MOST_BYTES:
-                raise ValueError("not a file the daemon wrote")
-            with os.fdopen(fd, "rb") as file:
-                fd = -1
-                return _decode(json.loads(file.read(_MOST_BYTES)))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            log.warning("%s: cannot read: %s; starting afresh", self.folder / FILE, error)
-            return {}
-        finally:
-            if fd >= 0:
-                os.close(fd)
-
-    def _save(self) -> None:
-        """The whole book written anew; an error is logged (the entries stay in memory)."""
-        data = json.dumps(_encode(self._entries), separators=(",", ":")).encode()
-        new = f".{FILE}.new"
-        try:
-            folder = self._open_folder()
-        except BookError as error:
-            log.error("%s; the pods made are kept in memory only", error)
-            return
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(new, flags, 0o600, dir_fd=folder)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(new, FILE, src_dir_fd=folder, dst_dir_fd=folder)
-        except OSError as error:
-            log.error("%s: cannot write: %s", self.folder / FILE, error.strerror or error)
-            with suppress(OSError):
-                os.unlink(new, dir_fd=folder)
-        finally:
-            os.close(folder)
 
 
 def forget_old_marker(pod_folder: Path) -> None:
