@@ -19,13 +19,14 @@ from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.resources import ResourceNames, gpu_of
 from vgpu_hypervisor.kubernetes import annotations
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
-from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.resolver import resolve
 
 PendingPods = Callable[[], Sequence[KubePod]]
-# Makes sure the pod's region exists (with these limits when it is new); its folder on the host
-# and the limits the region holds now for those GPUs (the pod source's, annotations included).
-PreparePod = Callable[[KubePod, Mapping[str, Limits]], tuple[Path, Mapping[str, Limits]]]
+# Makes sure the pod's region exists (with these limits and this owner when it is new); its
+# folder on the host and the limits the region holds now for those GPUs (the pod source's,
+# annotations included).
+PreparePod = Callable[[KubePod, Mapping[str, Limits], UserGroup], tuple[Path, Mapping[str, Limits]]]
 LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
 # NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -98,10 +99,13 @@ class PodMatcher:
             )
 
 
-def pod_limits(pod: KubePod, layout: Layout, uuids: Sequence[str]) -> dict[str, Limits]:
-    """The pod's limits on the GPUs Allocate gave it, resolved as the pod source resolves
-    them (kubernetes/resolver.py): its resources the ceiling (a whole GPU where it asks for
-    no memory or compute), its annotations lower. The pod source reports the problems."""
+def pod_region(
+    pod: KubePod, layout: Layout, uuids: Sequence[str]
+) -> tuple[dict[str, Limits], UserGroup]:
+    """The pod's limits on the GPUs Allocate gave it and its region's owner, resolved as the
+    pod source resolves them (kubernetes/resolver.py): its resources the ceiling (a whole GPU
+    where it asks for no memory or compute), its annotations lower, the owner from its
+    security context. The pod source reports the problems."""
     names = annotations.ResourceNames(
         layout.names.gpu, layout.names.memory, layout.names.compute, layout.memory_unit
     )
@@ -110,7 +114,8 @@ def pod_limits(pod: KubePod, layout: Layout, uuids: Sequence[str]) -> dict[str, 
     gpus = [*layout.gpus, *(NodeGpu(-1, u, "") for u in uuids if u.lower() not in known)]
     found = resolve(pod, gpus, names, assigned=uuids)
     limits = found.limits()
-    return {uuid: limits.get(_same(uuid, limits), Limits(compute=100.0)) for uuid in uuids}
+    chosen = {uuid: limits.get(_same(uuid, limits), Limits(compute=100.0)) for uuid in uuids}
+    return chosen, found.owner
 
 
 def _same(uuid: str, limits: Mapping[str, Limits]) -> str:

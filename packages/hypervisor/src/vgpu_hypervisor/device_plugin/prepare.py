@@ -2,7 +2,7 @@
 
 The pod source usually made it already (from the pod's annotations); when Allocate comes
 first, the region is made here through the PodStore (the one writer of regions) with the
-limits of the pod's resource requests.
+limits and the owner the resolver gives the pod.
 """
 
 import contextlib
@@ -13,7 +13,7 @@ from vgpu_limiter.region import region_path
 
 from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
 from vgpu_hypervisor.device_plugin.allocation import PreparePod
-from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
 
 # The pod source's assign(uid, gpus): the pod's limits on the GPUs Allocate gave it, resolved
 # from its annotations and resources together and written through the store.
@@ -24,12 +24,14 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     """A PreparePod that creates missing regions in ``store``; the host folder of the pod.
     With ``assign`` (the pod source), the pod source sets the pod's limits on its GPUs first."""
 
-    def prepare(pod: KubePod, limits: Mapping[str, Limits]) -> tuple[Path, Mapping[str, Limits]]:
+    def prepare(
+        pod: KubePod, limits: Mapping[str, Limits], owner: UserGroup
+    ) -> tuple[Path, Mapping[str, Limits]]:
         if assign is not None:
             assign(pod.uid, list(limits))
         # Made by the pod source already: its limits (annotations included) stand.
         with contextlib.suppress(PodConflict):
-            store.create(pod.namespace, pod.name, limits)
+            store.create(pod.namespace, pod.name, limits, owner=owner.user, group=owner.group)
         folder = region_path(store.base, pod.namespace, pod.name).parent
         return folder, _held(store, pod, limits)
 
