@@ -8,7 +8,6 @@ ask for the same number of GPUs and the kubelet admits the younger first; then t
 limits (each still gets as many GPUs as it asked for). docs/device-plugin.md says more.
 """
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,10 +129,12 @@ def container_response(
     *,
     device_ids: Sequence[str],
     host_folder: Path,
-    limits: Mapping[str, Limits],
     minors: Mapping[str, int],
 ) -> api_pb2.ContainerAllocateResponse:
-    """Env, mounts and device nodes for one container."""
+    """Env, mounts and device nodes for one container. No limit is in the env: the pod's
+    region, made before Allocate answers, holds them (and the daemon changes them there live);
+    TF_REGION_REQUIRED makes a process that finds it missing fail rather than make one that
+    would hold none."""
     uuids = sorted({gpu_of(one) for one in device_ids})
     for library in LIBRARIES:
         if not (layout.host_lib_dir / library).is_file():
@@ -154,13 +155,8 @@ def container_response(
         "POD_NAMESPACE": pod.namespace,
         "CONTAINER_NAME": container.name,
         "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
+        "TF_REGION_REQUIRED": "1",
     }
-    memory = {u: limits[u].memory for u in uuids if limits[u].memory}
-    compute = {u: limits[u].compute for u in uuids if (limits[u].compute or 100) < 100}
-    if memory:
-        envs["TENSOR_FUSION_CUDA_MEM_LIMIT"] = json.dumps(memory, separators=(",", ":"))
-    if compute:
-        envs["TENSOR_FUSION_CUDA_UP_LIMIT"] = json.dumps(compute, separators=(",", ":"))
     # Read-only but for the pod's own folder; the rest of the base path (other pods, the lease
     # files any member of their group could truncate) is not mounted at all. The device leases
     # come from the daemon's arbiter, through its socket in .node (docs/security.md).

@@ -124,7 +124,7 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.AllocateResponse:
         if self._kind != "gpu":
             # Memory and compute devices only count capacity; the GPU resource's Allocate
-            # gives the limits, read from the pod's requests.
+            # makes the pod's region, which holds the limits.
             return api_pb2.AllocateResponse(
                 container_responses=[
                     api_pb2.ContainerAllocateResponse() for _ in request.container_requests
@@ -237,7 +237,6 @@ class DevicePlugin:
                     container,
                     device_ids=ids,
                     host_folder=folder,
-                    limits=limits,
                     minors=self._minors,
                 )
             )
