@@ -18,7 +18,7 @@ setup_package(
         # raise the bound after checking a new release against it.
         "uvicorn>=0.30,<0.55",
         "prometheus-client>=0.20",
-        "httpx>=0.27",  # TokenReview calls to the API server
+        "httpx>=0.27",  # the CLI's client of the daemon's API
         "pyyaml>=6.0",  # -o yaml
     ],
     # The pod source and the device plugin (vgpu_hypervisor/extras.py): not on bare metal.

@@ -3,6 +3,7 @@
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,12 +24,13 @@ SHARES = 4
 GiB = 1 << 30
 
 
-@pytest.fixture(scope="module")
+# Session-wide: a process binds the simulated GPU to one state file for its life.
+@pytest.fixture(scope="session")
 def sim_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("node") / "node.state"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def snapshot(sim_state: Path) -> NodeSnapshot:
     """One sample of the simulated node (two GPUs)."""
     saved = os.environ.pop("VGPU_SIM_DEVICES", None)
@@ -75,36 +77,38 @@ class Node:
     pods: list[KubePod] = field(default_factory=list)
 
 
-@pytest.fixture
-def node(tmp_path: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
-    lib = tmp_path / "lib"
+@contextmanager
+def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
+    """A node under ``root``: the libraries, device files, base path and a stand-in kubelet."""
+    lib = root / "lib"
     lib.mkdir()
     shutil.copy(add_path_library(), lib / "libadd_path.so")
     shutil.copy(limiter_library(), lib / "libcuda_limiter.so")
-    dev = tmp_path / "dev"
+    dev = root / "dev"
     dev.mkdir()
     for name in ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"):
         (dev / name).touch()
     layout = Layout(
         host_lib_dir=lib,
-        host_base=tmp_path / "shm",
+        host_base=root / "shm",
         dev_root=dev,
         memory_unit=GiB,
         gpus=node_gpus(snapshot),
     )
     layout.host_base.mkdir()
     store = PodStore(layout.host_base)
-    kubelet = FakeKubelet(tmp_path / "device-plugins")
+    kubelet = FakeKubelet(root / "device-plugins")
     kubelet.start()
     try:
-        yield Node(tmp_path, kubelet, layout, store)
+        yield Node(root, kubelet, layout, store)
     finally:
         kubelet.stop()
         store.close()
 
 
-@pytest.fixture
-def plugin(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
+@contextmanager
+def serving(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
+    """The plugin of ``node``, started, its pods those of ``node.pods``."""
     config = PluginConfig(node.layout, folder=node.kubelet.folder, shares=SHARES, poll_s=0.1)
     minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}
     running = DevicePlugin(
@@ -115,3 +119,15 @@ def plugin(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
+    with running_node(tmp_path, snapshot) as made:
+        yield made
+
+
+@pytest.fixture
+def plugin(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
+    with serving(node, snapshot) as running:
+        yield running

@@ -1,13 +1,22 @@
-"""`tf-hypervisor daemon --device-plugin`: the daemon serves and registers the plugin."""
+"""`tf-hypervisor daemon --device-plugin`: the daemon serves and registers the plugin, and with
+the pod source (`--kubernetes`) answers Allocate once the pod's region is made."""
 
+import shutil
 from pathlib import Path
 
 import grpc
 import pytest
+from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.device_plugin.proto import api_pb2
+from vgpu_limiter import library_path as limiter_library
 
 from tests.device_plugin.kubelet import FakeKubelet, Watch
-from tests.hypervisor.conftest import Daemon
+from tests.device_plugin.test_device_plugin import container_environment, run_workload
+from tests.hypervisor.conftest import Daemon, wait_for
+from tests.kubernetes.apiserver import ApiServer
+
+GiB = 1 << 30
+UUID0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulated GPU 0
 
 
 def test_the_daemon_registers_the_plugin_and_stops_it(tmp_path: Path) -> None:
@@ -49,3 +58,75 @@ def test_the_daemon_registers_the_plugin_and_stops_it(tmp_path: Path) -> None:
     assert "device plugin serving in" in log
     assert "registered vgpu.io/gpu, vgpu.io/gpu-memory, vgpu.io/gpu-compute" in log
     assert " failed" not in log  # sampling fed the plugin's health without an error
+
+
+def test_with_the_pod_source_allocate_answers_once_the_region_holds_the_pods_limits(
+    tmp_path: Path,
+) -> None:
+    """The daemon as deployed: the pod source follows the API server, the device plugin serves
+    the kubelet. When Allocate answers, the pod's region exists with the limits of its
+    resources and the owner of its security context (the pod source made it, Allocate set it
+    on the GPU the kubelet gave); the container's env carries no limit, and a workload run with
+    exactly that env is held to the region's limit."""
+    api = ApiServer()
+    api.up()
+    kubelet = FakeKubelet(tmp_path / "device-plugins")
+    kubelet.start()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(add_path_library(), lib / "libadd_path.so")
+    shutil.copy(limiter_library(), lib / "libcuda_limiter.so")
+    (tmp_path / "node").mkdir()
+    daemon = Daemon(
+        tmp_path / "node",
+        extra=(
+            "--kubernetes",
+            "--node-name", "node-a",
+            "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")),
+            "--device-plugin",
+            "--device-plugin-dir", str(kubelet.folder),
+            "--device-plugin-lib-dir", str(lib),
+        ),
+    )  # fmt: skip
+    daemon.start()
+    try:
+        api.put_pod(
+            "train",
+            resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "40"},
+            security={"runAsUser": 1000, "fsGroup": 2000},
+            phase="Pending",
+        )
+        requests = {r.resource_name: r for r in kubelet.wait_registrations(3)}
+        gpu = kubelet.plugin(requests["vgpu.io/gpu"])
+
+        def allocated() -> api_pb2.AllocateResponse | None:
+            request = api_pb2.AllocateRequest(
+                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[f"{UUID0}-0"])]
+            )
+            try:
+                return gpu.Allocate(request, timeout=10)
+            except grpc.RpcError as error:  # the pod source has not listed the pod yet
+                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+                return None
+
+        (answer,) = wait_for(allocated, timeout=15).container_responses
+        region = daemon.base / "default" / "train" / "shm"
+        assert (region.stat().st_uid, region.stat().st_gid) == (1000, 2000)
+        pod = daemon.api("GET", "/api/v1/pods/default/train").json()
+        (gpu0,) = [g for g in pod["gpus"] if g["index"] == 0]
+        assert (gpu0["memory_limit"], gpu0["compute_limit"]) == (2 * GiB, 40.0)
+        envs = dict(answer.envs)
+        assert envs["TF_REGION_REQUIRED"] == "1"
+        assert not {k for k in envs if k.startswith("TENSOR_FUSION_CUDA_")}
+
+        environment = container_environment(answer, daemon.state)
+        assert run_workload(environment, "1GiB").get("error") is None
+        refused = run_workload(environment, "2GiB")
+        assert refused["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2", refused
+    finally:
+        assert daemon.stop() == 0
+        kubelet.stop()
+        api.down()
+    log = daemon.log_file.read_text()
+    assert "pod default/train: region created:" in log and "(owner 1000, group 2000)" in log
+    assert "Allocate: pod default/train container main gets" in log

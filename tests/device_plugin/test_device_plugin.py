@@ -99,17 +99,28 @@ def allocate(
     return answer
 
 
-def test_allocate_passes_on_the_limits_the_region_holds(
+LIMIT_VARIABLES = ("TENSOR_FUSION_CUDA_MEM_LIMIT", "TENSOR_FUSION_CUDA_UP_LIMIT")
+
+
+def region_limits(node: Node, name: str) -> dict[str, tuple[int, float | None]]:
+    """The pod's region's limits by GPU UUID (lower case): (memory bytes, compute percent)."""
+    record = node.store.get("team", name)
+    return {d.uuid.lower(): (d.memory_limit, d.compute_percent) for d in record.devices}
+
+
+def test_allocate_leaves_the_limits_to_the_region_it_made(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
     """The pod source made the region first, from annotations lower than the resources: the
-    container's env says what the region says, so the limiter has nothing to warn about."""
+    region keeps them, and the container's env carries no limit (the region is the truth),
+    only TF_REGION_REQUIRED, so that a process never makes a missing region of its own."""
     uuid = str(snapshot.devices[0].uuid)
     node.store.create("team", "lowered", {uuid: Limits(memory=1 * GiB, compute=20.0)})
     node.pods[:] = [gpu_pod("lowered", 1, "2026-01-01T00:00:00Z", memory=4, compute=50)]
     envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
-    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 1 * GiB}
-    assert json.loads(envs["TENSOR_FUSION_CUDA_UP_LIMIT"]) == {uuid: 20.0}
+    assert not set(LIMIT_VARIABLES) & set(envs)
+    assert envs["TF_REGION_REQUIRED"] == "1"
+    assert region_limits(node, "lowered") == {uuid.lower(): (1 * GiB, 20.0)}
 
 
 def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
@@ -129,8 +140,7 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     assert envs["CONTAINER_NAME"] == "main"
     assert envs["NVIDIA_VISIBLE_DEVICES"] == uuid
     assert envs["SHM_PATH"] == "/run/tensor-fusion/shm/team/older"
-    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 2 * GiB}
-    assert json.loads(envs["TENSOR_FUSION_CUDA_UP_LIMIT"]) == {uuid: 30.0}
+    assert not set(LIMIT_VARIABLES) & set(envs)
     assert envs["LD_PRELOAD"].split(":") == [
         "/usr/local/vgpu/lib/libadd_path.so",
         "/usr/local/vgpu/lib/libcuda_limiter.so",
@@ -149,8 +159,7 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     assert plugin.assigned("uid-older") == (uuid,)
     assert plugin.assigned("uid-younger") == ()
     # The region exists with those limits before the container starts.
-    record = node.store.get("team", "older")
-    assert [(d.uuid.lower(), d.memory_limit) for d in record.devices] == [(uuid.lower(), 2 * GiB)]
+    assert region_limits(node, "older") == {uuid.lower(): (2 * GiB, 30.0)}
 
     # The next single-GPU container is the younger pod's; then none is left.
     assert dict(allocate(node, request, [f"{uuid}-1"]).envs)["POD_NAME"] == "younger"
@@ -168,11 +177,8 @@ def test_allocate_gives_a_pod_asking_only_for_a_gpu_that_whole_gpu(
     uuid, total = str(snapshot.devices[0].uuid), snapshot.devices[0].memory_total
     assert isinstance(total, int)
     node.pods[:] = [gpu_pod("whole", 1, "2026-01-01T00:00:00Z")]
-    envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
-    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: total}
-    assert "TENSOR_FUSION_CUDA_UP_LIMIT" not in envs  # 100 %
-    (device,) = node.store.get("team", "whole").devices
-    assert (device.memory_limit, device.compute_percent) == (total, None)
+    allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    assert region_limits(node, "whole") == {uuid.lower(): (total, None)}  # 100 %: no limit
 
 
 def test_allocate_holds_annotations_to_the_resources_on_the_gpus_given(
@@ -190,11 +196,8 @@ def test_allocate_holds_annotations_to_the_resources_on_the_gpus_given(
         },
     )
     node.pods[:] = [greedy]
-    envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
-    assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 2 * GiB}
-    assert json.loads(envs["TENSOR_FUSION_CUDA_UP_LIMIT"]) == {uuid: 10.0}
-    record = node.store.get("team", "greedy")
-    assert [(d.uuid.lower(), d.memory_limit) for d in record.devices] == [(uuid.lower(), 2 * GiB)]
+    allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    assert region_limits(node, "greedy") == {uuid.lower(): (2 * GiB, 10.0)}
 
 
 def test_allocate_with_no_matching_pod_is_an_error_naming_why(
@@ -224,14 +227,10 @@ def test_kubelet_restart_makes_the_plugin_register_again(node: Node, plugin: Dev
     assert plugin.registered()
 
 
-def test_a_workload_with_the_allocated_environment_is_limited(
-    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
-) -> None:
-    uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
-    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
-
-    # The container's paths, as its mounts map them onto the host.
+def container_environment(
+    answer: api_pb2.ContainerAllocateResponse, sim_state: object
+) -> dict[str, str]:
+    """Exactly Allocate's env on the simulated GPU, container paths as the mounts map them."""
     mounts = sorted(((m.container_path, m.host_path) for m in answer.mounts), key=len, reverse=True)
 
     def on_host(value: str) -> str:
@@ -240,25 +239,90 @@ def test_a_workload_with_the_allocated_environment_is_limited(
         return value
 
     environment = clean_environment() | sim.environment(state=str(sim_state))
-    environment |= {name: on_host(value) for name, value in answer.envs.items()}
+    return environment | {name: on_host(value) for name, value in answer.envs.items()}
+
+
+def run_workload(environment: dict[str, str], size: str) -> dict[str, object]:
+    result = subprocess.run(
+        [str(sim.workload_path()), "--kernels", "1", "--alloc", size],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    report: dict[str, object] = json.loads(result.stdout)
+    report["stderr"] = result.stderr
+    return report
+
+
+def test_a_workload_with_the_allocated_environment_is_limited(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
+) -> None:
+    uuid = str(snapshot.devices[0].uuid)
+    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
+    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    environment = container_environment(answer, sim_state)
     assert environment["LD_PRELOAD"].startswith(str(node.layout.host_lib_dir))
 
-    def workload(size: str) -> dict[str, object]:
-        result = subprocess.run(
-            [str(sim.workload_path()), "--kernels", "1", "--alloc", size],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        report: dict[str, object] = json.loads(result.stdout)
-        return report
+    fits = run_workload(environment, "1GiB")
+    assert fits.get("error") is None, fits
+    assert fits["total_bytes"] == 2 * GiB  # the region's limit, seen as the GPU's memory
+    assert run_workload(environment, "3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
 
-    fits = workload("1GiB")
-    assert fits.get("error") is None, fits  # the compute limit's value parses too
-    assert fits["total_bytes"] == 2 * GiB  # the process sees its limit as the GPU's memory
-    assert workload("3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+
+def test_a_limit_lifted_after_allocate_is_not_put_back_by_the_container(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
+) -> None:
+    """The region is the truth: the admin lifts the compute limit and raises the memory after
+    Allocate, and a process the container starts later finds them so. (With the limits in the
+    env, it seeded 40 % again into the region, where no limit reads as unset.)"""
+    uuid = str(snapshot.devices[0].uuid)
+    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
+    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    node.store.update("team", "trainer", {uuid: Limits(memory=4 * GiB, compute=100.0)})
+    report = run_workload(container_environment(answer, sim_state), "3GiB")
+    assert report.get("error") is None, report
+    assert report["total_bytes"] == 4 * GiB
+    assert "differs from the pod region" not in str(report["stderr"])
+    assert region_limits(node, "trainer") == {uuid.lower(): (4 * GiB, None)}
+
+
+def test_a_region_gone_before_the_container_starts_fails_it_closed(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
+) -> None:
+    """The region removed after Allocate (a node rebooted under the kubelet's saved answer, an
+    admin's delete) and the folder made again empty, as a runtime makes a missing mount
+    source: the container's processes fail CUDA's initialization and make no region, which
+    would hold no limit; the daemon's next region for the pod is the one they use."""
+    uuid = str(snapshot.devices[0].uuid)
+    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
+    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    folder = node.store.get("team", "trainer").path.parent
+    node.store.delete("team", "trainer")
+    folder.mkdir(mode=0o755, parents=True)
+    environment = container_environment(answer, sim_state)
+
+    refused = run_workload(environment, "1GiB")
+    assert str(refused["error"]).startswith("CUDA_ERROR_NOT_INITIALIZED"), refused
+    assert "no such pod region (TF_REGION_REQUIRED" in str(refused["stderr"])
+    assert not (folder / "shm").exists()
+
+    node.store.create("team", "trainer", {uuid: Limits(memory=2 * GiB, compute=40.0)})
+    assert run_workload(environment, "3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+
+
+def test_allocate_fails_when_the_region_cannot_be_made(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+) -> None:
+    """No answer without a region: the kubelet starts no container that would find none."""
+    uuid = str(snapshot.devices[0].uuid)
+    (node.layout.host_base / "team").write_text("not a folder")
+    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2)]
+    with pytest.raises(grpc.RpcError) as caught:
+        allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert str(caught.value.details()).startswith("pod team/trainer: cannot prepare its region:")
 
 
 def test_a_failing_pod_source_is_a_one_line_grpc_error(

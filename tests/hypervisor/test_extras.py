@@ -22,7 +22,11 @@ WITHOUT = (
 
 @pytest.mark.parametrize(
     ("flags", "named"),
-    [(["--device-plugin"], "--device-plugin"), (["--kubernetes"], "--kubernetes")],
+    [
+        (["--device-plugin"], "--device-plugin"),
+        (["--kubernetes"], "--kubernetes"),
+        (["--token-review", "--token-review-url", "http://127.0.0.1:9/x"], "--token-review"),
+    ],
 )
 def test_a_daemon_asked_for_a_kubernetes_part_without_the_extra_says_what_to_install(
     tmp_path: Path, flags: list[str], named: str

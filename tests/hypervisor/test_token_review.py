@@ -3,11 +3,14 @@ answers real TokenReview requests over HTTP."""
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.hypervisor.conftest import Daemon
@@ -23,6 +26,10 @@ DAEMON_CREDENTIAL = "the-daemons-own-token"
 class ApiServer(ThreadingHTTPServer):
     reviews: list[dict[str, Any]]
     authorizations: list[str]
+    delay_s: float  # each review takes this long (a slow or loaded API server)
+    in_flight: int  # reviews being answered now
+    most_in_flight: int
+    lock: threading.Lock
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -33,8 +40,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.reviews.append(body)
-        self.server.authorizations.append(self.headers.get("Authorization", ""))
+        server = self.server
+        with server.lock:
+            server.reviews.append(body)
+            server.authorizations.append(self.headers.get("Authorization", ""))
+            server.in_flight += 1
+            server.most_in_flight = max(server.most_in_flight, server.in_flight)
+        time.sleep(server.delay_s)
+        with server.lock:
+            server.in_flight -= 1
         token = body["spec"]["token"]
         if token in USERS:
             name, groups = USERS[token]
@@ -56,6 +70,8 @@ class _Handler(BaseHTTPRequestHandler):
 def api_server() -> Iterator[ApiServer]:
     server = ApiServer(("127.0.0.1", 0), _Handler)
     server.reviews, server.authorizations = [], []
+    server.delay_s, server.in_flight, server.most_in_flight = 0.0, 0, 0
+    server.lock = threading.Lock()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -68,7 +84,7 @@ def api_server() -> Iterator[ApiServer]:
 def test_cluster_tokens_go_through_token_review_and_are_cached(
     tmp_path: Path, api_server: ApiServer
 ) -> None:
-    from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
+    from vgpu_hypervisor.kubernetes.token_review import TokenReviewer
 
     credential = tmp_path / "sa-token"
     credential.write_text(DAEMON_CREDENTIAL + "\n")
@@ -169,3 +185,89 @@ def test_an_unreachable_api_server_is_503(tmp_path: Path) -> None:
         assert answer.json()["error"].startswith("TokenReview at http://127.0.0.1:9/x:")
     finally:
         daemon.stop()
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _flood(base: str, client: int, until: float) -> dict[int, int]:
+    """A new made-up token with every request, on one kept-alive connection, until ``until``;
+    the statuses answered, counted."""
+    statuses: dict[int, int] = {}
+    with httpx.Client(base_url=base, timeout=30) as http:
+        sent = 0
+        while time.monotonic() < until:
+            sent += 1
+            status = http.get("/api/v1/pods", headers=_bearer(f"made-up-{client}-{sent}"))
+            statuses[status.status_code] = statuses.get(status.status_code, 0) + 1
+            time.sleep(0.005)  # leaves the test's own holder thread the GIL now and then
+    return statuses
+
+
+def _holders(base: str, tokens: tuple[str, ...], until: float) -> list[tuple[int, float]]:
+    """Each token's read on a new connection every 0.1 s until ``until``: (status, seconds)."""
+    answers = []
+    while time.monotonic() < until:
+        for token in tokens:
+            started = time.monotonic()
+            with httpx.Client(base_url=base, timeout=30) as http:
+                status = http.get("/api/v1/pods", headers=_bearer(token)).status_code
+            answers.append((status, time.monotonic() - started))
+        time.sleep(0.1)
+    return answers
+
+
+def test_a_flood_of_made_up_tokens_neither_hangs_the_api_nor_shuts_token_holders_out(
+    tmp_path: Path, api_server: ApiServer
+) -> None:
+    """24 clients send a new made-up token with every request, for 4 s, to an API server that
+    takes 0.3 s a review: at most 8 reviews are under way at once (MAX_REVIEWS), each made-up
+    token is answered 401 or, past the 8, 503 at once, never a 500 or a hang; the token file's
+    holder and a cluster token reviewed before are answered meanwhile as if nothing happened,
+    and once the flood ends a new cluster token is reviewed (no review slot was lost)."""
+    api_server.delay_s = 0.3
+    url = f"http://127.0.0.1:{api_server.server_address[1]}"
+    daemon = Daemon(
+        tmp_path,
+        extra=(
+            "--token-review",
+            "--token-review-url",
+            url + "/apis/authentication.k8s.io/v1/tokenreviews",
+            "--token-review-allow",
+            "ops",
+        ),
+    )
+    daemon.start()
+    base = f"http://127.0.0.1:{daemon.port}"
+    try:
+        reviewed = daemon.http.get("/api/v1/pods", headers=_bearer("sa-token-ops"))
+        assert reviewed.status_code == 200, reviewed.text
+        until = time.monotonic() + 4.0
+        with ThreadPoolExecutor(max_workers=25) as pool:
+            floods = [pool.submit(_flood, base, client, until) for client in range(24)]
+            held = pool.submit(_holders, base, (daemon.token, "sa-token-ops"), until)
+            statuses: dict[int, int] = {}
+            for one in floods:
+                for status, count in one.result(timeout=60).items():
+                    statuses[status] = statuses.get(status, 0) + count
+            answered = held.result(timeout=60)
+
+        assert set(statuses) <= {401, 503}, statuses
+        assert statuses.get(503, 0) > 0 and statuses.get(401, 0) > 0, statuses  # the cap was hit
+        assert api_server.most_in_flight <= 8, api_server.most_in_flight
+        assert len(answered) >= 6
+        assert {status for status, _ in answered} == {200}, answered
+        # Never behind the reviews: the token file's token is checked before any review slot
+        # (a wait there is 0.3 s a review); the bound allows for a loaded 2-core machine.
+        assert max(seconds for _, seconds in answered) < 2.0, answered
+        assert daemon.http.get("/healthz").status_code == 200
+        with api_server.lock:
+            before = len(api_server.reviews)
+        fresh = daemon.http.get("/api/v1/pods", headers=_bearer("sa-token-app"))
+        assert fresh.status_code == 403, fresh.text  # reviewed: every slot came back
+        assert len(api_server.reviews) == before + 1
+    finally:
+        assert daemon.stop() == 0
+    log = daemon.log_file.read_text()
+    assert "Traceback" not in log, log

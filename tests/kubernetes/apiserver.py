@@ -175,8 +175,11 @@ class ApiServer:
         annotations: dict[str, str] | None = None,
         resources: dict[str, str] | None = None,
         phase: str = "Running",
+        security: dict[str, Any] | None = None,
+        container_security: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Create or replace a pod (ADDED or MODIFIED)."""
+        """Create or replace a pod (ADDED or MODIFIED); ``security`` and ``container_security``
+        are the pod's and its container's securityContext."""
         with self._changed:
             old = self.pods.get((namespace, name))
             self.version += 1
@@ -186,14 +189,20 @@ class ApiServer:
                 created = f"2026-01-01T00:00:{self._uids % 60:02d}Z"
             else:
                 uid, created = old["metadata"]["uid"], old["metadata"]["creationTimestamp"]
+            container: dict[str, Any] = {
+                "name": "main", "image": "busybox", "resources": {"limits": resources or {}}
+            }  # fmt: skip
+            if container_security is not None:
+                container["securityContext"] = container_security
+            spec: dict[str, Any] = {"nodeName": node, "containers": [container]}
+            if security is not None:
+                spec["securityContext"] = security
             pod = {
                 "kind": "Pod", "apiVersion": "v1",
                 "metadata": {"name": name, "namespace": namespace, "uid": uid,
                              "resourceVersion": str(self.version), "creationTimestamp": created,
                              "annotations": annotations or {}},
-                "spec": {"nodeName": node, "containers": [
-                    {"name": "main", "image": "busybox",
-                     "resources": {"limits": resources or {}}}]},
+                "spec": spec,
                 "status": {"phase": phase},
             }  # fmt: skip
             self.pods[(namespace, name)] = pod

@@ -262,3 +262,31 @@ def test_bad_kubernetes_settings_are_one_line_errors(
         assert message in str(failure.value) and len(lines) == 1, lines
     finally:
         daemon.close()
+
+
+def test_a_non_root_pods_region_belongs_to_its_user_and_group_and_its_folder_stays_ours(
+    daemon: Daemon, api: ApiServer
+) -> None:
+    """The security context names the region's owner: the container's runAsUser over the
+    pod's, fsGroup for the group. The pod folder stays the daemon's (docs/security.md), open to
+    the pod's group to enter, so the tenant can use its region but not replace it."""
+    api.put_pod(
+        "tenant",
+        resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "512"},
+        security={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000},
+        container_security={"runAsUser": 1001},
+    )
+    region = daemon.base / "default" / "tenant" / "shm"
+    wait_for(region.exists, timeout=15)
+    info, folder = region.stat(), region.parent.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1001, 2000, 0o660)
+    assert (folder.st_uid, folder.st_gid, folder.st_mode & 0o7777) == (0, 2000, 0o755)
+    assert "pod default/tenant: region created:" in _log(daemon)
+    assert "(owner 1001, group 2000)" in _log(daemon)
+
+    # No security context: root's, as before.
+    api.put_pod("rooted", resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "512"})
+    rooted = daemon.base / "default" / "rooted" / "shm"
+    wait_for(rooted.exists, timeout=15)
+    assert (rooted.stat().st_uid, rooted.stat().st_gid) == (0, 0)
+    assert rooted.parent.stat().st_mode & 0o7777 == 0o770

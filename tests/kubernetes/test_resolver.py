@@ -3,11 +3,15 @@
 The same function answers the pod source and the device plugin's Allocate
 (tests/device_plugin/test_device_plugin.py checks Allocate's side)."""
 
+import dataclasses
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from vgpu_hypervisor.daemon.pods import Limits
 from vgpu_hypervisor.kubernetes import annotations as a
 from vgpu_hypervisor.kubernetes import resolver as r
+from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
 
 from tests.kubernetes.test_annotations import UUID0, UUID1, pod
 
@@ -145,3 +149,63 @@ def test_no_annotation_ever_passes_the_ceiling(
         assert limits.compute is not None and limits.compute <= float(compute)
     else:
         assert limits.compute is None or limits.compute <= 100
+
+
+def _secured(
+    pod_ids: UserGroup,
+    fs_group: int | None,
+    *containers: tuple[UserGroup, dict[str, str]],
+) -> KubePod:
+    made = pod({}, *(resources for _, resources in containers))
+    with_ids = tuple(
+        dataclasses.replace(container, run_as=ids)
+        for container, (ids, _) in zip(made.containers, containers, strict=True)
+    )
+    return dataclasses.replace(made, containers=with_ids, run_as=pod_ids, fs_group=fs_group)
+
+
+GPU = {"vgpu.io/gpu": "1"}
+
+
+@pytest.mark.parametrize(
+    ("pod_ids", "fs_group", "containers", "owner"),
+    [
+        # The pod's runAsUser and runAsGroup, fsGroup winning for the group.
+        (UserGroup(1000, 3000), 2000, [(UserGroup(), GPU)], UserGroup(1000, 2000)),
+        (UserGroup(1000, 3000), None, [(UserGroup(), GPU)], UserGroup(1000, 3000)),
+        # A container's own over the pod's.
+        (UserGroup(1000, 3000), None, [(UserGroup(1001, 3001), GPU)], UserGroup(1001, 3001)),
+        # Two GPU containers as different users: no one user; the group they share.
+        (
+            UserGroup(None, 3000),
+            None,
+            [(UserGroup(1000), GPU), (UserGroup(1001), GPU)],
+            UserGroup(None, 3000),
+        ),
+        # One runs as its image says (unknown): no user; fsGroup reaches both.
+        (UserGroup(), 2000, [(UserGroup(1000), GPU), (UserGroup(), GPU)], UserGroup(None, 2000)),
+        # Only the containers that use the region count.
+        (UserGroup(), None, [(UserGroup(1000), GPU), (UserGroup(0), {"cpu": "1"})],
+         UserGroup(1000, None)),
+        # Root is no owner; nothing set is root's too.
+        (UserGroup(0, 0), 0, [(UserGroup(), GPU)], UserGroup()),
+        (UserGroup(), None, [(UserGroup(), GPU)], UserGroup()),
+    ],
+)  # fmt: skip
+def test_the_region_belongs_to_the_user_and_group_the_pods_gpu_containers_run_as(
+    pod_ids: UserGroup,
+    fs_group: int | None,
+    containers: list[tuple[UserGroup, dict[str, str]]],
+    owner: UserGroup,
+) -> None:
+    secured = _secured(pod_ids, fs_group, *containers)
+    assert r.region_owner(secured) == owner
+    assert r.resolve(secured, GPUS, assigned=(UUID0,)).owner == owner
+
+
+def test_a_pod_with_annotations_alone_counts_every_container() -> None:
+    annotated = dataclasses.replace(
+        _secured(UserGroup(), None, (UserGroup(1000), {}), (UserGroup(1000), {})),
+        annotations={a.VRAM_LIMIT: "1Gi"},
+    )
+    assert r.resolve(annotated, GPUS).owner == UserGroup(1000, None)

@@ -470,6 +470,7 @@ def test_check_config_json() -> None:
         "container_source": None,
         "base": "/run/tensor-fusion/shm",
         "base_source": "default",
+        "region_required": False,
     }
     assert document["process"] == {
         "context_overhead": 544 * MIB,

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +43,19 @@ class TenantTools:
         return changed
 
     def run_as_tenant(
-        self, command: list[str], environment: Mapping[str, str], **options: object
+        self,
+        command: list[str],
+        environment: Mapping[str, str],
+        groups: Sequence[int] = (),
+        **options: object,
     ) -> "subprocess.Popen[str]":
+        """``command`` as nobody, with ``groups`` as its only supplementary groups."""
         return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
             command,
             env=self.environment(environment),
             user=NOBODY,
             group=NOBODY,
-            extra_groups=[],
+            extra_groups=list(groups),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -90,6 +90,8 @@ struct vgpu_config {
     char pod_uid[VGPU_CONFIG_NAME_SIZE];           /* POD_UID or VGPU_POD_UID; "" */
     char container_name[VGPU_CONFIG_NAME_SIZE]; /* "" when CONTAINER_NAME is not set */
     char container_source[VGPU_CONFIG_SOURCE_SIZE]; /* CONTAINER_NAME, VGPU_CONTAINER_NAME; "" */
+    /* TF_REGION_REQUIRED: the node daemon made the pod's region; none is made if it is missing */
+    bool region_required;
     char base_path[VGPU_CONFIG_PATH_SIZE];      /* SHM_BASE_PATH or the default; no trailing '/' */
     char base_source[VGPU_CONFIG_SOURCE_SIZE];  /* "SHM_BASE_PATH" or "default" */
     uint64_t context_overhead;                  /* bytes charged per CUDA context */

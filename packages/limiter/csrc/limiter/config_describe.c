@@ -161,6 +161,8 @@ static void put_config(struct writer *writer, const struct vgpu_config *config) 
     put(writer, ",\"container_source\":");
     put_string_or_null(writer, config->container_source);
     put_source(writer, "base", config->base_path, config->base_source);
+    put(writer, ",\"region_required\":");
+    put(writer, config->region_required ? "true" : "false");
     put(writer, "},\"process\":{\"context_overhead\":");
     put_u64(writer, config->context_overhead);
     put(writer, ",\"context_overhead_source\":");

@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "config_internal.h"
 #include "vgpu_parse.h"
 
 #define NAME_RULE "1-253 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+#define REQUIRED "TF_REGION_REQUIRED"
 
 /* A name as the daemon accepts it (vgpu_valid_name). */
 static bool load_name(const char *variable, const char *value, char *out, size_t out_size,
@@ -138,7 +140,7 @@ static bool load_named_folder(struct vgpu_config *config, char *error, size_t er
     return true;
 }
 
-bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_size) {
+static bool load_identity(struct vgpu_config *config, char *error, size_t error_size) {
     if (!load_base(config, error, error_size)) {
         return false;
     }
@@ -213,4 +215,28 @@ bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_
     config->pod_source = VGPU_POD_NAME;
     check_pod_folder(config);
     return true;
+}
+
+/* TF_REGION_REQUIRED=1 (the device plugin's Allocate sets it): the node daemon makes the pod's
+ * region before its containers start and passes no limits in the environment, so a process that
+ * made a missing region itself would run with no limit at all. It must name a pod. */
+static bool load_required(struct vgpu_config *config, char *error, size_t error_size) {
+    const char *value = getenv(REQUIRED);
+    if (value == NULL || *value == '\0') {
+        return true;
+    }
+    struct report report = {error, error_size, REQUIRED, value};
+    if (strcmp(value, "1") == 0 || strcasecmp(value, "true") == 0) {
+        config->region_required = true;
+    } else if (strcmp(value, "0") != 0 && strcasecmp(value, "false") != 0) {
+        return vgpu_config_fail(&report, "expected 1 or true, 0 or false");
+    }
+    if (config->region_required && config->pod_folder[0] == '\0') {
+        return vgpu_config_fail(&report, "names no pod region: SHM_PATH or POD_NAME is unset");
+    }
+    return true;
+}
+
+bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_size) {
+    return load_identity(config, error, error_size) && load_required(config, error, error_size);
 }

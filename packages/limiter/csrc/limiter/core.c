@@ -78,10 +78,15 @@ static void setup(void) {
         ready_result = CUDA_ERROR_NOT_INITIALIZED;
         return;
     }
-    vgpu_state.region =
-        vgpu_region_open(folder, config->pod_namespace, config->pod_name, error, sizeof error);
+    /* A region the daemon must have made is never made here: it would hold no limit. */
+    vgpu_state.region = vgpu_region_open(folder, config->pod_namespace, config->pod_name,
+                                         !config->region_required, error, sizeof error);
     if (vgpu_state.region == NULL) {
-        vgpu_log(VGPU_LOG_ERROR, "%s", error);
+        vgpu_log(VGPU_LOG_ERROR, "%s%s", error,
+                 config->region_required
+                     ? " (TF_REGION_REQUIRED: the node daemon makes the pod's region before its "
+                       "containers start, and none is made here; is tf-hypervisor running?)"
+                     : "");
         ready_result = CUDA_ERROR_NOT_INITIALIZED;
         return;
     }

@@ -58,10 +58,12 @@ void vgpu_region_format(struct vgpu_region *region, const char *pod_namespace,
 }
 
 struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespace,
-                                     const char *pod_name, char *error, size_t error_size) {
+                                     const char *pod_name, bool create, char *error,
+                                     size_t error_size) {
     int fd = vgpu_region_open_file(folder, "shm", true, error, error_size);
-    if (fd < 0 && vgpu_region_create(folder, pod_namespace, pod_name, NULL, 0, VGPU_OWNER_KEEP,
-                                     VGPU_OWNER_KEEP, error, error_size) >= 0) {
+    if (fd < 0 && create &&
+        vgpu_region_create(folder, pod_namespace, pod_name, NULL, 0, VGPU_OWNER_KEEP,
+                           VGPU_OWNER_KEEP, error, error_size) >= 0) {
         fd = vgpu_region_open_file(folder, "shm", true, error, error_size);
     }
     if (fd < 0) {

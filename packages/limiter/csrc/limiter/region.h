@@ -9,10 +9,11 @@
 
 #include "vgpu_region_api.h"
 
-/* Map the region at folder/shm, creating folder and file when missing (namespace and pod name
- * are recorded in a new file). NULL with a one-line reason in `error`. */
+/* Map the region at folder/shm, creating folder and file when missing and `create` (namespace
+ * and pod name are recorded in a new file). NULL with a one-line reason in `error`. */
 struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespace,
-                                     const char *pod_name, char *error, size_t error_size);
+                                     const char *pod_name, bool create, char *error,
+                                     size_t error_size);
 
 /* The entry of a GPU (lower-case UUID), added when `create`; -1 when absent or full. */
 int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create);

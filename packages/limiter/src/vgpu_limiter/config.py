@@ -83,6 +83,8 @@ class PodIdentity:
     name_source: str | None = None  # POD_NAME or VGPU_POD_NAME
     uid: str | None = None  # VGPU_POD_UID, recorded
     container_source: str | None = None  # CONTAINER_NAME or VGPU_CONTAINER_NAME
+    # TF_REGION_REQUIRED: the node daemon made the region; a process never makes a missing one.
+    region_required: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ def load_config() -> LimiterConfig:
             name_source=pod["name_source"],
             uid=pod["uid"],
             container_source=pod["container_source"],
+            region_required=pod["region_required"],
         ),
         process=ProcessSettings(
             **process | {"tmp_folder": Path(process["tmp_folder"])},
@@ -213,6 +216,7 @@ _FIXED = frozenset(
         "CUDA_VISIBLE_DEVICES",
         "TF_LOG_LEVEL",
         "TF_LOG_PATH",
+        "TF_REGION_REQUIRED",
         # Other systems' variables (config_seeds.c, config_pod.c, config_process.c).
         "CUDA_MEM_LIMIT",
         "CUDA_MEM_RATIO",

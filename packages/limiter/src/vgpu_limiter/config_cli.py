@@ -123,6 +123,9 @@ def _print_settings(console: Console, document: dict[str, Any]) -> None:
     if pod["container"] is not None:
         table.add_row("container", pod["container"], pod["container_source"])
     table.add_row("base folder", pod["base"], pod["base_source"])
+    if pod["region_required"]:
+        made = "required: the node daemon's, never made here"
+        table.add_row("region", made, "TF_REGION_REQUIRED")
     table.add_row(
         "context overhead",
         format_size(process["context_overhead"]),

@@ -3,15 +3,18 @@
 
 Changes always carry the token. Reads carry it when the token file can be read (the admin on
 the node), and go without it otherwise: a daemon whose api_open_reads opens them answers, one
-that does not answers 401, which the error then explains."""
+that does not answers 401, which the error then explains.
 
-import http.client
+httpx, the one HTTP client of the project's Python side (the tests speak it too), over the
+daemon's unix socket or TCP, one kept-alive connection for a command's requests."""
+
 import json
 import socket
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlencode
+
+import httpx
 
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
@@ -23,41 +26,27 @@ class ClientError(Exception):
     """A request that failed; str() is one line."""
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over the daemon's unix socket."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("tf-hypervisor", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _connection(address: TcpAddress | UnixAddress, timeout: float) -> http.client.HTTPConnection:
+def _http(address: TcpAddress | UnixAddress, timeout: float) -> httpx.Client:
+    # Plain HTTP to this host: trust_env off (never the user's HTTP_PROXY), and no certificates
+    # loaded (verify off: nothing here speaks TLS; loading certifi's cost a command 0.16 s).
+    options: dict[str, Any] = {"timeout": timeout, "trust_env": False}
     if isinstance(address, UnixAddress):
-        return _UnixConnection(str(address.path), timeout)
+        transport = httpx.HTTPTransport(uds=str(address.path), verify=False)
+        return httpx.Client(base_url="http://tf-hypervisor", transport=transport, **options)
     host = address.host
     if host in ("0.0.0.0", "::"):  # listening everywhere: this machine answers on loopback
         host = "127.0.0.1" if host == "0.0.0.0" else "::1"
-    return http.client.HTTPConnection(host, address.port, timeout=timeout)
+    shown = f"[{host}]" if ":" in host else host
+    return httpx.Client(base_url=f"http://{shown}:{address.port}", verify=False, **options)
 
 
 class Client:
-    """The daemon's API over one kept-alive connection (the standard library's http.client:
-    a CLI call starts in a fraction of the time an HTTP library with its own stack takes)."""
+    """The daemon's API over one kept-alive connection."""
 
     def __init__(self, settings: Settings, *, timeout: float = 10.0) -> None:
         self.address = settings.api_listen_addr
         self.token_file: Path = settings.token_file
-        self._http = _connection(self.address, timeout)
+        self._http = _http(self.address, timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -111,30 +100,13 @@ class Client:
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        target = f"{path}?{urlencode(params)}" if params else path
-        try:
-            try:
-                status, content_type, text = self._exchange(method, target, payload, headers)
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                if method != "GET":
-                    raise
-                # The daemon closes idle kept-alive connections (top between refreshes): a read
-                # is safe to send again, once, on a new connection.
-                self._http.close()
-                status, content_type, text = self._exchange(method, target, payload, headers)
-        except (ConnectionRefusedError, FileNotFoundError, socket.gaierror) as error:
-            self._http.close()
-            raise ClientError(
-                f"cannot reach the daemon at {self.address}: {_reason(error)} "
-                "(is `tf-hypervisor daemon` running? --listen or API_LISTEN_ADDR says where)"
-            ) from None
-        except TimeoutError:
-            self._http.close()
-            raise ClientError(f"the daemon at {self.address} did not answer in time") from None
-        except (OSError, http.client.HTTPException) as error:
-            self._http.close()
-            raise ClientError(f"request to {self.address} failed: {_reason(error)}") from None
+        request = self._http.build_request(
+            method, path, content=payload, headers=headers, params=params or None
+        )
+        reply = self._send(request)
+        status, text = reply.status_code, reply.text
         if 200 <= status < 300:
+            content_type = reply.headers.get("Content-Type", "")
             return json.loads(text) if content_type.startswith("application/json") else text
         try:
             message = json.loads(text)["error"]
@@ -145,19 +117,46 @@ class Client:
             message = f"{message} ({no_token})"
         raise ClientError(message)
 
-    def _exchange(
-        self, method: str, target: str, payload: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, str, str]:
-        self._http.request(method, target, body=payload, headers=headers)
-        reply = self._http.getresponse()
-        content_type = reply.getheader("Content-Type", "") or ""
-        return reply.status, content_type, reply.read().decode(errors="replace")
+    def _send(self, request: httpx.Request) -> httpx.Response:
+        """The reply, read whole; every transport failure a ClientError of one line."""
+        try:
+            try:
+                return self._http.send(request)
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                if request.method != "GET":
+                    raise
+                # The daemon closes idle kept-alive connections (top between refreshes): a read
+                # is safe to send again, once, on a new connection.
+                return self._http.send(request)
+        except httpx.ConnectError as error:
+            cause = _cause(error)
+            if isinstance(cause, ConnectionRefusedError | FileNotFoundError | socket.gaierror):
+                raise ClientError(
+                    f"cannot reach the daemon at {self.address}: {_reason(error)} "
+                    "(is `tf-hypervisor daemon` running? --listen or API_LISTEN_ADDR says where)"
+                ) from None
+            raise ClientError(f"request to {self.address} failed: {_reason(error)}") from None
+        except httpx.TimeoutException:
+            raise ClientError(f"the daemon at {self.address} did not answer in time") from None
+        except httpx.HTTPError as error:
+            raise ClientError(f"request to {self.address} failed: {_reason(error)}") from None
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v})
 
 
+def _cause(error: BaseException) -> BaseException:
+    """The OSError of the socket that httpx wrapped, else ``error`` itself."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return error
+
+
 def _reason(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error) or type(error).__name__
+    cause = _cause(error)
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return " ".join(str(cause).split()) or type(cause).__name__

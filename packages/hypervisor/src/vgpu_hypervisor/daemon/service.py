@@ -10,8 +10,9 @@ The process ends within STOP_GRACE_S of the signal whatever still runs, and at o
 one.
 
 This is the one module that wires the cluster parts into the core: the pod source (kubernetes/,
-which answers the node's ClusterPods) and the device plugin, each imported only when the
-settings ask for it, so the core imports neither and a bare-metal daemon loads none of them.
+which answers the node's ClusterPods), the device plugin and the API's TokenReview, each
+imported only when the settings ask for it, so the core imports none and a bare-metal daemon
+loads none of them.
 """
 
 import asyncio
@@ -36,7 +37,7 @@ from vgpu_hypervisor.daemon.api.app import create_app
 from vgpu_hypervisor.daemon.api.auth import read_or_create_token
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
-from vgpu_hypervisor.daemon.api.token_review import TokenReviewer, in_cluster_url
+from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.leases import start_lease_broker
 from vgpu_hypervisor.daemon.log_format import formatter
@@ -451,20 +452,25 @@ def _check_extras(settings: Settings) -> None:
             require_kubernetes("--kubernetes" if explicit else "the pod source (in a cluster)")
         if settings.device_plugin:
             require_kubernetes("--device-plugin")
+        if settings.token_review:
+            require_kubernetes("--token-review")
     except ExtraMissing as error:
         raise DaemonError(str(error)) from None
 
 
 def _token_reviewer(settings: Settings) -> TokenReviewer | None:
+    """Kubernetes' TokenReview (lightkube: imported only when --token-review is on)."""
     if not settings.token_review:
         return None
-    url = settings.token_review_url or in_cluster_url()
+    from vgpu_hypervisor.kubernetes import token_review
+
+    url = settings.token_review_url or token_review.in_cluster_url()
     if url is None:
         raise DaemonError(
             "--token-review: KUBERNETES_SERVICE_HOST is unset (not in a cluster); "
             "give --token-review-url"
         )
-    return TokenReviewer(url, settings.token_review_allow)
+    return token_review.TokenReviewer(url, settings.token_review_allow)
 
 
 async def _every(period: float, work: Callable[[], object]) -> None:

@@ -8,7 +8,6 @@ ask for the same number of GPUs and the kubelet admits the younger first; then t
 limits (each still gets as many GPUs as it asked for). docs/device-plugin.md says more.
 """
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,13 +18,14 @@ from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.resources import ResourceNames, gpu_of
 from vgpu_hypervisor.kubernetes import annotations
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
-from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.resolver import resolve
 
 PendingPods = Callable[[], Sequence[KubePod]]
-# Makes sure the pod's region exists (with these limits when it is new); its folder on the host
-# and the limits the region holds now for those GPUs (the pod source's, annotations included).
-PreparePod = Callable[[KubePod, Mapping[str, Limits]], tuple[Path, Mapping[str, Limits]]]
+# Makes sure the pod's region exists (with these limits and this owner when it is new); its
+# folder on the host and the limits the region holds now for those GPUs (the pod source's,
+# annotations included).
+PreparePod = Callable[[KubePod, Mapping[str, Limits], UserGroup], tuple[Path, Mapping[str, Limits]]]
 LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
 # NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -98,10 +98,13 @@ class PodMatcher:
             )
 
 
-def pod_limits(pod: KubePod, layout: Layout, uuids: Sequence[str]) -> dict[str, Limits]:
-    """The pod's limits on the GPUs Allocate gave it, resolved as the pod source resolves
-    them (kubernetes/resolver.py): its resources the ceiling (a whole GPU where it asks for
-    no memory or compute), its annotations lower. The pod source reports the problems."""
+def pod_region(
+    pod: KubePod, layout: Layout, uuids: Sequence[str]
+) -> tuple[dict[str, Limits], UserGroup]:
+    """The pod's limits on the GPUs Allocate gave it and its region's owner, resolved as the
+    pod source resolves them (kubernetes/resolver.py): its resources the ceiling (a whole GPU
+    where it asks for no memory or compute), its annotations lower, the owner from its
+    security context. The pod source reports the problems."""
     names = annotations.ResourceNames(
         layout.names.gpu, layout.names.memory, layout.names.compute, layout.memory_unit
     )
@@ -110,7 +113,8 @@ def pod_limits(pod: KubePod, layout: Layout, uuids: Sequence[str]) -> dict[str, 
     gpus = [*layout.gpus, *(NodeGpu(-1, u, "") for u in uuids if u.lower() not in known)]
     found = resolve(pod, gpus, names, assigned=uuids)
     limits = found.limits()
-    return {uuid: limits.get(_same(uuid, limits), Limits(compute=100.0)) for uuid in uuids}
+    chosen = {uuid: limits.get(_same(uuid, limits), Limits(compute=100.0)) for uuid in uuids}
+    return chosen, found.owner
 
 
 def _same(uuid: str, limits: Mapping[str, Limits]) -> str:
@@ -125,10 +129,12 @@ def container_response(
     *,
     device_ids: Sequence[str],
     host_folder: Path,
-    limits: Mapping[str, Limits],
     minors: Mapping[str, int],
 ) -> api_pb2.ContainerAllocateResponse:
-    """Env, mounts and device nodes for one container."""
+    """Env, mounts and device nodes for one container. No limit is in the env: the pod's
+    region, made before Allocate answers, holds them (and the daemon changes them there live);
+    TF_REGION_REQUIRED makes a process that finds it missing fail rather than make one that
+    would hold none."""
     uuids = sorted({gpu_of(one) for one in device_ids})
     for library in LIBRARIES:
         if not (layout.host_lib_dir / library).is_file():
@@ -149,13 +155,8 @@ def container_response(
         "POD_NAMESPACE": pod.namespace,
         "CONTAINER_NAME": container.name,
         "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
+        "TF_REGION_REQUIRED": "1",
     }
-    memory = {u: limits[u].memory for u in uuids if limits[u].memory}
-    compute = {u: limits[u].compute for u in uuids if (limits[u].compute or 100) < 100}
-    if memory:
-        envs["TENSOR_FUSION_CUDA_MEM_LIMIT"] = json.dumps(memory, separators=(",", ":"))
-    if compute:
-        envs["TENSOR_FUSION_CUDA_UP_LIMIT"] = json.dumps(compute, separators=(",", ":"))
     # Read-only but for the pod's own folder; the rest of the base path (other pods, the lease
     # files any member of their group could truncate) is not mounted at all. The device leases
     # come from the daemon's arbiter, through its socket in .node (docs/security.md).

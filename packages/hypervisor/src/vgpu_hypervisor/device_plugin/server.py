@@ -24,7 +24,7 @@ from vgpu_hypervisor.device_plugin.allocation import (
     PodMatcher,
     PreparePod,
     container_response,
-    pod_limits,
+    pod_region,
 )
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
@@ -124,7 +124,7 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.AllocateResponse:
         if self._kind != "gpu":
             # Memory and compute devices only count capacity; the GPU resource's Allocate
-            # gives the limits, read from the pod's requests.
+            # makes the pod's region, which holds the limits.
             return api_pb2.AllocateResponse(
                 container_responses=[
                     api_pb2.ContainerAllocateResponse() for _ in request.container_requests
@@ -222,9 +222,9 @@ class DevicePlugin:
                 raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
             uuids = sorted({gpu_of(d) for d in ids})
             pod, container = self._matcher.match(len(ids))
-            asked = pod_limits(pod, layout, uuids)
+            asked, owner = pod_region(pod, layout, uuids)
             try:
-                folder, limits = self._prepare(pod, asked)
+                folder, limits = self._prepare(pod, asked, owner)
             except Exception as error:
                 raise AllocationError(
                     f"pod {pod.key}: cannot prepare its region: {error}"
@@ -237,7 +237,6 @@ class DevicePlugin:
                     container,
                     device_ids=ids,
                     host_folder=folder,
-                    limits=limits,
                     minors=self._minors,
                 )
             )

@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class UserGroup:
+    """A user id and a group id; None where not given."""
+
+    user: int | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True)
 class KubeContainer:
     name: str
     # resources.limits (and requests where limits lack a name), as the API server gives them.
@@ -18,6 +26,8 @@ class KubeContainer:
     # containerStatuses[].containerID without the runtime prefix; "" before it starts.
     container_id: str = ""
     running: bool = False
+    # securityContext.runAsUser and runAsGroup of the container itself (None: not set there).
+    run_as: UserGroup = UserGroup()
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,10 @@ class KubePod:
     annotations: Mapping[str, str] = field(default_factory=dict)
     containers: tuple[KubeContainer, ...] = ()
     deleting: bool = False  # metadata.deletionTimestamp is set
+    # spec.securityContext: runAsUser and runAsGroup (the containers' unless they set their
+    # own) and fsGroup (a supplementary group of every container's processes).
+    run_as: UserGroup = UserGroup()
+    fs_group: int | None = None
 
     @property
     def key(self) -> str:

@@ -37,7 +37,7 @@ from vgpu_hypervisor.daemon.pods import PodError, PodNotFound, PodRecord, PodSto
 from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
 from vgpu_hypervisor.kubernetes.annotations import DEFAULT_NAMES, QOS, NodeGpu, ResourceNames
 from vgpu_hypervisor.kubernetes.events import EventPoster
-from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.pod_book import Entry, PodBook, Written, forget_old_marker
 from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling, Resolution, resolve
 
@@ -85,9 +85,11 @@ def kube_pod(obj: Any) -> KubePod:
                 resources=resources,
                 container_id=container_id.partition("://")[2] or container_id,
                 running=bool(state and state.state and state.state.running),
+                run_as=_run_as(container.securityContext),
             )
         )
     created = meta.creationTimestamp
+    security = spec.securityContext if spec else None
     return KubePod(
         namespace=meta.namespace or "default",
         name=meta.name or "",
@@ -99,7 +101,16 @@ def kube_pod(obj: Any) -> KubePod:
         annotations=dict(meta.annotations or {}),
         containers=tuple(containers),
         deleting=meta.deletionTimestamp is not None,
+        run_as=_run_as(security),
+        fs_group=security.fsGroup if security is not None else None,
     )
+
+
+def _run_as(security: Any) -> UserGroup:
+    """runAsUser and runAsGroup of a pod's or a container's securityContext (None: absent)."""
+    if security is None:
+        return UserGroup()
+    return UserGroup(security.runAsUser, security.runAsGroup)
 
 
 class PodSource:
@@ -304,8 +315,11 @@ class PodSource:
         limits = found.limits(keep_burst=entry.admin_burst if entry is not None else frozenset())
         try:
             if record is None:
-                self._store.create(pod.namespace, pod.name, limits)
-                log.info("pod %s: region created: %s", pod.key, _describe(found))
+                owner = found.owner  # fixed for the pod's life: a pod's spec cannot change it
+                self._store.create(
+                    pod.namespace, pod.name, limits, owner=owner.user, group=owner.group
+                )
+                log.info("pod %s: region created: %s%s", pod.key, _describe(found), _of(owner))
             else:
                 before = {d.uuid.lower(): d.limits for d in record.devices}
                 changed = self._store.update(pod.namespace, pod.name, limits, by_admin=False)
@@ -481,6 +495,14 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (info.st_dev, info.st_ino)
+
+
+def _of(owner: UserGroup) -> str:
+    """Whose the region is, for the log ("" for root's)."""
+    if owner.user is None and owner.group is None:
+        return ""
+    user = "root" if owner.user is None else str(owner.user)
+    return f" (owner {user}" + ("" if owner.group is None else f", group {owner.group}") + ")"
 
 
 def _describe(found: Resolution) -> str:

@@ -18,6 +18,9 @@ GPU's ceiling: both come in as ``ceilings`` and take the resources' place.
 Annotations may only lower a ceiling. One asking more is refused: a line naming the pod, the
 annotation, its value and what set the ceiling, and the ceiling applies. Without annotations
 a pod has its ceiling, never no limit.
+
+The region's owner comes from the pod's security context (:func:`region_owner`), so that the
+pod's processes can open a region the daemon made for them when they do not run as root.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from vgpu_hypervisor.kubernetes.annotations import (
     parse_switch,
     peak_tflops,
 )
-from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class Resolution:
     oversubscribe: bool = False
     problems: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
+    owner: UserGroup = field(default_factory=UserGroup)  # None: the daemon's (root)
 
     def limits(self, keep_burst: frozenset[str] = frozenset()) -> dict[str, Limits]:
         """The limits to write through the PodStore; the GPUs in ``keep_burst`` keep the
@@ -195,7 +199,45 @@ def resolve(
         oversubscribe=oversubscribe,
         problems=tuple(lines.problems),
         refused=tuple(lines.refused),
+        owner=region_owner(pod, names),
     )
+
+
+def region_owner(pod: KubePod, names: ResourceNames = DEFAULT_NAMES) -> UserGroup:
+    """Who the pod's region file belongs to (the daemon keeps its folder: docs/security.md).
+
+    Its users are the processes of the containers that use the region: those asking for a
+    vgpu resource, or every container of a pod with annotations alone. As in Kubernetes, a
+    container's processes run as its own securityContext's runAsUser and runAsGroup where it
+    sets them, else as the pod's, else as its image says (which the daemon cannot know), and
+    carry the pod's fsGroup as a supplementary group. So:
+
+    - the user is the one runAsUser all of them run as; none when one runs as its image says
+      or two differ (the limiter opens no region that another non-root user owns, so those
+      processes must come in through the group);
+    - the group is fsGroup, else the one runAsGroup all of them run as.
+
+    Root (0) is no owner: such a region stays root's, as a pod without a security context's.
+    """
+    wanted = (names.gpu, names.memory, names.compute)
+    users = [c for c in pod.containers if any(name in c.resources for name in wanted)]
+    users = users or list(pod.containers)
+    user = _shared(users, pod, lambda ids: ids.user)
+    group = pod.fs_group if pod.fs_group else _shared(users, pod, lambda ids: ids.group)
+    return UserGroup(user or None, group or None)
+
+
+def _shared(
+    containers: Sequence[KubeContainer],
+    pod: KubePod,
+    field_of: Callable[[UserGroup], int | None],
+) -> int | None:
+    """The value every container runs with (its own, else the pod's); None unless one."""
+    values = {
+        field_of(c.run_as) if field_of(c.run_as) is not None else field_of(pod.run_as)
+        for c in containers
+    }
+    return values.pop() if len(values) == 1 else None
 
 
 def _resources(pod: KubePod, names: ResourceNames, lines: _Lines) -> _Resources:

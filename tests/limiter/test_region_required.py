@@ -1,0 +1,80 @@
+"""TF_REGION_REQUIRED (set by the device plugin's Allocate): the node daemon made the pod's
+region, and the container's environment carries no limits, so a process that finds the region
+missing (removed, or a node rebooted under a container) fails CUDA's initialization rather
+than make one with no limit; where the region exists its limits are the truth."""
+
+import json
+from pathlib import Path
+
+import pytest
+from vgpu_hypervisor.daemon.pods import Limits, PodStore
+
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
+from tests.limiter.test_config import check_config, config_of, error_of
+
+GiB = 1 << 30
+UUID0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulated GPU 0
+
+
+@pytest.mark.parametrize(("value", "required"), [("1", True), ("TRUE", True), ("0", False)])
+def test_the_variable_reads_as_a_switch(value: str, required: bool) -> None:
+    config = config_of({"TF_REGION_REQUIRED": value, "SHM_PATH": "/pods/a"})
+    assert config.pod.region_required is required
+
+
+def test_check_config_shows_it() -> None:
+    result = check_config(TF_REGION_REQUIRED="1", SHM_PATH="/pods/a", COLUMNS="200")
+    assert result.returncode == 0, result.stderr
+    assert "required: the node daemon's, never made here" in result.stdout
+    assert "TF_REGION_REQUIRED" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"TF_REGION_REQUIRED": "yes", "SHM_PATH": "/pods/a"}, "expected 1 or true, 0 or false"),
+        ({"TF_REGION_REQUIRED": "1"}, "names no pod region: SHM_PATH or POD_NAME is unset"),
+    ],
+)
+def test_a_bad_value_or_no_pod_is_an_error_naming_it(values: dict[str, str], problem: str) -> None:
+    assert error_of(values) == f"TF_REGION_REQUIRED={values['TF_REGION_REQUIRED']}: {problem}"
+
+
+def test_a_missing_region_fails_cuda_and_none_is_made(
+    limited_env: LimitedEnv, pod_folder: Path
+) -> None:
+    """Root or not, with the pod folder there (a runtime makes a missing mount source) or
+    not: no region of the process's own making, which would hold no limit."""
+    environment = limited_env(TF_REGION_REQUIRED="1")
+    for folder_there in (False, True):
+        if folder_there:
+            pod_folder.mkdir(mode=0o755)
+        result = run([WORKLOAD, "--kernels", "1", "--alloc", "1GiB"], environment)
+        assert result.returncode != 0
+        assert json.loads(result.stdout)["error"].startswith("CUDA_ERROR_NOT_INITIALIZED")
+        (line,) = [one for one in result.stderr.splitlines() if "TF_REGION_REQUIRED" in one]
+        assert f"{pod_folder}/shm: no such pod region" in line
+        assert "the node daemon makes the pod's region before its containers start" in line
+        assert not (pod_folder / "shm").exists()
+
+    # Without the variable, the limiter makes a region of its own as it always did.
+    made = run([WORKLOAD, "--kernels", "1"], limited_env())
+    assert made.returncode == 0, made.stderr
+    assert (pod_folder / "shm").exists()
+
+
+def test_a_region_the_daemon_made_is_used_as_it_is(
+    limited_env: LimitedEnv, pod_folder: Path
+) -> None:
+    store = PodStore(pod_folder.parent / "base")
+    try:
+        store.create("team", "p", {UUID0: Limits(memory=2 * GiB, compute=100.0)})
+        folder = store.get("team", "p").path.parent
+        environment = limited_env(TF_REGION_REQUIRED="1", SHM_PATH=str(folder))
+        fits = run([WORKLOAD, "--kernels", "1", "--alloc", "1GiB"], environment)
+        assert fits.returncode == 0, fits.stderr
+        assert json.loads(fits.stdout)["total_bytes"] == 2 * GiB
+        too_much = run([WORKLOAD, "--kernels", "1", "--alloc", "2GiB"], environment)
+        assert json.loads(too_much.stdout)["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
+    finally:
+        store.close()
