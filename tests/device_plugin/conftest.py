@@ -14,6 +14,7 @@ from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
+from vgpu_hypervisor.kubernetes.annotations import ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 from vgpu_limiter import library_path as limiter_library
 
@@ -89,7 +90,7 @@ def node(tmp_path: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
         host_lib_dir=lib,
         host_base=tmp_path / "shm",
         dev_root=dev,
-        memory_unit=GiB,
+        names=ResourceNames(memory_unit=GiB),
         gpus=node_gpus(snapshot),
     )
     layout.host_base.mkdir()

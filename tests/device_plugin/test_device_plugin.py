@@ -6,7 +6,7 @@ import subprocess
 
 import grpc
 import pytest
-from vgpu_hypervisor.daemon.pods import Limits
+from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
@@ -105,7 +105,7 @@ def test_allocate_passes_on_the_limits_the_region_holds(
     """The pod source made the region first, from annotations lower than the resources: the
     container's env says what the region says, so the limiter has nothing to warn about."""
     uuid = str(snapshot.devices[0].uuid)
-    node.store.create("team", "lowered", {uuid: Limits(memory=1 * GiB, compute=20.0)})
+    node.store.create("team", "lowered", {uuid: GpuLimits(memory=1 * GiB, compute=2000)})
     node.pods[:] = [gpu_pod("lowered", 1, "2026-01-01T00:00:00Z", memory=4, compute=50)]
     envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
     assert json.loads(envs["TENSOR_FUSION_CUDA_MEM_LIMIT"]) == {uuid: 1 * GiB}

@@ -5,9 +5,10 @@ import time
 from pathlib import Path
 
 import pytest
+from vgpu_common.limits import Qos
 from vgpu_hypervisor.daemon.pods import PodRecord
 from vgpu_hypervisor.daemon.scheduler import effective_limits, node_effective_limits, weight_of
-from vgpu_limiter.region import QOS_HIGH, QOS_LOW, DeviceInfo, ffi, open_region
+from vgpu_limiter.region import DeviceInfo, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
 
@@ -52,7 +53,7 @@ def test_weights_from_the_class() -> None:
     assert weight_of(0, 5) == 5
 
 
-def _pod(name: str, *gpus: tuple[str, int], qos: int = QOS_LOW) -> PodRecord:
+def _pod(name: str, *gpus: tuple[str, int], qos: int = Qos.LOW) -> PodRecord:
     devices = tuple(
         DeviceInfo(index, uuid, 0, 0, compute, generation=0)
         for index, (uuid, compute) in enumerate(gpus)
@@ -67,10 +68,10 @@ def test_the_node_s_policy_is_a_function_of_the_pods_and_their_held_policies() -
     gpu1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
     records = [
         _pod("hi", (gpu0, 6000), (gpu1, 3000)),
-        _pod("lo", (gpu1, 5000), (gpu0.upper(), 6000), qos=QOS_HIGH),
+        _pod("lo", (gpu1, 5000), (gpu0.upper(), 6000), qos=Qos.HIGH),
         PodRecord("ml", "bad", Path("/none/bad"), error="truncated"),
     ]
-    policies = {("ml", "hi"): (QOS_HIGH, 0), ("ml", "lo"): (QOS_LOW, 0), ("ml", "bad"): (0, 9)}
+    policies = {("ml", "hi"): (Qos.HIGH, 0), ("ml", "lo"): (Qos.LOW, 0), ("ml", "bad"): (0, 9)}
     assert node_effective_limits(records, policies) == {
         ("ml", "hi"): {0: 6000, 1: 3000},  # GPU 1's limits fit: each holds
         ("ml", "lo"): {0: 5000, 1: 4000},

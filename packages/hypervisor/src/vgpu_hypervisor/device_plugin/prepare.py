@@ -9,9 +9,10 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from vgpu_common.limits import GpuLimits
 from vgpu_limiter.region import region_path
 
-from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
+from vgpu_hypervisor.daemon.pods import PodConflict, PodStore
 from vgpu_hypervisor.device_plugin.allocation import PreparePod
 from vgpu_hypervisor.kubernetes.model import KubePod
 
@@ -24,7 +25,9 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     """A PreparePod that creates missing regions in ``store``; the host folder of the pod.
     With ``assign`` (the pod source), the pod source sets the pod's limits on its GPUs first."""
 
-    def prepare(pod: KubePod, limits: Mapping[str, Limits]) -> tuple[Path, Mapping[str, Limits]]:
+    def prepare(
+        pod: KubePod, limits: Mapping[str, GpuLimits]
+    ) -> tuple[Path, Mapping[str, GpuLimits]]:
         if assign is not None:
             assign(pod.uid, list(limits))
         # Made by the pod source already: its limits (annotations included) stand.
@@ -36,19 +39,16 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     return prepare
 
 
-def _held(store: PodStore, pod: KubePod, asked: Mapping[str, Limits]) -> Mapping[str, Limits]:
+def _held(store: PodStore, pod: KubePod, asked: Mapping[str, GpuLimits]) -> Mapping[str, GpuLimits]:
     """The limits the region holds for the GPUs asked about, so that the container's env says
     what the region says (the limiter warns when the two differ); those asked where the region
-    has no entry for a GPU."""
+    has no entry for a GPU, or one whose words no limits have."""
     devices = {d.uuid.lower(): d for d in store.get(pod.namespace, pod.name).devices}
-    held: dict[str, Limits] = {}
+    held: dict[str, GpuLimits] = {}
     for uuid, wanted in asked.items():
         device = devices.get(uuid.lower())
-        if device is None:
+        try:
+            held[uuid] = wanted if device is None else device.limits.value
+        except ValueError:  # a tenant's words
             held[uuid] = wanted
-            continue
-        percent = device.compute_percent
-        held[uuid] = Limits(
-            memory=device.memory_limit, compute=100.0 if percent is None else percent
-        )
     return held

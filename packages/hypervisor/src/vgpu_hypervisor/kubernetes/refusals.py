@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from vgpu_common.units import format_size
+from vgpu_common.limits import format_size
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.node import NodeView
