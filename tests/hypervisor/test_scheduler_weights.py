@@ -98,7 +98,7 @@ def test_the_daemon_publishes_effective_limits(daemon: Daemon) -> None:
             region.close()
     bad = daemon.cli("pods", "update", "lo", "--qos", "urgent")
     assert bad.returncode == 2
-    assert "--qos 'urgent': one of low, medium, high, critical" in bad.stderr
+    assert "--qos 'urgent': expected low, medium, high or critical" in bad.stderr
 
 
 def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(

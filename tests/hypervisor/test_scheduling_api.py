@@ -27,6 +27,9 @@ def test_burst_limits_by_api_and_cli(daemon: Daemon) -> None:
     assert none.status_code == 422 and "needs a compute limit" in none.text
     bad = daemon.cli("pods", "update", "b", "--burst", "0")
     assert bad.returncode == 2 and "--burst '0': expected GPU=VALUE" in bad.stderr
+    cleared = daemon.cli("pods", "update", "b", "--burst", "0=none", "--json")
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["gpus"][0]["compute_burst"] is None
 
 
 def test_freeze_and_resume(daemon: Daemon) -> None:
