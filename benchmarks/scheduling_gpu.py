@@ -45,14 +45,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import limiter_compute_gpu as gpu
+from vgpu_common.limits import Qos
 from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
 from vgpu_hypervisor.gpu import nvml
 from vgpu_limiter import sim
 from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import (
-    QOS_HIGH,
-    QOS_LOW,
-    QOS_MEDIUM,
     DeviceLimits,
     RegionError,
     create_region,
@@ -107,7 +105,7 @@ class Bench:
         )
         return out.stdout.strip()
 
-    def pod(self, limit: float | None, burst: float = 0, qos: int = QOS_MEDIUM) -> dict[str, str]:
+    def pod(self, limit: float | None, burst: float = 0, qos: int = Qos.MEDIUM) -> dict[str, str]:
         """A fresh pod's environment; its region made first when it has a burst or a class."""
         self.pods += 1
         # {base}/{namespace}/{pod}: where the daemon finds (adopts) a pod's region.
@@ -483,8 +481,8 @@ def published(envs: list[dict[str, str]], timeout: float = 10.0) -> list[float]:
 
 
 def weights(bench: Bench, base: float) -> None:
-    for name, classes in (("equal", [QOS_MEDIUM, QOS_MEDIUM]), ("high_low", [QOS_HIGH, QOS_LOW])):
-        pods = [(bench.pod(60, qos=qos), 60, qos) for qos in classes]
+    for name, classes in (("equal", [Qos.MEDIUM, Qos.MEDIUM]), ("high_low", [Qos.HIGH, Qos.LOW])):
+        pods = [(bench.pod(60, qos=qos), 60, int(qos)) for qos in classes]
         envs = [env for env, _, _ in pods]
         extra: dict[str, Any] = {}
         if bench.daemon is not None:

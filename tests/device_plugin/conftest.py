@@ -15,6 +15,7 @@ from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
+from vgpu_hypervisor.kubernetes.annotations import ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 from vgpu_limiter import library_path as limiter_library
 
@@ -92,7 +93,7 @@ def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
         host_lib_dir=lib,
         host_base=root / "shm",
         dev_root=dev,
-        memory_unit=GiB,
+        names=ResourceNames(memory_unit=GiB),
         gpus=node_gpus(snapshot),
     )
     layout.host_base.mkdir()

@@ -6,7 +6,7 @@ import subprocess
 
 import grpc
 import pytest
-from vgpu_hypervisor.daemon.pods import Limits
+from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
@@ -115,7 +115,7 @@ def test_allocate_leaves_the_limits_to_the_region_it_made(
     region keeps them, and the container's env carries no limit (the region is the truth),
     only TF_REGION_REQUIRED, so that a process never makes a missing region of its own."""
     uuid = str(snapshot.devices[0].uuid)
-    node.store.create("team", "lowered", {uuid: Limits(memory=1 * GiB, compute=20.0)})
+    node.store.create("team", "lowered", {uuid: GpuLimits(memory=1 * GiB, compute=2000)})
     node.pods[:] = [gpu_pod("lowered", 1, "2026-01-01T00:00:00Z", memory=4, compute=50)]
     envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
     assert not set(LIMIT_VARIABLES) & set(envs)
@@ -280,7 +280,7 @@ def test_a_limit_lifted_after_allocate_is_not_put_back_by_the_container(
     uuid = str(snapshot.devices[0].uuid)
     node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
     answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
-    node.store.update("team", "trainer", {uuid: Limits(memory=4 * GiB, compute=100.0)})
+    node.store.update("team", "trainer", {uuid: GpuLimits.change(memory=4 * GiB, compute=None)})
     report = run_workload(container_environment(answer, sim_state), "3GiB")
     assert report.get("error") is None, report
     assert report["total_bytes"] == 4 * GiB
@@ -308,7 +308,7 @@ def test_a_region_gone_before_the_container_starts_fails_it_closed(
     assert "no such pod region (TF_REGION_REQUIRED" in str(refused["stderr"])
     assert not (folder / "shm").exists()
 
-    node.store.create("team", "trainer", {uuid: Limits(memory=2 * GiB, compute=40.0)})
+    node.store.create("team", "trainer", {uuid: GpuLimits(memory=2 * GiB, compute=4000)})
     assert run_workload(environment, "3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from vgpu_hypervisor import cli
 
 from tests.hypervisor.conftest import Daemon, clean_environment, wait_for
 
@@ -38,6 +39,10 @@ def _error(result: subprocess.CompletedProcess[str]) -> str:
         (["--compute", "0=101"], ["--compute 0=101", "0.01 to 100"]),
         (["--compute", "0=abc"], ["--compute 0=abc"]),
         (["--mem", "4GiB"], ["--mem '4GiB'", "GPU=VALUE"]),
+        (["--mem", "GPU-nope=1GiB"], ["--mem GPU-nope=1GiB: bad GPU key 'GPU-nope': a device"]),
+        (["--oversubscribe", "zero"], ["--oversubscribe zero: bad GPU key 'zero'"]),
+        (["--compute", "0=12.345"], ["--compute 0=12.345", "at most two decimals"]),
+        (["--compute", "0=30", "--qos", "urgent"], ["--qos 'urgent': expected low, medium"]),
     ],
 )
 def test_bad_limits_name_the_flag(node: Daemon, args: list[str], words: list[str]) -> None:
@@ -50,10 +55,35 @@ def test_bad_limits_name_the_flag(node: Daemon, args: list[str], words: list[str
     assert node.cli("pods", "list", "--json").stdout.strip() == "[]"
 
 
-def test_the_daemons_own_refusals_name_the_flag(node: Daemon) -> None:
+def test_a_gpu_the_node_lacks_is_named_by_its_flag(node: Daemon) -> None:
     result = node.cli("pods", "create", "train", "--mem", "7=1GiB")
     assert result.returncode == 1
-    assert _error(result).startswith("error: --mem 7=1GiB: no such GPU")
+    assert _error(result) == "error: --mem 7=1GiB: no such GPU on this node (2 GPU(s))"
+    alone = node.cli("pods", "create", "train", "--oversubscribe", "9")
+    assert alone.returncode == 1
+    assert _error(alone) == "error: --oversubscribe 9: no such GPU on this node (2 GPU(s))"
+    assert node.cli("pods", "list", "--json").stdout.strip() == "[]"
+
+
+def test_other_refusals_of_the_daemon_name_the_apis_field(node: Daemon) -> None:
+    result = node.cli("pods", "create", "train", "--mem", "0=1000GiB")
+    assert result.returncode == 1
+    assert _error(result).startswith("error: gpus.0.memory: 1000 GiB is more than the GPU's")
+
+
+def test_the_cli_sends_the_numbers_it_parsed() -> None:
+    parsed = cli._gpu_limits(
+        ["0=4GiB", "1=none"], ["0=12.5", "1=100"], ["GPU-AAAAAAAA-1111-2222-3333-444444444444"],
+        burst=["0=none"],
+    )  # fmt: skip
+    assert parsed.gpus == {
+        "0": {"memory": 4 << 30, "compute": 12.5, "burst": "none"},
+        "1": {"memory": "none", "compute": "none"},
+        "GPU-aaaaaaaa-1111-2222-3333-444444444444": {"oversubscribe": True},
+    }
+    assert parsed.named_by["GPU-aaaaaaaa-1111-2222-3333-444444444444"] == (
+        "--oversubscribe GPU-AAAAAAAA-1111-2222-3333-444444444444"
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from vgpu_common.limits import UNCHANGED, WHOLE_GPU
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.metrics import MetricsFile, influx_lines
 from vgpu_hypervisor.daemon.node import NodeView
@@ -87,18 +88,25 @@ def test_the_metrics_file_rotates(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("memory", "expected"),
-    [(None, None), (0, 0), ("none", 0), ("4GiB", 4 << 30), (1024, 1024), ("1.5KiB", 1536)],
+    [
+        (None, UNCHANGED),
+        (0, None),
+        ("none", None),
+        ("4GiB", 4 << 30),
+        (1024, 1024),
+        ("1.5KiB", 1536),
+    ],
 )
-def test_memory_values(memory: object, expected: int | None) -> None:
+def test_memory_values(memory: object, expected: object) -> None:
     assert models.GpuLimitsRequest.model_validate({"memory": memory}).memory == expected
 
 
 @given(st.one_of(st.text(max_size=20), st.floats(), st.integers(), st.booleans(), st.none()))
 def test_compute_values_are_a_percentage_or_an_error(value: object) -> None:
     try:
-        parsed = models.GpuLimitsRequest.model_validate({"compute": value}).compute
+        parsed = models.GpuLimitsRequest.model_validate({"compute": value}).limits().compute
     except ValidationError as error:
         (problem,) = error.errors()
-        assert "percentage" in problem["msg"]
+        assert "percent" in problem["msg"]
         return
-    assert parsed is None or 0.01 <= parsed <= 100
+    assert parsed in (None, UNCHANGED) or (isinstance(parsed, int) and 1 <= parsed < WHOLE_GPU)

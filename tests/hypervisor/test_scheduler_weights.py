@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from vgpu_common.limits import Qos
 from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord, _decode_policies, _encode_policies
 from vgpu_hypervisor.daemon.scheduler import (
@@ -15,7 +16,7 @@ from vgpu_hypervisor.daemon.scheduler import (
     node_effective_limits,
     weight_of,
 )
-from vgpu_limiter.region import QOS_HIGH, QOS_LOW, DeviceInfo, ProcessInfo, ffi, open_region
+from vgpu_limiter.region import DeviceInfo, ProcessInfo, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
 
@@ -60,7 +61,7 @@ def test_weights_from_the_class() -> None:
     assert weight_of(0, 5) == 5
 
 
-def _pod(name: str, *gpus: tuple[str, int], qos: int = QOS_LOW) -> PodRecord:
+def _pod(name: str, *gpus: tuple[str, int], qos: int = Qos.LOW) -> PodRecord:
     devices = tuple(
         DeviceInfo(index, uuid, 0, 0, compute, generation=0)
         for index, (uuid, compute) in enumerate(gpus)
@@ -75,10 +76,10 @@ def test_the_node_s_policy_is_a_function_of_the_pods_and_their_held_policies() -
     gpu1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
     records = [
         _pod("hi", (gpu0, 6000), (gpu1, 3000)),
-        _pod("lo", (gpu1, 5000), (gpu0.upper(), 6000), qos=QOS_HIGH),
+        _pod("lo", (gpu1, 5000), (gpu0.upper(), 6000), qos=Qos.HIGH),
         PodRecord("ml", "bad", Path("/none/bad"), error="truncated"),
     ]
-    policies = {("ml", "hi"): (QOS_HIGH, 0), ("ml", "lo"): (QOS_LOW, 0), ("ml", "bad"): (0, 9)}
+    policies = {("ml", "hi"): (Qos.HIGH, 0), ("ml", "lo"): (Qos.LOW, 0), ("ml", "bad"): (0, 9)}
     everyone = {(pod, index) for pod in policies for index in (0, 1)}
     assert node_effective_limits(records, policies, everyone) == {
         ("ml", "hi"): {0: 6000, 1: 3000},  # GPU 1's limits fit: each holds
@@ -182,7 +183,7 @@ def test_the_daemon_publishes_effective_limits(
             region.close()
     bad = daemon.cli("pods", "update", "lo", "--qos", "urgent")
     assert bad.returncode == 2
-    assert "--qos 'urgent': one of low, medium, high, critical" in bad.stderr
+    assert "--qos 'urgent': expected low, medium, high or critical" in bad.stderr
 
 
 def test_a_weight_a_tenant_writes_into_its_region_takes_nothing_from_others(
@@ -297,10 +298,10 @@ def test_a_class_written_while_the_daemon_was_down_is_set_back(daemon: Daemon) -
         region.set_policy(3, 1_000_000)
     daemon.start()
     with open_region(path) as region:
-        wait_for(lambda: (region.qos, region.weight) == (QOS_LOW, 0), timeout=10)
+        wait_for(lambda: (region.qos, region.weight) == (Qos.LOW, 0), timeout=10)
     book = daemon.base / ".daemon"
     assert book.stat().st_mode & 0o777 == 0o700
-    assert json.loads((book / "policies.json").read_text())[0]["qos"] == QOS_LOW
+    assert json.loads((book / "policies.json").read_text())[0]["qos"] == Qos.LOW
 
 
 @pytest.mark.parametrize(
@@ -313,5 +314,5 @@ def test_a_policy_book_of_the_wrong_shape_is_no_policy(document: object) -> None
 
 
 def test_a_policy_book_round_trips() -> None:
-    policies = {("ml", "a"): ((5, 7), QOS_HIGH, 3), ("ml", "b"): ((5, 9), QOS_LOW, 0)}
+    policies = {("ml", "a"): ((5, 7), Qos.HIGH, 3), ("ml", "b"): ((5, 9), Qos.LOW, 0)}
     assert _decode_policies(_encode_policies(policies)) == policies

@@ -22,11 +22,14 @@ def test_burst_limits_by_api_and_cli(daemon: Daemon) -> None:
     assert json.loads(changed.stdout)["gpus"][0]["compute_burst"] == 60.0
     # A burst below the hard limit, or without one, is refused with one line naming it.
     below = daemon.api("PATCH", "/api/v1/pods/default/b", json={"gpus": {"0": {"burst": 20}}})
-    assert below.status_code == 422 and "burst 20.0% is below the compute limit" in below.text
+    assert below.status_code == 422 and "burst 20 % is below the compute limit 30 %" in below.text
     none = daemon.api("POST", "/api/v1/pods", json={"name": "n", "gpus": {"0": {"burst": 50}}})
     assert none.status_code == 422 and "needs a compute limit" in none.text
     bad = daemon.cli("pods", "update", "b", "--burst", "0")
     assert bad.returncode == 2 and "--burst '0': expected GPU=VALUE" in bad.stderr
+    cleared = daemon.cli("pods", "update", "b", "--burst", "0=none", "--json")
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["gpus"][0]["compute_burst"] is None
 
 
 def test_freeze_and_resume(daemon: Daemon) -> None:

@@ -12,7 +12,7 @@ import typer
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
-from vgpu_common.units import parse_size
+from vgpu_common.limits import parse_size
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress, parse_listen_address
 from vgpu_hypervisor.settings import (
     ENV_NAMES,

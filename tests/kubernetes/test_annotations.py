@@ -5,6 +5,7 @@ import contextlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from vgpu_common.limits import WHOLE_GPU, GpuLimits, Qos, known, parse_quantity, parse_switch
 from vgpu_hypervisor.kubernetes import annotations as a
 from vgpu_hypervisor.kubernetes import resolver as r
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
@@ -33,8 +34,8 @@ def test_pod_wide_annotations_apply_to_every_gpu_named() -> None:
         pod({a.VRAM_LIMIT: "4Gi", a.COMPUTE_LIMIT: "30", a.GPU_IDS: "0", a.QOS: "High"}), GPUS
     )
     assert found.problems == ()
-    assert found.gpus == {UUID0: r.GpuLimits(memory=4 * GiB, compute=30.0)}
-    assert found.qos == "high"
+    assert found.gpus == {UUID0: GpuLimits(memory=4 * GiB, compute=3000)}
+    assert found.qos is Qos.HIGH
 
 
 def test_per_gpu_forms_override_the_pod_wide_value() -> None:
@@ -46,8 +47,8 @@ def test_per_gpu_forms_override_the_pod_wide_value() -> None:
     )
     assert found.problems == ()
     assert found.gpus == {
-        UUID0: r.GpuLimits(memory=4 * GiB, compute=50.0),
-        UUID1: r.GpuLimits(memory=8 * GiB),
+        UUID0: GpuLimits(memory=4 * GiB, compute=5000),
+        UUID1: GpuLimits(memory=8 * GiB),
     }
 
 
@@ -58,7 +59,7 @@ def test_resources_sum_over_containers() -> None:
         GPUS, assigned=("1",),
     )  # fmt: skip
     assert found.problems == ()
-    assert found.gpus == {UUID1: r.GpuLimits(memory=3 * GiB, compute=30.0)}
+    assert found.gpus == {UUID1: GpuLimits(memory=3 * GiB, compute=3000)}
 
 
 def test_resource_names_are_settable() -> None:
@@ -66,7 +67,7 @@ def test_resource_names_are_settable() -> None:
         "example.com/gpu", "example.com/mem", "example.com/cores", memory_unit=1 << 20
     )
     found = r.resolve(pod({}, {"example.com/mem": "512"}), GPUS[:1], names)
-    assert found.gpus == {UUID0: r.GpuLimits(memory=512 << 20)}
+    assert found.gpus == {UUID0: GpuLimits(memory=512 << 20)}
 
 
 def test_annotations_may_lower_resources_and_one_asking_more_is_refused() -> None:
@@ -75,7 +76,7 @@ def test_annotations_may_lower_resources_and_one_asking_more_is_refused() -> Non
             {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "40"}),
         GPUS,
     )  # fmt: skip
-    assert found.gpus == {UUID0: r.GpuLimits(memory=2 * GiB, compute=10.0)}
+    assert found.gpus == {UUID0: GpuLimits(memory=2 * GiB, compute=1000)}
     assert found.problems == ()
     assert found.refused == (
         "pod ml/train: tensor-fusion.ai/vram-limit='4Gi': asks more than 2 GiB, the ceiling from "
@@ -86,8 +87,8 @@ def test_annotations_may_lower_resources_and_one_asking_more_is_refused() -> Non
 
 def test_tflops_convert_through_the_table_and_an_unknown_gpu_is_a_problem() -> None:
     found = r.resolve(pod({a.TFLOPS_LIMIT: "247.25"}), GPUS)
-    assert found.gpus[UUID0] == r.GpuLimits(compute=25.0)
-    assert found.gpus[UUID1] == r.GpuLimits()
+    assert found.gpus[UUID0] == GpuLimits(compute=2500)
+    assert found.gpus[UUID1] == GpuLimits()
     (problem,) = found.problems
     assert "tflops-limit" in problem and "Mystery GPU" in problem and "peak TFLOPS" in problem
 
@@ -128,23 +129,8 @@ def test_peak_table_matches_specific_names_first() -> None:
     assert a.peak_tflops("Something else") is None
 
 
-# Parsers: every input gives a value in range or a ValueError, never another exception.
-
-
-@given(st.text(max_size=20))
-def test_percent_parser_is_total(text: str) -> None:
-    try:
-        value = a.parse_percent(text)
-    except ValueError:
-        return
-    assert 1 <= value <= 100
-
-
-@given(st.floats(min_value=1, max_value=100, allow_nan=False))
-def test_percent_parser_reads_what_it_is_given(value: float) -> None:
-    text = f"{value:.2f}"
-    assert a.parse_percent(text) == round(float(text), 2)
-    assert a.parse_percent(text + "%") == round(float(text), 2)
+# Parsers: every input gives a value in range or a ValueError, never another exception
+# (the shared ones, vgpu_common.limits', are checked in tests/common/test_limits.py).
 
 
 @given(st.text(max_size=60))
@@ -164,7 +150,7 @@ def test_gpu_ids_round_trip(indices: list[int], spaces: bool) -> None:
 
 @given(st.text(max_size=12))
 def test_quantity_and_switch_parsers_are_total(text: str) -> None:
-    for parse in (a.parse_quantity, a.parse_switch, a.parse_tflops):
+    for parse in (parse_quantity, parse_switch, a.parse_tflops):
         with contextlib.suppress(ValueError):
             parse(text)
 
@@ -184,5 +170,6 @@ def test_resolve_never_raises_and_limits_stay_in_range(
 ) -> None:
     found = r.resolve(pod(annotations, resources), GPUS)
     for limits in found.gpus.values():
-        assert limits.memory is None or limits.memory > 0
-        assert limits.compute is None or 1 <= limits.compute <= 100
+        bytes_, hundredths = known(limits.memory), known(limits.compute)
+        assert bytes_ is None or bytes_ > 0
+        assert hundredths is None or 1 <= hundredths < WHOLE_GPU

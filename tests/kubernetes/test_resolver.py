@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from vgpu_hypervisor.daemon.pods import Limits
+from vgpu_common.limits import UNCHANGED, WHOLE_GPU, GpuLimits, known
 from vgpu_hypervisor.kubernetes import annotations as a
 from vgpu_hypervisor.kubernetes import resolver as r
 from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
@@ -26,9 +26,8 @@ ADMIN = r.Ceiling(1 * GiB, "the limit set through the API")
 def test_a_pod_asking_only_for_a_gpu_gets_that_whole_gpu_not_no_limit() -> None:
     found = r.resolve(pod({}, {"vgpu.io/gpu": "1"}), GPUS, assigned=(UUID1,))
     assert found.problems == found.refused == ()
-    assert found.gpus == {UUID1: r.GpuLimits(memory=80 * GiB, compute=None)}
-    assert found.limits() == {UUID1: Limits(memory=80 * GiB, compute=100.0, oversubscribe=False,
-                                            burst=0)}  # fmt: skip
+    assert found.gpus == {UUID1: GpuLimits(memory=80 * GiB, compute=None)}
+    assert found.limits() == {UUID1: GpuLimits(memory=80 * GiB, compute=None, burst=None)}
     assert found.from_resources
 
 
@@ -38,7 +37,7 @@ def test_fractional_resources_are_exactly_the_limits() -> None:
         GPUS,
         assigned=("0",),
     )
-    assert found.gpus == {UUID0: r.GpuLimits(memory=4 * GiB, compute=25.0)}
+    assert found.gpus == {UUID0: GpuLimits(memory=4 * GiB, compute=2500)}
 
 
 def test_an_annotation_above_a_whole_gpu_is_refused_too() -> None:
@@ -56,8 +55,8 @@ def test_per_gpu_and_tflops_annotations_are_named_when_refused() -> None:
         assigned=(UUID0, UUID1),
     )  # fmt: skip
     assert found.gpus == {
-        UUID0: r.GpuLimits(memory=4 * GiB, compute=20.0),
-        UUID1: r.GpuLimits(memory=4 * GiB, compute=20.0),
+        UUID0: GpuLimits(memory=4 * GiB, compute=2000),
+        UUID1: GpuLimits(memory=4 * GiB, compute=2000),
     }
     assert found.problems == ()
     assert sorted(line.split(":")[1].strip() for line in found.refused) == [
@@ -76,7 +75,7 @@ def test_given_ceilings_replace_the_resources_field_by_field() -> None:
     ceilings = {UUID0: r.GpuCeiling(memory=ADMIN)}
     raised = r.resolve(pod({a.VRAM_LIMIT: "2Gi", a.COMPUTE_LIMIT: "60"}, resources), GPUS,
                        assigned=("0",), ceilings=ceilings)  # fmt: skip
-    assert raised.gpus == {UUID0: r.GpuLimits(memory=1 * GiB, compute=50.0)}
+    assert raised.gpus == {UUID0: GpuLimits(memory=1 * GiB, compute=5000)}
     assert [line.split("'")[0] for line in raised.refused] == [
         "pod ml/train: tensor-fusion.ai/vram-limit=",
         "pod ml/train: tensor-fusion.ai/compute-limit=",
@@ -86,15 +85,15 @@ def test_given_ceilings_replace_the_resources_field_by_field() -> None:
                         ceilings=ceilings)  # fmt: skip
     assert lowered.gpus[UUID0].memory == 512 << 20 and lowered.refused == ()
     gone = r.resolve(pod({}, resources), GPUS, assigned=("0",), ceilings=ceilings)
-    assert gone.gpus[UUID0] == r.GpuLimits(memory=1 * GiB, compute=50.0)
+    assert gone.gpus[UUID0] == GpuLimits(memory=1 * GiB, compute=5000)
 
 
 def test_a_pod_with_ceilings_keeps_its_gpus_without_annotations() -> None:
     """An annotations-only pod whose annotations are all removed: not unlimited."""
-    started = r.GpuCeiling(r.Ceiling(2 * GiB, "its start"), r.Ceiling(10.0, "its start"))
+    started = r.GpuCeiling(r.Ceiling(2 * GiB, "its start"), r.Ceiling(1000, "its start"))
     found = r.resolve(pod({}), GPUS[:1], ceilings={UUID0: started})
     assert found.wants_gpu and not found.from_resources
-    assert found.gpus == {UUID0: r.GpuLimits(memory=2 * GiB, compute=10.0)}
+    assert found.gpus == {UUID0: GpuLimits(memory=2 * GiB, compute=1000)}
     assert r.resolve(pod({}), GPUS[:1]) == r.Resolution(wants_gpu=False)
 
 
@@ -115,8 +114,8 @@ def test_a_burst_without_a_compute_limit_is_a_problem_not_a_failed_write() -> No
     (problem,) = found.problems
     assert "compute-burst='80': a burst needs a compute limit below 100 %" in problem
     kept = r.resolve(pod({a.COMPUTE_LIMIT: "30", a.COMPUTE_BURST: "80"}), GPUS[:1])
-    assert kept.limits(keep_burst=frozenset({UUID0}))[UUID0].burst is None  # the admin's stays
-    assert kept.limits()[UUID0].burst == 80.0
+    assert kept.limits(keep_burst=frozenset({UUID0}))[UUID0].burst is UNCHANGED  # the admin's
+    assert kept.limits()[UUID0].burst == 8000
 
 
 def test_zero_memory_units_are_a_problem_not_an_unlimited_pod() -> None:
@@ -144,11 +143,12 @@ def test_no_annotation_ever_passes_the_ceiling(
     found = r.resolve(pod(annotations, resources), GPUS, assigned=("0",))
     limits = found.gpus[UUID0]
     memory_ceiling = int(memory) * GiB if memory and memory != "0" else 80 * GiB
-    assert limits.memory is not None and limits.memory <= memory_ceiling
-    if compute is not None:
-        assert limits.compute is not None and limits.compute <= float(compute)
+    bytes_, hundredths = known(limits.memory), known(limits.compute)
+    assert bytes_ is not None and bytes_ <= memory_ceiling
+    if compute is not None and compute != "100":  # 100 %, the whole GPU, is no limit
+        assert hundredths is not None and hundredths <= int(compute) * 100
     else:
-        assert limits.compute is None or limits.compute <= 100
+        assert hundredths is None or hundredths < WHOLE_GPU
 
 
 def _secured(

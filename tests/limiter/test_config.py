@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vgpu_common.limits import format_size, parse_percent
+from vgpu_common.limits import parse_size as python_parse_size  # the one Python parser
 from vgpu_common.paths import DEFAULT_BASE
-from vgpu_common.units import format_percent, format_size
-from vgpu_common.units import parse_size as python_parse_size  # the one Python parser
 from vgpu_hypervisor.settings import Settings
 from vgpu_limiter.config import (
     ConfigError,
@@ -530,14 +530,6 @@ def test_format_size_largest() -> None:
     assert format_size(UINT64_MAX) == "16.00 EiB"
 
 
-@pytest.mark.parametrize(
-    ("hundredths", "text"),
-    [(5000, "50 %"), (1250, "12.5 %"), (1, "0.01 %"), (10000, "100 % (no limit)")],
-)
-def test_format_percent(hundredths: int, text: str) -> None:
-    assert format_percent(hundredths) == text
-
-
 # --- every variable through the library, with its source -----------------------------------------
 
 PROCESS_SETTINGS = [
@@ -693,36 +685,35 @@ def test_the_context_overhead_cannot_be_lowered_in_another_users_region(tmp_path
 PARSE_C = Path(__file__).parents[2] / "packages/limiter/csrc/common/vgpu_parse.c"
 
 
-@pytest.fixture(scope="module")
-def c_parse(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """vgpu_parse.c alone, as a small shared object loaded with cffi."""
+CSRC = PARSE_C.parents[1]
+
+
+def c_alone(factory: pytest.TempPathFactory, source: Path, declarations: str) -> Any:
+    """One C file of the limiter alone, as a small shared object loaded with cffi: bound
+    lazily, since its other functions may call into files not built with it."""
     compiler = shutil.which("cc")
     if compiler is None:
         pytest.skip("no C compiler")
-    library = tmp_path_factory.mktemp("parse") / "libvgpu_parse.so"
-    subprocess.run(
-        [
-            compiler,
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-shared",
-            "-fPIC",
-            "-o",
-            str(library),
-            str(PARSE_C),
-        ],
-        check=True,
-    )
+    library = factory.mktemp(source.stem) / f"lib{source.stem}.so"
+    includes = [f"-I{CSRC / folder}" for folder in ("include", "limiter", "common")]
+    flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *includes]
+    subprocess.run([compiler, *flags, "-o", str(library), str(source)], check=True)
     from cffi import FFI
 
     ffi = FFI()
-    ffi.cdef(
+    ffi.cdef(declarations)
+    return ffi, ffi.dlopen(str(library), os.RTLD_LAZY)
+
+
+@pytest.fixture(scope="module")
+def c_parse(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """vgpu_parse.c: sizes and names."""
+    return c_alone(
+        tmp_path_factory,
+        PARSE_C,
         "bool vgpu_parse_size(const char *text, uint64_t *bytes);"
-        "bool vgpu_valid_name(const char *text);"
+        "bool vgpu_valid_name(const char *text);",
     )
-    return ffi, ffi.dlopen(str(library))
 
 
 def c_size(c_parse: Any, text: str) -> int | None:
@@ -847,6 +838,44 @@ def test_the_c_and_python_size_parsers_agree(c_parse: Any, text: str) -> None:
 def test_size_grammar(c_parse: Any, text: str, expected: int | None) -> None:
     assert c_size(c_parse, text) == expected
     assert py_size(text) == expected
+
+
+@pytest.fixture(scope="module")
+def c_percent(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """config_values.c: the limiter's percents."""
+    return c_alone(
+        tmp_path_factory,
+        CSRC / "limiter/config_values.c",
+        "bool vgpu_config_parse_percent(const char *text, bool allow_sign, uint32_t *out);",
+    )
+
+
+written_percents = st.tuples(
+    st.sampled_from(["", " ", "\t", "\n"]),
+    st.one_of(
+        st.integers(0, 1000).map(str),
+        st.tuples(st.integers(0, 120), st.text("0123456789", max_size=4)).map(
+            lambda pair: f"{pair[0]}.{pair[1]}"
+        ),
+        st.sampled_from(["0100", ".5", "5.", "1e2", "-1", "+1", "50.001", "99.990"]),
+    ),
+    st.sampled_from(["", " ", "%", " % ", "%%", "\t"]),
+).map("".join)
+
+
+@settings(max_examples=800)
+@given(st.one_of(written_percents, ascii_text))
+def test_the_c_and_python_percent_parsers_agree(c_percent: Any, text: str) -> None:
+    """What the limiter reads in TENSOR_FUSION_CUDA_UP_LIMIT is what the CLI, the API and the
+    annotations read: the same hundredths, refused alike (range 0.01 to 100)."""
+    ffi, lib = c_percent
+    out = ffi.new("uint32_t *")
+    in_c = lib.vgpu_config_parse_percent(text.encode(), True, out) and 1 <= out[0] <= 10000
+    try:
+        in_python: int | None = parse_percent(text)
+    except ValueError:
+        in_python = None
+    assert in_python == (int(out[0]) if in_c else None), text
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import typer
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
+from vgpu_common.limits import normalize_uuid
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import ProcessInfo, Region, RegionError
 from vgpu_limiter.region_cli import inspect
@@ -191,13 +192,13 @@ def test_bad_path_components_are_named(namespace: str, pod: str, problem: str) -
 @given(st.sampled_from(UUIDS), st.randoms())
 def test_uuids_are_stored_as_nvml_writes_them(uuid: str, chance: random.Random) -> None:
     mixed = "".join(c.upper() if chance.random() < 0.5 else c.lower() for c in uuid)
-    assert regions.normalize_uuid(mixed) == uuid
+    assert normalize_uuid(mixed) == uuid
 
 
 @pytest.mark.parametrize("uuid", ["", "GPU-1234", "MIG-5157a1e0-0000-4000-8000-000000000001", "x"])
 def test_bad_uuids_are_refused(uuid: str) -> None:
     with pytest.raises(ValueError, match="bad GPU UUID"):
-        regions.normalize_uuid(uuid)
+        normalize_uuid(uuid)
 
 
 # Creating and opening

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodStore
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.daemon.pods import PodConflict, PodStore
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import Region, RegionError
 
@@ -47,7 +48,7 @@ def test_a_symlinked_region_is_refused_and_the_daemon_leaves_the_victim_alone(ba
     store = PodStore(base)
     try:
         with pytest.raises(PodConflict, match="symbolic link"):
-            store.update("ns", "evil", {UUIDS[0]: Limits(memory=80 * GiB)})
+            store.update("ns", "evil", {UUIDS[0]: GpuLimits.change(memory=80 * GiB)})
         assert store.get("ns", "evil").error is not None
         assert store.get("ns", "victim").devices[0].memory_limit == 4 * GiB
     finally:

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from vgpu_hypervisor.daemon.pods import Limits, PodNotFound, PodStore
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_limiter import region as regions
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
@@ -104,7 +105,7 @@ def test_force_delete_and_create_again_cannot_double_a_pods_memory(
     store = PodStore(tmp_path / "base")
     pod = Path(regions.region_path(store.base, "default", "train")).parent
     environment = limited_env(SHM_PATH=str(pod))
-    limits = {SIM_GPU0: Limits(memory=4 * GiB)}
+    limits = {SIM_GPU0: GpuLimits(memory=4 * GiB)}
     store.create("default", "train", limits)
     old = _holding(environment, "3GiB")  # 3.5 GiB with its context
     try:

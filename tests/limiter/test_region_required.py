@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from vgpu_hypervisor.daemon.pods import Limits, PodStore
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.daemon.pods import PodStore
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
 from tests.limiter.test_config import check_config, config_of, error_of
@@ -68,7 +69,7 @@ def test_a_region_the_daemon_made_is_used_as_it_is(
 ) -> None:
     store = PodStore(pod_folder.parent / "base")
     try:
-        store.create("team", "p", {UUID0: Limits(memory=2 * GiB, compute=100.0)})
+        store.create("team", "p", {UUID0: GpuLimits(memory=2 * GiB)})
         folder = store.get("team", "p").path.parent
         environment = limited_env(TF_REGION_REQUIRED="1", SHM_PATH=str(folder))
         fits = run([WORKLOAD, "--kernels", "1", "--alloc", "1GiB"], environment)

@@ -8,12 +8,25 @@ non-zero exit code: 2 for bad input, 1 for a request the daemon refused or could
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from vgpu_common.cli import fail
 from vgpu_common.command_app import command_app
+from vgpu_common.limits import (
+    MAX_WEIGHT,
+    NONE_WORD,
+    QOS_NAMES,
+    hundredths_to_percent,
+    names_gpu,
+    parse_burst_limit,
+    parse_compute_limit,
+    parse_gpu_key,
+    parse_memory_limit,
+    parse_qos,
+)
 
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client import output
@@ -189,7 +202,8 @@ ComputeOption = Annotated[
     typer.Option(
         "--compute",
         metavar="GPU=PERCENT",
-        help="Compute limit of a GPU in percent, e.g. 0=30; 100 removes it. Repeatable.",
+        help="Compute limit of a GPU in percent, e.g. 0=30; 0=none (or 100) removes it. "
+        "Repeatable.",
         show_default=False,
     ),
 ]
@@ -199,7 +213,7 @@ BurstOption = Annotated[
         "--burst",
         metavar="GPU=PERCENT",
         help="Soft limit of a GPU in percent (at least the compute limit): the pod's share while "
-        "no other pod wants the GPU, e.g. 0=100; 0=0 removes it. Repeatable.",
+        "no other pod wants the GPU, e.g. 0=100; 0=none removes it. Repeatable.",
         show_default=False,
     ),
 ]
@@ -208,7 +222,7 @@ QosOption = Annotated[
     typer.Option(
         "--qos",
         metavar="CLASS",
-        help="Scheduling class: low, medium, high or critical (weight 1/2/4/8 when the GPU's "
+        help=f"Scheduling class: {', '.join(QOS_NAMES)} (weight 1/2/4/8 when the GPU's "
         "limits add up past 100 %).",
         show_default=False,
     ),
@@ -222,19 +236,19 @@ WeightOption = Annotated[
         show_default=False,
     ),
 ]
-QOS_CLASSES = ("low", "medium", "high", "critical")
 
 
 def _policy(qos: str | None, weight: int | None) -> dict[str, object]:
-    """The request's qos and weight (checked here and by the daemon)."""
+    """The request's qos and weight, as parsed here (the daemon checks them again)."""
     body: dict[str, object] = {}
     if qos is not None:
-        if qos not in QOS_CLASSES:
-            fail(f"--qos {qos!r}: one of {', '.join(QOS_CLASSES)}")
-        body["qos"] = qos
+        try:
+            body["qos"] = parse_qos(qos).label
+        except ValueError as error:
+            fail(f"--qos {qos!r}: {error}")
     if weight is not None:
-        if not 0 <= weight <= 1_000_000:
-            fail(f"--weight {weight}: 0 (the class's) to 1000000")
+        if not 0 <= weight <= MAX_WEIGHT:
+            fail(f"--weight {weight}: 0 (the class's) to {MAX_WEIGHT}")
         body["weight"] = weight
     return body
 
@@ -276,6 +290,36 @@ def _pod_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     return namespace or "default", name
 
 
+# The limit flags: the API's field each sets, its parser (vgpu_common.limits, the API's own),
+# and an example for the usage line.
+_LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], int | None], str], ...] = (
+    ("--mem", "memory", parse_memory_limit, "4GiB"),
+    ("--compute", "compute", parse_compute_limit, "30"),
+    ("--burst", "burst", parse_burst_limit, "100"),
+)
+
+
+@dataclass
+class _GpuFlags:
+    """The request's ``gpus`` as parsed from the flags (JSON numbers: bytes and percents,
+    "none" for no limit), and the flag that first named each GPU key."""
+
+    gpus: dict[str, dict[str, object]] = field(default_factory=dict)
+    named_by: dict[str, str] = field(default_factory=dict)
+
+    def set(self, flag: str, typed: str, key: str, name: str, value: object) -> None:
+        """The API field ``name`` of GPU ``key`` from ``flag`` (``typed``: flag and value)."""
+        try:
+            gpu = parse_gpu_key(key)
+        except ValueError as error:
+            fail(f"{typed}: {error}")
+        limits = self.gpus.setdefault(gpu, {})
+        if name in limits:
+            fail(f"{flag}: GPU {key} given twice")
+        limits[name] = value
+        self.named_by.setdefault(gpu, typed)
+
+
 def _gpu_limits(
     mem: list[str] | None,
     compute: list[str] | None,
@@ -284,37 +328,25 @@ def _gpu_limits(
     burst: list[str] | None = None,
     *,
     required: bool = True,
-) -> dict[str, dict[str, object]]:
-    """The request's `gpus` from --mem, --compute, --burst and --[no-]oversubscribe, each value
-    checked as the daemon would (the same model), so that a bad one is named by its flag rather
-    than its API field."""
-    from pydantic import ValidationError
-
-    from vgpu_hypervisor.models import GpuLimitsRequest
-
-    gpus: dict[str, dict[str, object]] = {}
-    given = (
-        ("--mem", "memory", mem),
-        ("--compute", "compute", compute),
-        ("--burst", "burst", burst),
-    )
-    for flag, field, specs in given:
-        for spec in specs or []:
-            key, equals, value = spec.partition("=")
-            if not equals or not key.strip() or not value.strip():
-                fail(
-                    f"{flag} {spec!r}: expected GPU=VALUE, e.g. {flag} 0="
-                    + ("4GiB" if field == "memory" else "30")
-                )
+) -> _GpuFlags:
+    """The request's `gpus` from --mem, --compute, --burst and --[no-]oversubscribe, each
+    value parsed here, so that a bad one is named by the flag and value typed."""
+    parsed = _GpuFlags()
+    given = {"--mem": mem, "--compute": compute, "--burst": burst}
+    for flag, name, parse, example in _LIMIT_FLAGS:
+        for spec in given[flag] or []:
+            key, equals, value = (part.strip() for part in spec.partition("="))
+            if not equals or not key or not value:
+                fail(f"{flag} {spec!r}: expected GPU=VALUE, e.g. {flag} 0={example}")
             try:
-                GpuLimitsRequest.model_validate({field: value.strip()})
-            except ValidationError as error:
-                problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
-                fail(f"{flag} {spec}: {problem}")
-            limits = gpus.setdefault(key.strip(), {})
-            if field in limits:
-                fail(f"{flag}: GPU {key.strip()} given twice")
-            limits[field] = value.strip()
+                limit = parse(value)
+            except ValueError as error:
+                fail(f"{flag} {spec}: {error}")
+            if limit is None:
+                sent: object = NONE_WORD
+            else:  # the API's units: bytes, and percent
+                sent = limit if name == "memory" else hundredths_to_percent(limit)
+            parsed.set(flag, f"{flag} {spec}", key, name, sent)
     for flag, on, keys in (
         ("--oversubscribe", True, oversubscribe),
         ("--no-oversubscribe", False, no_oversubscribe),
@@ -322,37 +354,34 @@ def _gpu_limits(
         for key in keys or []:
             if not key.strip() or "=" in key:
                 fail(f"{flag} {key!r}: expected a GPU index or UUID, e.g. {flag} 0")
-            limits = gpus.setdefault(key.strip(), {})
-            if "oversubscribe" in limits:
-                fail(f"{flag}: GPU {key.strip()} given twice")
-            limits["oversubscribe"] = on
-    if not gpus and required:
+            parsed.set(flag, f"{flag} {key.strip()}", key.strip(), "oversubscribe", on)
+    if not parsed.gpus and required:
         fail("give at least one --mem, --compute, --burst or --oversubscribe")
-    return gpus
+    return parsed
 
 
-_FIELD_FLAGS = {
-    "memory": "--mem",
-    "compute": "--compute",
-    "burst": "--burst",
-    "oversubscribe": "--oversubscribe",
-}
+def _on_this_node(client: "Client", flags: _GpuFlags) -> None:
+    """Every GPU the flags name is one of the daemon's: only the daemon knows its GPUs, so
+    they are asked for first, and a GPU it lacks is named by the flag that named it (the
+    daemon checks again, naming the API's field)."""
+    if not flags.named_by:
+        return
+    gpus = client.request("GET", f"{API}/gpus", authorized=True)  # a change's: with the token
+    for key, typed in flags.named_by.items():
+        if not any(names_gpu(key, gpu.get("index"), gpu.get("uuid")) for gpu in gpus):
+            fail(f"{typed}: no such GPU on this node ({len(gpus)} GPU(s))", REFUSED)
 
 
-def _flag_words(gpus: Mapping[str, Mapping[str, object]]) -> Callable[[str], str]:
-    """Turn the API's "gpus.KEY.FIELD: problem" back into the flag and value that were typed."""
+def _change_gpus(
+    flags: Mapping[str, object], method: str, path: str, gpus: _GpuFlags, body: dict[str, object]
+) -> Any:
+    """A change of a pod's limits: its GPUs checked against the node's, then the request."""
 
-    def explain(message: str) -> str:
-        where, colon, problem = message.partition(": ")
-        parts = where.split(".")
-        if not colon or parts[0] != "gpus" or len(parts) < 2 or parts[1] not in gpus:
-            return message
-        key = parts[1]
-        fields = [parts[2]] if len(parts) > 2 else list(gpus[key])
-        typed = [f"{_FIELD_FLAGS.get(f, f)} {key}={gpus[key][f]}" for f in fields if f in gpus[key]]
-        return f"{', '.join(typed) or key}: {problem}"
+    def change(client: "Client") -> Any:
+        _on_this_node(client, gpus)
+        return client.request(method, path, authorized=True, body=body)
 
-    return explain
+    return _call(flags, change)
 
 
 def _change(
@@ -455,11 +484,11 @@ def pods_create(
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
     gpus = _gpu_limits(mem, compute, oversubscribe, burst=burst)
-    body: dict[str, object] = {"namespace": namespace, "name": name, "gpus": gpus}
+    body: dict[str, object] = {"namespace": namespace, "name": name, "gpus": gpus.gpus}
     body |= _policy(qos, weight)
     if owner is not None:
         body |= pod_owner(owner)
-    document = _change(flags, "POST", f"{API}/pods", _flag_words(gpus), body=body)
+    document = _change_gpus(flags, "POST", f"{API}/pods", gpus, body)
     output.show(document, chosen, "pods")
 
 
@@ -485,9 +514,9 @@ def pods_update(
     namespace, name = _pod_name(pod, namespace)
     policy = _policy(qos, weight)
     gpus = _gpu_limits(mem, compute, oversubscribe, no_oversubscribe, burst, required=not policy)
-    body: dict[str, object] = ({"gpus": gpus} if gpus else {}) | policy
+    body: dict[str, object] = ({"gpus": gpus.gpus} if gpus.gpus else {}) | policy
     path = f"{API}/pods/{namespace}/{name}"
-    document = _change(flags, "PATCH", path, _flag_words(gpus), body=body)
+    document = _change_gpus(flags, "PATCH", path, gpus, body)
     output.show(document, chosen, "pods")
 
 

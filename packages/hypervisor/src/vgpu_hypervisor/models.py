@@ -4,15 +4,26 @@ Units: memory in bytes, utilization and compute limits in percent, times in Unix
 A value the driver could not give is null.
 """
 
-import math
-import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
-from vgpu_common.units import parse_size
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from vgpu_common.limits import (
+    MAX_WEIGHT,
+    QOS_NAMES,
+    UNCHANGED,
+    GpuLimits,
+    Limit,
+    Qos,
+    Unchanged,
+    parse_burst_limit,
+    parse_compute_limit,
+    parse_gpu_key,
+    parse_memory_limit,
+    parse_qos,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$"
-_DEVICE_KEY = re.compile(r"(0|[1-9][0-9]{0,2}|GPU-[0-9A-Fa-f-]{36})")
 
 
 class _Document(BaseModel):
@@ -20,99 +31,112 @@ class _Document(BaseModel):
 
 
 # --- requests -----------------------------------------------------------------------------
+# A limit in a request is parsed here, once, into vgpu_common.limits' value (bytes, hundredths
+# of a percent); null or absent leaves it as it is, "none" is no limit.
 
 
-def _memory(value: object) -> int | None:
-    """Bytes, a size such as "4GiB", or 0 / "none" for no limit; null leaves it as it is."""
-    if value is None:
-        return None
-    if value == 0 or (isinstance(value, str) and value.strip().lower() in ("none", "0")):
-        return 0
-    size = parse_size(value)
-    if size >= 1 << 64:
-        raise ValueError("memory limit too large (at most 2**64-1 bytes)")
-    return size
+def _limit(parse: Callable[[object], int | None]) -> Callable[[object], Limit]:
+    def value(given: object) -> Limit:
+        return UNCHANGED if given is None else parse(given)
+
+    return value
 
 
-def _percent(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("expected a percentage from 0.01 to 100")
-    try:
-        percent = float(value)
-    except ValueError:
-        raise ValueError("expected a percentage from 0.01 to 100") from None
-    if not math.isfinite(percent) or not 0.01 <= percent <= 100:
-        raise ValueError("expected a percentage from 0.01 to 100 (100: no compute limit)")
-    return round(percent, 2)
+def _boolean(given: object) -> bool | Unchanged:
+    if given is None:
+        return UNCHANGED
+    if not isinstance(given, bool):  # JSON's true or false, not a word for one
+        raise ValueError("expected true or false")
+    return given
 
 
+def _schema(*kinds: dict[str, Any], description: str) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [*kinds, {"type": "null"}], "description": description})
+
+
+_NUMBER_OR_TEXT = ({"type": "number"}, {"type": "string"})
 MemoryField = Annotated[
-    int | None,
-    BeforeValidator(_memory),
-    Field(
-        description='Bytes, or a size such as "4GiB"; 0 or "none": no limit.',
-        json_schema_extra={
-            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}, {"type": "null"}]
-        },
+    Limit,
+    BeforeValidator(_limit(parse_memory_limit)),
+    _schema(
+        {"type": "integer", "minimum": 0},
+        {"type": "string"},
+        description='Bytes, or a size such as "4GiB"; "none" (or 0): no limit.',
     ),
 ]
-PercentField = Annotated[
-    float | None,
-    BeforeValidator(_percent),
-    Field(
-        description="Share of the GPU's time in percent, 0.01 to 100 (100: no limit).",
-        json_schema_extra={"anyOf": [{"type": "number"}, {"type": "string"}, {"type": "null"}]},
+ComputeField = Annotated[
+    Limit,
+    BeforeValidator(_limit(parse_compute_limit)),
+    _schema(
+        *_NUMBER_OR_TEXT,
+        description="Share of the GPU's time in percent, 0.01 to 100 with at most two "
+        'decimals; "none" (or 100): no limit.',
     ),
 ]
+BurstField = Annotated[
+    Limit,
+    BeforeValidator(_limit(parse_burst_limit)),
+    _schema(
+        *_NUMBER_OR_TEXT,
+        description="Soft limit in percent (>= compute): the pod's share while no other pod "
+        'wants the GPU, 100: all idle time; "none": no burst.',
+    ),
+]
+OversubscribeField = Annotated[
+    bool | Unchanged,
+    BeforeValidator(_boolean),
+    _schema(
+        {"type": "boolean"},
+        description="Past the memory limit, serve allocations from host memory instead of failing.",
+    ),
+]
+
+
+def _absent() -> Any:
+    """An absent limit: UNCHANGED, which the schema shows as null (its JSON spelling)."""
+    return Field(default=UNCHANGED, json_schema_extra={"default": None})
 
 
 class GpuLimitsRequest(_Document):
-    """Limits of one GPU of a pod; an absent or null limit: none (create), unchanged (update)."""
+    """Limits of one GPU of a pod; an absent or null limit is left as it is (none on a GPU
+    new to the pod)."""
 
-    memory: MemoryField = None
-    compute: PercentField = None
-    oversubscribe: StrictBool | None = Field(
-        default=None,
-        description="Past the memory limit, serve allocations from host memory instead of "
-        "failing; null: off (create), unchanged (update).",
-    )
-    burst: PercentField = Field(
-        default=None,
-        description="Soft limit in percent (>= compute): the pod's share while no other pod "
-        "wants the GPU. 100: all idle time; absent: unchanged (update) or none (create).",
-    )
+    memory: MemoryField = _absent()
+    compute: ComputeField = _absent()
+    burst: BurstField = _absent()
+    oversubscribe: OversubscribeField = _absent()
+
+    def limits(self) -> GpuLimits:
+        """The value these fields make (the Python side of the API)."""
+        return GpuLimits(self.memory, self.compute, self.burst, self.oversubscribe)
 
 
-def _device_keys(value: Any) -> Any:
+def _gpu_keys(value: Any) -> Any:
     if isinstance(value, dict):
         for key in value:
-            if not isinstance(key, str) or not _DEVICE_KEY.fullmatch(key):
-                raise ValueError(
-                    f"bad GPU key {key!r}: a device index (0, 1, ...) or a GPU UUID "
-                    "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
-                )
+            parse_gpu_key(str(key))
     return value
 
 
 GpuMap = Annotated[
     dict[str, GpuLimitsRequest],
-    BeforeValidator(_device_keys),
+    BeforeValidator(_gpu_keys),
     Field(description="Limits by GPU index or UUID.", min_length=1, max_length=16),
 ]
 
 
 QosField = Annotated[
-    Literal["low", "medium", "high", "critical"] | None,
-    Field(
+    Qos | None,
+    BeforeValidator(lambda given: None if given is None else parse_qos(given)),
+    _schema(
+        {"type": "string", "enum": list(QOS_NAMES)},
         description="Scheduling class: the weight (1/2/4/8) when the GPU's limits add up past "
-        "100 % and no weight is given. Default medium."
+        "100 % and no weight is given. Default medium.",
     ),
 ]
 WeightField = Annotated[
     int | None,
-    Field(ge=0, le=1_000_000, description="Explicit scheduling weight (0: from the qos)."),
+    Field(ge=0, le=MAX_WEIGHT, description="Explicit scheduling weight (0: from the qos)."),
 ]
 
 

@@ -37,8 +37,8 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BeforeValidator, PlainSerializer, PlainValidator, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from vgpu_common.limits import format_size, parse_size, parse_switch
 from vgpu_common.paths import DEFAULT_BASE
-from vgpu_common.units import format_size, parse_size
 
 from vgpu_hypervisor.listen_address import (
     LISTEN_FORMS,
@@ -121,19 +121,6 @@ def _log_format(value: object) -> str:
     return kind
 
 
-_TRUE = frozenset(("1", "true", "yes", "on"))
-_FALSE = frozenset(("0", "false", "no", "off"))
-
-
-def _switch(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise ValueError("expected true or false")
-
-
 def _yes_no(value: bool) -> str:
     return "yes" if value else "no"
 
@@ -142,7 +129,7 @@ def _simulate(value: object) -> bool | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
     try:
-        return _switch(value)
+        return parse_switch(value)
     except ValueError:
         raise ValueError("expected true, false or auto") from None
 
@@ -167,7 +154,7 @@ def _kubernetes(value: object) -> bool | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
     try:
-        return _switch(value)
+        return parse_switch(value)
     except ValueError:
         raise ValueError("expected true, false or auto") from None
 
@@ -410,7 +397,7 @@ class Settings(BaseSettings):
     ] = None
     boost_correction: Annotated[
         bool,
-        BeforeValidator(_switch),
+        BeforeValidator(parse_switch),
         Setting(
             "--boost-correction",
             None,
@@ -464,7 +451,7 @@ class Settings(BaseSettings):
     ] = 30.0
     device_plugin: Annotated[
         bool,
-        BeforeValidator(_switch),
+        BeforeValidator(parse_switch),
         Setting(
             "--device-plugin",
             None,
@@ -516,7 +503,7 @@ class Settings(BaseSettings):
     ] = 1 << 30
     token_review: Annotated[
         bool,
-        BeforeValidator(_switch),
+        BeforeValidator(parse_switch),
         Setting(
             "--token-review",
             None,

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from vgpu_common.units import hundredths_to_percent
+from vgpu_common.limits import hundredths_to_percent
 
 from vgpu_limiter import library_path
 
@@ -30,9 +30,6 @@ PodSource = Literal[
     "CUDA_DEVICE_MEMORY_SHARED_CACHE",
 ]
 LogLevel = Literal["error", "warn", "info", "debug"]
-
-# compute_limit is in hundredths of a percent, as in the pod region.
-COMPUTE_UNLIMITED = 10000
 
 
 class ConfigError(ValueError):

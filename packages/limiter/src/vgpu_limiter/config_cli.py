@@ -14,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from vgpu_common.cli import fail
-from vgpu_common.units import format_percent, format_size
+from vgpu_common.limits import WHOLE_GPU, format_percent, format_size, hundredths_to_percent
 
 from vgpu_limiter.config import describe_json
 
@@ -33,6 +33,14 @@ def _device_name(device: dict[str, Any]) -> str:
     if device["kind"] == "index":
         return f"index {device['index']}"
     return str(device["uuid"])
+
+
+def _percent(hundredths: int) -> str:
+    """A compute limit of the table; the whole GPU is marked as no limit, as the library
+    reads it."""
+    return format_percent(hundredths_to_percent(hundredths)) + (
+        " (no limit)" if hundredths == WHOLE_GPU else ""
+    )
 
 
 def _sort_key(device: dict[str, Any]) -> tuple[int, int, str]:
@@ -69,13 +77,11 @@ def _print_table(document: dict[str, Any]) -> None:
                 )
                 name = ""
             if compute is not None:
-                table.add_row(
-                    name, "compute", format_percent(compute), "", device["compute_source"]
-                )
+                table.add_row(name, "compute", _percent(compute), "", device["compute_source"])
                 name = ""
             soft = device.get("soft_limit")
             if soft is not None:
-                table.add_row(name, "soft compute", format_percent(soft), "", device["soft_source"])
+                table.add_row(name, "soft compute", _percent(soft), "", device["soft_source"])
                 name = ""
             oversubscribe = device.get("oversubscribe")
             if oversubscribe is not None:

@@ -24,7 +24,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from .region import CONSTANTS, RegionError, ffi, normalize_uuid
+from vgpu_common.limits import normalize_uuid
+
+from .region import CONSTANTS, RegionError, ffi
 
 if TYPE_CHECKING:
     from .lease_broker import ArbitratedLease

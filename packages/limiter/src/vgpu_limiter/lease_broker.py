@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from vgpu_common.limits import normalize_uuid
+
 from .lease import NODE_FOLDER, NODE_FOLDER_MODE, DeviceLease, folder_fd
-from .region import CONSTANTS, RegionError, ffi, native_library, normalize_uuid
+from .region import CONSTANTS, RegionError, ffi, native_library
 
 SOCKET_NAME: Final = "leases.sock"
 SOCKET_MODE: Final = 0o666  # every paced process of the node asks for leases

@@ -34,7 +34,14 @@ from types import TracebackType
 from typing import Any, Final
 
 from cffi import FFI
-from vgpu_common.units import hundredths_to_percent
+from vgpu_common.limits import (
+    MAX_WEIGHT,
+    NO_LIMITS,
+    GpuLimits,
+    Qos,
+    hundredths_to_percent,
+    normalize_uuid,
+)
 
 _HERE = Path(__file__).resolve().parent
 CDEF_PATH: Final = _HERE / "region_cdef.h"
@@ -103,12 +110,6 @@ SLOT_CLAIMING: Final = _constant("VGPU_SLOT_CLAIMING")
 SLOT_RECLAIMING: Final = _constant("VGPU_SLOT_RECLAIMING")
 COMPUTE_UNLIMITED: Final = _constant("VGPU_COMPUTE_UNLIMITED")
 FLAG_FROZEN: Final = _constant("VGPU_REGION_FROZEN")
-QOS_LOW: Final = _constant("VGPU_QOS_LOW")
-QOS_MEDIUM: Final = _constant("VGPU_QOS_MEDIUM")
-QOS_HIGH: Final = _constant("VGPU_QOS_HIGH")
-QOS_CRITICAL: Final = _constant("VGPU_QOS_CRITICAL")
-# The scheduling weight of each class when a pod has no explicit weight.
-QOS_WEIGHTS: Final = {QOS_LOW: 1, QOS_MEDIUM: 2, QOS_HIGH: 4, QOS_CRITICAL: 8}
 DEVICE_OVERSUBSCRIBE: Final = _constant("VGPU_DEVICE_OVERSUBSCRIBE")
 DEVICE_FLAGS: Final = DEVICE_OVERSUBSCRIBE  # every known device flag
 FLAG_DELETED: Final = _constant("VGPU_REGION_DELETED")
@@ -132,8 +133,6 @@ _ERROR_SIZE: Final = 512
 
 # Kubernetes names (DNS-1123) fit; "." and ".." and hidden or option-like names do not.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}", re.ASCII)
-# As NVML writes it: "GPU-" and 32 hex digits in groups 8-4-4-4-12, any case.
-_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 
 
 # Names and paths
@@ -154,15 +153,6 @@ def region_path(base: str | os.PathLike[str], namespace: str, pod: str) -> Path:
     return (
         Path(base) / check_name("pod namespace", namespace) / check_name("pod name", pod)
     ) / REGION_FILE
-
-
-def normalize_uuid(uuid: str) -> str:
-    """A GPU UUID as NVML writes it ("GPU-" and lower-case hex); ValueError if it is none."""
-    if not _UUID.fullmatch(uuid):
-        raise ValueError(
-            f"bad GPU UUID {uuid!r}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-        )
-    return "GPU-" + uuid[4:].lower()
 
 
 def _check_limits(memory_limit: int | None, compute_limit: int | None) -> None:
@@ -213,6 +203,45 @@ class DeviceLimits:
         entry.compute_limit = self.compute_limit
         entry.compute_soft_limit = self.compute_soft_limit
         entry.device_flags = self.device_flags
+
+    # The boundary between a GPU's limits as a value (vgpu_common.limits: None for no limit)
+    # and the words the region keeps (0 for none): crossed here, and nowhere else.
+
+    @classmethod
+    def of(cls, limits: GpuLimits) -> DeviceLimits:
+        """The words of a GPU's complete limits (none UNCHANGED: merged with ``over``)."""
+        memory, compute, burst, oversubscribe = (
+            limits.memory,
+            limits.compute,
+            limits.burst,
+            limits.oversubscribe,
+        )
+        if not (
+            isinstance(memory, int | None)
+            and isinstance(compute, int | None)
+            and isinstance(burst, int | None)
+            and isinstance(oversubscribe, bool)
+        ):
+            raise ValueError(f"limits with a field unchanged are no words to store: {limits}")
+        return cls(
+            memory or 0,
+            compute or 0,
+            burst or 0,
+            DEVICE_OVERSUBSCRIBE if oversubscribe else 0,
+        )
+
+    @property
+    def value(self) -> GpuLimits:
+        """These words as a GPU's limits; ValueError for words no limits have (a tenant can
+        write its region)."""
+        self.check()
+        compute = self.compute_limit if self.compute_limit != COMPUTE_UNLIMITED else 0
+        return GpuLimits(
+            self.memory_limit or None,
+            compute or None,
+            (self.compute_soft_limit or None) if compute else None,
+            bool(self.device_flags & DEVICE_OVERSUBSCRIBE),
+        )
 
 
 # Snapshots
@@ -335,11 +364,15 @@ def process_alive(process: ProcessInfo) -> bool:
 # Creating and opening
 
 
-DeviceSpec = tuple[int, int] | DeviceLimits  # (memory, compute) or all the limits
+# A GPU's limits as a value, or as words: (memory, compute) or all of them.
+DeviceSpec = GpuLimits | tuple[int, int] | DeviceLimits
 
 
 def _as_limits(spec: DeviceSpec) -> DeviceLimits:
-    limits = spec if isinstance(spec, DeviceLimits) else DeviceLimits(spec[0], spec[1])
+    if isinstance(spec, GpuLimits):
+        limits = DeviceLimits.of(spec.over(NO_LIMITS))
+    else:
+        limits = spec if isinstance(spec, DeviceLimits) else DeviceLimits(spec[0], spec[1])
     limits.check()
     return limits
 
@@ -585,11 +618,11 @@ class Region:
         return int(self._snapshot(HEADER_SIZE).weight)
 
     def set_policy(self, qos: int, weight: int = 0) -> None:
-        """The pod's scheduling class (QOS_*) and weight (0: the class's)."""
-        if qos not in QOS_WEIGHTS:
-            raise ValueError(f"unknown qos {qos}: one of {sorted(QOS_WEIGHTS)}")
-        if not 0 <= weight <= 1_000_000:
-            raise ValueError(f"bad weight {weight}: 0 (from the qos) to 1000000")
+        """The pod's scheduling class (a Qos) and weight (0: the class's)."""
+        if qos not in list(Qos):
+            raise ValueError(f"unknown qos {qos}: one of {[int(known) for known in Qos]}")
+        if not 0 <= weight <= MAX_WEIGHT:
+            raise ValueError(f"bad weight {weight}: 0 (from the qos) to {MAX_WEIGHT}")
         self._call(int(_library().vgpu_region_safe_set_policy(self._writable(), qos, weight)))
 
     def set_effective(self, index: int, effective: int) -> None:
@@ -712,6 +745,30 @@ class Region:
             self._call(_library().vgpu_region_safe_store_limits(region, present.index, entry))
         return self._read_device(present.index)
 
+    def change_limits(self, uuid: str, change: GpuLimits) -> DeviceLimits:
+        """Make a change of a GPU's limits (an entry added for a GPU new to the pod), merged
+        with the limits present under the writers' lock, so no other writer comes between;
+        the words written. ValueError (one line) for limits that cannot be (vgpu_common.limits'
+        rules)."""
+        canonical = normalize_uuid(uuid)
+        entry: Any = ffi.new("struct vgpu_region_limits *")
+        entry.uuid = canonical.encode()
+        with self._exclusive() as region:
+            index = self._find(canonical)
+            try:
+                present = NO_LIMITS if index is None else self._read_device(index).limits.value
+            except ValueError as error:  # words a tenant wrote: the file's state, not the change
+                raise RegionError(f"{self.path}: GPU {canonical}: {error}") from None
+            written = DeviceLimits.of(change.over(present))
+            written.fill(entry)
+            if index is None:
+                index = self._call(_library().vgpu_region_safe_add_device(region, entry))
+                if index == _FULL:
+                    raise RegionError(f"{self.path}: all {MAX_DEVICES} device entries are in use")
+            else:
+                self._call(_library().vgpu_region_safe_store_limits(region, index, entry))
+        return written
+
     def settle_generations(self) -> int:
         """Make even the generations left odd by writers that died mid-change (an odd one
         seen under the writers' lock has no live writer); the number settled."""
@@ -799,4 +856,7 @@ def _text(value: Any) -> str:
 def _uuid_text(value: Any) -> str:
     """A stored UUID as NVML writes it (region.c stores it all lower case)."""
     text = _text(value)
-    return normalize_uuid(text) if _UUID.fullmatch(text) else text
+    try:
+        return normalize_uuid(text)
+    except ValueError:
+        return text

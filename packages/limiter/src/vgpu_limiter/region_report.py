@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vgpu_common.units import format_bytes
+from vgpu_common.limits import format_bytes, format_percent, hundredths_to_percent
 
 if TYPE_CHECKING:
     from vgpu_limiter.region import DeviceInfo, ProcessInfo, Region
@@ -131,9 +131,9 @@ def _device_row(device: Mapping[str, Any]) -> list[str]:
     percent = device["compute_percent"]
     host = device["host_memory_used"]
     soft = device["compute_soft_limit"]
-    compute = "none" if percent is None else f"{percent:g}%"
+    compute = "none" if percent is None else format_percent(percent, "%")
     if soft:
-        compute += f" (burst {soft / 100:g}%)"
+        compute += f" (burst {format_percent(hundredths_to_percent(soft), '%')})"
     return [
         str(device["index"]),
         device["uuid"],

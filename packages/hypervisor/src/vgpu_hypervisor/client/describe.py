@@ -3,7 +3,7 @@
 import time
 from typing import Any
 
-from vgpu_common.units import format_bytes, format_size
+from vgpu_common.limits import format_bytes, format_percent, format_size
 
 NA = "-"
 
@@ -26,8 +26,9 @@ def _ago(seconds: float) -> str:
     return f"{seconds // 86400}d"
 
 
-def _percent(value: float | None) -> str:
-    return NA if value is None else f"{value:g} %"
+def _utilization(gpu: dict[str, Any]) -> str:
+    utilization = gpu.get("utilization")
+    return NA if utilization is None else format_percent(utilization)
 
 
 def region_flags(path: str | None) -> str:
@@ -71,8 +72,8 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
             f"  GPU {index if index is not None else '(not on this node)'}  {gpu['uuid']}",
             f"    Memory limit:   {format_size(limit) if limit else 'none'}",
             f"    Memory used:    {format_bytes(gpu.get('memory_used') or 0)}",
-            f"    Compute limit:  {_percent(compute) if compute else 'none'}",
-            f"    Utilization:    {_percent(gpu.get('utilization'))}",
+            f"    Compute limit:  {format_percent(compute) if compute else 'none'}",
+            f"    Utilization:    {_utilization(gpu)}",
         ]
     if not pod.get("gpus"):
         lines.append("  (none)")
@@ -90,6 +91,6 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
         for gpu in worker.get("gpus") or []:
             lines.append(
                 f"    {gpu['uuid']}: {format_bytes(gpu.get('memory_used') or 0)},"
-                f" util {_percent(gpu.get('utilization'))}"
+                f" util {_utilization(gpu)}"
             )
     return "\n".join(lines) + "\n"

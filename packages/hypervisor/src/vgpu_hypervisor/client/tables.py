@@ -6,7 +6,7 @@ from typing import Any
 from rich import box
 from rich.console import RenderableType
 from rich.table import Table
-from vgpu_common.units import format_bytes
+from vgpu_common.limits import format_bytes, format_percent
 
 NA = "N/A"
 
@@ -16,7 +16,8 @@ def size(value: int | None) -> str:
 
 
 def percent(value: float | None) -> str:
-    return NA if value is None else f"{value:g}%"
+    """A percent in a table cell, N/A where there is none."""
+    return NA if value is None else format_percent(value, "%")
 
 
 def _table(title: str | None, *columns: str) -> Table:

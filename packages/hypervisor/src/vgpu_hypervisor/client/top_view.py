@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.text import Text
-from vgpu_common.units import format_bytes
+from vgpu_common.limits import format_bytes, format_percent
 
 FULL_WIDTH = 120  # from here on: bars, GPU names, boost, host pids
 SORT_KEYS = ("name", "memory", "util")
@@ -71,7 +71,8 @@ def _size(value: int | None) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}%"
+    """A percent in a narrow column, NA where there is none."""
+    return NA if value is None else format_percent(value, "%")
 
 
 def _bar(share: float | None, width: int) -> Text:

@@ -13,9 +13,10 @@ import logging
 import time
 from pathlib import Path
 
+from vgpu_common.limits import normalize_uuid
 from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.lease_broker import LeaseBroker
-from vgpu_limiter.region import RegionError, normalize_uuid
+from vgpu_limiter.region import RegionError
 
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, nvml
 from vgpu_hypervisor.gpu.boost_estimate import BoostEstimator

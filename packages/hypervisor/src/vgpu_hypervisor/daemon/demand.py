@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from vgpu_limiter.region import COMPUTE_UNLIMITED
+from vgpu_common.limits import WHOLE_GPU
 
 from vgpu_hypervisor.daemon.pods import PodKey, PodRecord
 
@@ -64,8 +64,8 @@ class DemandTracker:
                 demand.wanting.add(key)
                 if before is None or interval <= 0:
                     continue
-                used = max(0, counters[0] - before[0]) * COMPUTE_UNLIMITED // interval
-                demand.usage[key] = min(COMPUTE_UNLIMITED, used)
+                used = max(0, counters[0] - before[0]) * WHOLE_GPU // interval
+                demand.usage[key] = min(WHOLE_GPU, used)
         self._last = seen
         self._last_ns = now
         return demand

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from vgpu_common.units import hundredths_to_percent
+from vgpu_common.limits import hundredths_to_percent, qos_of
 from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
@@ -21,7 +21,6 @@ from vgpu_hypervisor.daemon.cluster import ClusterPods
 from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import (
-    QOS_NAMES,
     node_burst_rates,
     node_effective_limits,
     weight_of,
@@ -244,11 +243,7 @@ class Node:
                     memory_used=device.memory_used,
                     host_memory_used=device.host_memory_used,
                     oversubscribe=device.oversubscribe,
-                    compute_limit=(
-                        None
-                        if device.compute_percent is None
-                        else hundredths_to_percent(device.compute_limit)
-                    ),
+                    compute_limit=device.compute_percent,
                     utilization=(
                         min(100, sum(shares)) if self._utilization.reports(device.uuid) else None
                     ),
@@ -274,7 +269,7 @@ class Node:
             workers=len(workers),
             phase=self._phase(record),
             frozen=record.frozen,
-            qos=QOS_NAMES.get(record.qos, "medium"),
+            qos=qos_of(record.qos).label,
             weight=weight_of(record.qos, record.weight),
         )
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from vgpu_common.units import WHOLE_GPU, percent_to_hundredths
+from vgpu_common.limits import NO_LIMITS, GpuLimits, Qos
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import (
     FLAG_DELETED,
@@ -62,18 +62,6 @@ class PodConflict(PodError):
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
-    """A GPU's limits in a request: None leaves a limit as it is (or unset for a new entry).
-    ``memory`` in bytes, 0 = none; ``compute`` in percent, 100 = none; ``oversubscribe``:
-    allocations past the memory limit go to host memory."""
-
-    memory: int | None = None
-    compute: float | None = None
-    oversubscribe: bool | None = None
-    burst: float | None = None  # soft limit in percent, >= compute; 0 = none
-
-
-@dataclass(frozen=True, slots=True)
 class PodRecord:
     """One pod as its region file read at one moment; ``error`` says why it could not be read
     (then ``devices`` and ``processes`` are empty)."""
@@ -86,7 +74,7 @@ class PodRecord:
     processes: tuple[ProcessInfo, ...] = ()
     error: str | None = None
     frozen: bool = False
-    qos: int = regions.QOS_MEDIUM
+    qos: int = Qos.MEDIUM
     weight: int = 0  # 0: from the qos
 
     @property
@@ -231,13 +219,13 @@ class PodStore:
         self,
         namespace: str,
         name: str,
-        limits: Mapping[str, Limits],
+        limits: Mapping[str, GpuLimits],
         *,
         owner: int | None = None,
         group: int | None = None,
     ) -> PodRecord:
-        """A new pod with ``limits`` by GPU UUID, its region owned by ``owner``/``group`` when
-        given (else the daemon's user); PodConflict if it exists."""
+        """A new pod with ``limits`` by GPU UUID (UNCHANGED: none), its region owned by
+        ``owner``/``group`` when given (else the daemon's user); PodConflict if it exists."""
         path = self._path(namespace, name)
         devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
@@ -267,7 +255,7 @@ class PodStore:
         return True
 
     def update(
-        self, namespace: str, name: str, limits: Mapping[str, Limits], *, by_admin: bool = True
+        self, namespace: str, name: str, limits: Mapping[str, GpuLimits], *, by_admin: bool = True
     ) -> PodRecord:
         """Change limits in place (running programs see them within a second); a GPU the pod
         has no entry for gets one. ``by_admin``: the API's change (admin_limits keeps it), not
@@ -288,7 +276,7 @@ class PodStore:
             return dict(self._by_admin.get((namespace, name), {}))
 
     def _update(
-        self, namespace: str, name: str, limits: Mapping[str, Limits]
+        self, namespace: str, name: str, limits: Mapping[str, GpuLimits]
     ) -> tuple[PodRecord, dict[str, DeviceLimits]]:
         """The record after the change, and the limits written by GPU (UUID in lower case)."""
         written: dict[str, DeviceLimits] = {}
@@ -296,21 +284,11 @@ class PodStore:
             region = self._existing(namespace, name)
             for uuid, wanted in limits.items():
                 try:
-                    present = region.device(uuid)
-                except RegionError:
-                    present = None
-                memory, compute = _region_limits(uuid, wanted, present)
-                flags = _device_flags(wanted, present)
-                soft = _soft_limit(uuid, wanted, present, compute)
-                try:
-                    if present is None:
-                        region.add_device(uuid, memory, compute, device_flags=flags)
-                    region.set_limits(
-                        uuid, memory, compute, compute_soft_limit=soft, device_flags=flags
-                    )
+                    written[uuid.lower()] = region.change_limits(uuid, wanted)
+                except ValueError as error:  # the change itself (a burst without a limit)
+                    raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
                 except RegionError as error:  # the file's state (cut short under us): a conflict
                     raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-                written[uuid.lower()] = DeviceLimits(memory, compute, soft, flags)
             return self._record(namespace, name, region.path), written
 
     def delete(self, namespace: str, name: str, *, force: bool = False) -> PodRecord:
@@ -491,51 +469,12 @@ class PodStore:
             raise PodError(str(error)) from None
 
 
-def _region_limits(uuid: str, wanted: Limits, present: DeviceInfo | None) -> tuple[int, int]:
-    """(memory bytes, compute hundredths) to store, from a request and the entry present."""
-    memory = wanted.memory if wanted.memory is not None else present.memory_limit if present else 0
-    if wanted.compute is None:
-        compute = present.compute_limit if present else 0
-    else:
-        compute = percent_to_hundredths(wanted.compute)
-        compute = 0 if compute >= WHOLE_GPU else compute
-    if not 0 <= compute <= regions.COMPUTE_UNLIMITED:
-        raise PodError(f"GPU {uuid}: bad compute limit {wanted.compute}")
-    return memory, compute
-
-
-def _device_flags(wanted: Limits, present: DeviceInfo | None) -> int:
-    """The device flags to store: the present ones with oversubscription as requested."""
-    flags = present.device_flags if present else 0
-    if wanted.oversubscribe is None:
-        return flags
-    if wanted.oversubscribe:
-        return flags | regions.DEVICE_OVERSUBSCRIBE
-    return flags & ~regions.DEVICE_OVERSUBSCRIBE
-
-
-def _soft_limit(uuid: str, wanted: Limits, present: DeviceInfo | None, compute: int) -> int:
-    """The burst (soft) limit to store in hundredths, from a request and the entry present;
-    at least the hard limit `compute` (none when the pod has no compute limit)."""
-    if wanted.burst is None:
-        soft = present.compute_soft_limit if present else 0
-    else:
-        soft = min(percent_to_hundredths(wanted.burst), regions.COMPUTE_UNLIMITED)
-    if soft and (compute == 0 or compute >= regions.COMPUTE_UNLIMITED):
-        if wanted.burst is None:
-            return 0  # the hard limit went: so does the burst
-        raise PodError(f"GPU {uuid}: burst {wanted.burst}% needs a compute limit")
-    if soft and soft < compute:
-        burst = wanted.burst if wanted.burst is not None else soft / 100
-        raise PodError(f"GPU {uuid}: burst {burst}% is below the compute limit {compute / 100}%")
-    return soft
-
-
-def _new_limits(uuid: str, wanted: Limits) -> DeviceLimits:
-    memory, compute = _region_limits(uuid, wanted, None)
-    return DeviceLimits(
-        memory, compute, _soft_limit(uuid, wanted, None, compute), _device_flags(wanted, None)
-    )
+def _new_limits(uuid: str, wanted: GpuLimits) -> GpuLimits:
+    """A new GPU's limits: the change over none; PodError naming the GPU when they cannot be."""
+    try:
+        return wanted.over(NO_LIMITS)
+    except ValueError as error:
+        raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
 
 
 def _folders(path: Path) -> list[str]:

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from vgpu_common.units import format_size
+from vgpu_common.limits import format_size
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.node import NodeView

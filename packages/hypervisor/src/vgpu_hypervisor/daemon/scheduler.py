@@ -19,32 +19,18 @@ gives the result back to the store to write."""
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from typing import TypeVar
 
-from vgpu_limiter.region import (
-    COMPUTE_UNLIMITED,
-    QOS_CRITICAL,
-    QOS_HIGH,
-    QOS_LOW,
-    QOS_MEDIUM,
-    QOS_WEIGHTS,
-)
+from vgpu_common.limits import WHOLE_GPU, qos_of
 
 from vgpu_hypervisor.daemon.demand import Demand
 from vgpu_hypervisor.daemon.pods import PodKey, PodRecord
 
-WHOLE: int = COMPUTE_UNLIMITED  # 100 % in hundredths
-QOS_NAMES: dict[int, str] = {
-    QOS_LOW: "low",
-    QOS_MEDIUM: "medium",
-    QOS_HIGH: "high",
-    QOS_CRITICAL: "critical",
-}
-QOS_BY_NAME: dict[str, int] = {name: qos for qos, name in QOS_NAMES.items()}
+WHOLE: int = WHOLE_GPU  # 100 % in hundredths
 Key = TypeVar("Key", bound=Hashable)
 
 
 def weight_of(qos: int, weight: int) -> int:
     """The pod's scheduling weight: its own, else its class's (medium for an unknown class)."""
-    return weight if weight > 0 else QOS_WEIGHTS.get(qos, 2)
+    return weight if weight > 0 else qos_of(qos).weight
 
 
 def effective_limits(pods: Mapping[Key, tuple[int, int]]) -> dict[Key, int]:

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgpu_hypervisor.daemon.pods import Limits
+from vgpu_common.limits import NO_LIMITS, GpuLimits, parse_quantity
+
 from vgpu_hypervisor.device_plugin.proto import api_pb2
-from vgpu_hypervisor.device_plugin.resources import ResourceNames, gpu_of
-from vgpu_hypervisor.kubernetes import annotations
-from vgpu_hypervisor.kubernetes.annotations import NodeGpu
+from vgpu_hypervisor.device_plugin.resources import gpu_of
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.resolver import resolve
 
@@ -25,7 +25,9 @@ PendingPods = Callable[[], Sequence[KubePod]]
 # Makes sure the pod's region exists (with these limits and this owner when it is new); its
 # folder on the host and the limits the region holds now for those GPUs (the pod source's,
 # annotations included).
-PreparePod = Callable[[KubePod, Mapping[str, Limits], UserGroup], tuple[Path, Mapping[str, Limits]]]
+PreparePod = Callable[
+    [KubePod, Mapping[str, GpuLimits], UserGroup], tuple[Path, Mapping[str, GpuLimits]]
+]
 LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
 # NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -44,8 +46,7 @@ class Layout:
     container_lib_dir: Path = Path("/usr/local/vgpu/lib")
     container_base: Path = Path("/run/tensor-fusion/shm")
     dev_root: Path = Path("/dev")
-    memory_unit: int = 1 << 30
-    names: ResourceNames = field(default_factory=ResourceNames)
+    names: ResourceNames = field(default_factory=ResourceNames)  # with the memory unit
     # The node's GPUs (index, name, memory): a pod asking for a whole GPU gets its memory.
     gpus: tuple[NodeGpu, ...] = ()
 
@@ -56,14 +57,11 @@ def requested(pod: KubePod, container: KubeContainer, name: str) -> int:
     if text is None:
         return 0
     try:
-        value = int(text)
-    except ValueError:
+        return parse_quantity(text)
+    except ValueError as error:
         raise AllocationError(
-            f"pod {pod.key} container {container.name}: {name} must be a whole number, not {text!r}"
+            f"pod {pod.key} container {container.name}: {name}: {error}"
         ) from None
-    if value < 0:
-        raise AllocationError(f"pod {pod.key} container {container.name}: {name} is negative")
-    return value
 
 
 class PodMatcher:
@@ -100,24 +98,21 @@ class PodMatcher:
 
 def pod_region(
     pod: KubePod, layout: Layout, uuids: Sequence[str]
-) -> tuple[dict[str, Limits], UserGroup]:
+) -> tuple[dict[str, GpuLimits], UserGroup]:
     """The pod's limits on the GPUs Allocate gave it and its region's owner, resolved as the
     pod source resolves them (kubernetes/resolver.py): its resources the ceiling (a whole GPU
     where it asks for no memory or compute), its annotations lower, the owner from its
     security context. The pod source reports the problems."""
-    names = annotations.ResourceNames(
-        layout.names.gpu, layout.names.memory, layout.names.compute, layout.memory_unit
-    )
-    known = {gpu.uuid.lower() for gpu in layout.gpus}
+    listed = {gpu.uuid.lower() for gpu in layout.gpus}
     # A GPU the layout does not know still gets limits (its size unknown: no memory bound).
-    gpus = [*layout.gpus, *(NodeGpu(-1, u, "") for u in uuids if u.lower() not in known)]
-    found = resolve(pod, gpus, names, assigned=uuids)
+    gpus = [*layout.gpus, *(NodeGpu(-1, u, "") for u in uuids if u.lower() not in listed)]
+    found = resolve(pod, gpus, layout.names, assigned=uuids)
     limits = found.limits()
-    chosen = {uuid: limits.get(_same(uuid, limits), Limits(compute=100.0)) for uuid in uuids}
+    chosen = {uuid: limits.get(_same(uuid, limits), NO_LIMITS) for uuid in uuids}
     return chosen, found.owner
 
 
-def _same(uuid: str, limits: Mapping[str, Limits]) -> str:
+def _same(uuid: str, limits: Mapping[str, GpuLimits]) -> str:
     """The key of ``limits`` that names ``uuid`` (UUIDs compare in any case)."""
     return next((key for key in limits if key.lower() == uuid.lower()), uuid)
 

@@ -13,9 +13,10 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from vgpu_common.limits import GpuLimits
 from vgpu_limiter.region import region_path
 
-from vgpu_hypervisor.daemon.pods import Limits, PodConflict, PodError, PodStore
+from vgpu_hypervisor.daemon.pods import PodConflict, PodError, PodStore
 from vgpu_hypervisor.device_plugin.allocation import PreparePod
 from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
 
@@ -29,8 +30,8 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     With ``assign`` (the pod source), the pod source sets the pod's limits on its GPUs first."""
 
     def prepare(
-        pod: KubePod, limits: Mapping[str, Limits], owner: UserGroup
-    ) -> tuple[Path, Mapping[str, Limits]]:
+        pod: KubePod, limits: Mapping[str, GpuLimits], owner: UserGroup
+    ) -> tuple[Path, Mapping[str, GpuLimits]]:
         if assign is not None:
             assign(pod.uid, list(limits))
         # Made by the pod source already: its limits (annotations included) stand.
@@ -50,19 +51,21 @@ def store_preparer(store: PodStore, assign: Assign | None = None) -> PreparePod:
     return prepare
 
 
-def _held(store: PodStore, pod: KubePod, asked: Mapping[str, Limits]) -> dict[str, Limits]:
+def _held(store: PodStore, pod: KubePod, asked: Mapping[str, GpuLimits]) -> dict[str, GpuLimits]:
     """The limits the region holds for the GPUs asked about that it has an entry for (what the
-    container's processes will find); PodError when the region is missing or unreadable."""
+    container's processes will find; the resolver's for an entry whose words hold no limits, a
+    tenant's); PodError when the region is missing or unreadable."""
     record = store.get(pod.namespace, pod.name)
     if record.error is not None:
         raise PodError(record.error)
     devices = {d.uuid.lower(): d for d in record.devices}
-    held: dict[str, Limits] = {}
-    for uuid in asked:
+    held: dict[str, GpuLimits] = {}
+    for uuid, wanted in asked.items():
         device = devices.get(uuid.lower())
-        if device is not None:
-            percent = device.compute_percent
-            held[uuid] = Limits(
-                memory=device.memory_limit, compute=100.0 if percent is None else percent
-            )
+        if device is None:
+            continue
+        try:
+            held[uuid] = device.limits.value
+        except ValueError:  # a tenant's words
+            held[uuid] = wanted
     return held

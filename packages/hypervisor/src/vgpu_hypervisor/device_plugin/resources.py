@@ -15,9 +15,10 @@ pod's limits apply to the GPUs its GPU devices name (allocation.py).
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
-Kind = Literal["gpu", "memory", "compute"]
+from vgpu_hypervisor.kubernetes.annotations import Kind
+
 KINDS: Final[tuple[Kind, ...]] = ("gpu", "memory", "compute")
 HEALTHY: Final = "Healthy"
 UNHEALTHY: Final = "Unhealthy"
@@ -28,17 +29,6 @@ MAX_LIST_BYTES: Final = 3 << 20
 
 class ResourceError(ValueError):
     """A resource setting or inventory the plugin cannot advertise; one line."""
-
-
-@dataclass(frozen=True)
-class ResourceNames:
-    gpu: str = "vgpu.io/gpu"
-    memory: str = "vgpu.io/gpu-memory"
-    compute: str = "vgpu.io/gpu-compute"
-
-    def of(self, kind: Kind) -> str:
-        name: str = getattr(self, kind)
-        return name
 
 
 @dataclass(frozen=True)

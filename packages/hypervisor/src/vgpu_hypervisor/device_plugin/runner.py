@@ -5,10 +5,10 @@ from collections.abc import Sequence
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, PendingPods
 from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
-from vgpu_hypervisor.device_plugin.resources import ResourceError, ResourceNames
+from vgpu_hypervisor.device_plugin.resources import ResourceError
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import NodeSnapshot, NotAvailable, nvml
-from vgpu_hypervisor.kubernetes.annotations import NodeGpu
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubePod
 from vgpu_hypervisor.settings import Settings
 
@@ -62,9 +62,11 @@ def build_plugin(
     layout = Layout(
         host_lib_dir=settings.device_plugin_lib_dir,
         host_base=settings.shm_base_path,
-        memory_unit=settings.gpu_memory_unit,
         names=ResourceNames(
-            settings.gpu_resource, settings.gpu_memory_resource, settings.gpu_compute_resource
+            settings.gpu_resource,
+            settings.gpu_memory_resource,
+            settings.gpu_compute_resource,
+            memory_unit=settings.gpu_memory_unit,
         ),
         gpus=node_gpus(snapshot),
     )

@@ -30,13 +30,13 @@ from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
     KINDS,
     Gpu,
-    Kind,
     check_inventory,
     device_ids,
     gpu_of,
     health_of,
 )
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
+from vgpu_hypervisor.kubernetes.annotations import Kind
 
 log = logging.getLogger("vgpu_hypervisor.device_plugin")
 API_VERSION: Final = "v1beta1"
@@ -166,10 +166,11 @@ class DevicePlugin:
         minors: Mapping[str, int] | None = None,
     ) -> None:
         layout = config.layout
-        check_inventory(gpus, config.shares, layout.memory_unit)
+        check_inventory(gpus, config.shares, layout.names.memory_unit)
         self.config = config
         self.poll_s = config.poll_s
-        self.ids = {k: device_ids(k, gpus, config.shares, layout.memory_unit) for k in KINDS}
+        unit = layout.names.memory_unit
+        self.ids = {k: device_ids(k, gpus, config.shares, unit) for k in KINDS}
         self.healthy: dict[str, bool] = {gpu.uuid: True for gpu in gpus}
         self.generation = 0
         self.changed = threading.Condition()

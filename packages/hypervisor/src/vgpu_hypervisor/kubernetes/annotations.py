@@ -8,18 +8,19 @@ Resources (names settable): ``vgpu.io/gpu`` (count), ``vgpu.io/gpu-memory`` (uni
 device plugin's memory unit, 1 GiB unless set, per GPU) and ``vgpu.io/gpu-compute`` (percent
 per GPU). resolver.py turns them into a pod's limits: resources the ceiling, annotations lower.
 
-Every parser gives a value in range or a ValueError that says what was expected, so a value
-that cannot be read is a problem line naming pod and field, never a silently dropped limit.
+The values are read with vgpu_common.limits' parsers, the API's and the CLI's: every one
+gives a value in range or a ValueError that says what was expected, so a value that cannot be
+read is a problem line naming pod and field, never a silently dropped limit.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from vgpu_common.units import parse_size
+from vgpu_common.limits import names_gpu, parse_gpu_key, parse_percent, parse_size
 
 PREFIX = "tensor-fusion.ai/"
 VRAM_LIMIT = PREFIX + "vram-limit"
@@ -31,8 +32,6 @@ QOS = PREFIX + "qos"
 VRAM_OVERSUBSCRIBE = PREFIX + "vram-oversubscribe"
 PER_GPU = (VRAM_LIMIT, COMPUTE_LIMIT, TFLOPS_LIMIT, COMPUTE_BURST)
 ANNOTATIONS = (*PER_GPU, GPU_IDS, QOS, VRAM_OVERSUBSCRIBE)
-QOS_LEVELS = ("low", "medium", "high", "critical")
-MiB = 1 << 20
 
 # Dense FP16/BF16 tensor-core peak TFLOPS (vendor data sheets, without sparsity), matched
 # against the NVML name in this order: the first pattern found in the name wins.
@@ -57,20 +56,24 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("T4", 65.0),
 )
 
-_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-_INDEX = re.compile(r"0|[1-9][0-9]{0,2}")
 _NUMBER = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*")
-_TRUE = ("true", "yes", "1", "on")
-_FALSE = ("false", "no", "0", "off")
+Kind = Literal["gpu", "memory", "compute"]
 
 
 @dataclass(frozen=True)
 class ResourceNames:
+    """The extended resources a pod asks for (the settings name them), for the pod source and
+    the device plugin alike."""
+
     gpu: str = "vgpu.io/gpu"
     memory: str = "vgpu.io/gpu-memory"
     compute: str = "vgpu.io/gpu-compute"
     # Bytes of one unit of the memory resource: the device plugin's (settable) unit.
     memory_unit: int = 1 << 30
+
+    def of(self, kind: Kind) -> str:
+        name: str = getattr(self, kind)
+        return name
 
 
 DEFAULT_NAMES = ResourceNames()
@@ -82,15 +85,6 @@ class NodeGpu:
     uuid: str
     name: str
     memory_total: int | None = None  # bytes: the ceiling of a pod that asks for the whole GPU
-
-
-def parse_percent(text: str) -> float:
-    """A percentage from 1 to 100 ("30", "12.5", "30%"); ValueError otherwise."""
-    match = _NUMBER.fullmatch(text.removesuffix("%"))
-    value = float(match[1]) if match else math.nan
-    if not 1 <= value <= 100:
-        raise ValueError(f"expected a percentage from 1 to 100, got {text!r}")
-    return round(value, 2)
 
 
 def parse_tflops(text: str) -> float:
@@ -105,30 +99,20 @@ def parse_gpu_ids(text: str) -> tuple[str, ...]:
     """Comma-separated GPU indices or UUIDs, no repeats; ValueError otherwise."""
     ids = tuple(part.strip() for part in text.split(","))
     for gpu in ids:
-        if not (_INDEX.fullmatch(gpu) or _UUID.fullmatch(gpu)):
-            raise ValueError(f"expected GPU indices or UUIDs separated by commas, got {gpu!r}")
+        try:
+            parse_gpu_key(gpu)
+        except ValueError:
+            raise ValueError(
+                f"expected GPU indices or UUIDs separated by commas, got {gpu!r}"
+            ) from None
     if len({gpu.lower() for gpu in ids}) != len(ids):
         raise ValueError(f"a GPU is named twice in {text!r}")
     return ids
 
 
-def parse_switch(text: str) -> bool:
-    value = text.strip().lower()
-    if value not in _TRUE + _FALSE:
-        raise ValueError(f"expected true or false, got {text!r}")
-    return value in _TRUE
-
-
 def peak_tflops(name: str) -> float | None:
     """The peak TFLOPS of a GPU by its NVML name; None if the table has no such model."""
     return next((peak for pattern, peak in PEAK_TFLOPS if pattern in name), None)
-
-
-def parse_quantity(text: str) -> int:
-    """A resource quantity that must be a whole number (GPUs, memory units, percent)."""
-    if not re.fullmatch(r"[0-9]{1,9}", text.strip()):
-        raise ValueError(f"expected a whole number, got {text!r}")
-    return int(text)
 
 
 # Reading a pod's annotations
@@ -138,8 +122,8 @@ Problem = Callable[[str, str, str], None]  # (where, value, why): one line about
 
 @dataclass(frozen=True)
 class Asked:
-    """One limit annotation as read: its value (bytes, percent or TFLOPS) and where it came
-    from, so that a refusal names the annotation and the text the pod wrote."""
+    """One limit annotation as read: its value (bytes, hundredths of a percent or TFLOPS) and
+    where it came from, so that a refusal names the annotation and the text the pod wrote."""
 
     value: float
     key: str
@@ -172,9 +156,7 @@ def limit_values(annotations: Mapping[str, str], suffix: str, problem: Problem) 
 
 def match_gpu(key: str, gpus: Sequence[NodeGpu]) -> NodeGpu | None:
     """The GPU an index or a UUID (any case) names; None when this node has none such."""
-    if _INDEX.fullmatch(key):
-        return next((gpu for gpu in gpus if gpu.index == int(key)), None)
-    return next((gpu for gpu in gpus if gpu.uuid.lower() == key.lower()), None)
+    return next((gpu for gpu in gpus if names_gpu(key, gpu.index, gpu.uuid)), None)
 
 
 def check_keys(annotations: Mapping[str, str], chosen: Sequence[NodeGpu], problem: Problem) -> None:

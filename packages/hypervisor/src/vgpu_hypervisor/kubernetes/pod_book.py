@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from vgpu_common.limits import HUNDREDTHS_PER_PERCENT
+
 from vgpu_hypervisor.daemon.private_file import PrivateFile, PrivateFolderError
 from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling
 
@@ -133,7 +135,7 @@ def _encode(entries: Mapping[tuple[str, str], Entry]) -> dict[str, Any]:
             written = entry.written.get(uuid)
             gpus[uuid] = {
                 "memory": _ceiling(ceiling.memory),
-                "compute": _ceiling(ceiling.compute),
+                "compute": _ceiling(ceiling.compute, HUNDREDTHS_PER_PERCENT),
                 "written": None if written is None else [written.memory, written.compute,
                                                          written.soft],
                 "admin_burst": uuid in entry.admin_burst,
@@ -143,8 +145,15 @@ def _encode(entries: Mapping[tuple[str, str], Entry]) -> dict[str, Any]:
     return {"version": 1, "pods": pods}
 
 
-def _ceiling(ceiling: Ceiling | None) -> list[Any] | None:
-    return None if ceiling is None else [ceiling.value, ceiling.source]
+# A ceiling in the file: [bytes or percent (null: none), what set it]. Compute is written in
+# percent, the unit people read (hundredths in the daemon).
+
+
+def _ceiling(ceiling: Ceiling | None, scale: int = 1) -> list[Any] | None:
+    if ceiling is None:
+        return None
+    value = ceiling.value if ceiling.value is None or scale == 1 else ceiling.value / scale
+    return [value, ceiling.source]
 
 
 def _decode(document: Any) -> dict[tuple[str, str], Entry]:
@@ -154,8 +163,10 @@ def _decode(document: Any) -> dict[tuple[str, str], Entry]:
     for pod in document["pods"]:
         ceilings, written, admin_burst = {}, {}, set()
         for uuid, gpu in pod["gpus"].items():
-            ceilings[str(uuid)] = GpuCeiling(_read_ceiling(gpu["memory"]),
-                                             _read_ceiling(gpu["compute"]))  # fmt: skip
+            ceilings[str(uuid)] = GpuCeiling(
+                _read_ceiling(gpu["memory"]),
+                _read_ceiling(gpu["compute"], HUNDREDTHS_PER_PERCENT),
+            )
             if gpu["written"] is not None:
                 memory, compute, soft = (int(value) for value in gpu["written"])
                 written[str(uuid)] = Written(memory, compute, soft)
@@ -174,8 +185,8 @@ def _decode(document: Any) -> dict[tuple[str, str], Entry]:
     return entries
 
 
-def _read_ceiling(value: Any) -> Ceiling | None:
+def _read_ceiling(value: Any, scale: int = 1) -> Ceiling | None:
     if value is None:
         return None
     limit, source = value
-    return Ceiling(None if limit is None else float(limit), str(source))
+    return Ceiling(None if limit is None else round(float(limit) * scale), str(source))

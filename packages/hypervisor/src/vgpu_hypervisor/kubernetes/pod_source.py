@@ -30,11 +30,16 @@ from typing import Any
 from lightkube import ALL_NS, AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
-from vgpu_common.units import format_size
+from vgpu_common.limits import (
+    Qos,
+    format_percent,
+    format_size,
+    hundredths_to_percent,
+    known,
+)
 from vgpu_limiter.region import DeviceInfo, DeviceLimits
 
 from vgpu_hypervisor.daemon.pods import PodError, PodNotFound, PodRecord, PodStore
-from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
 from vgpu_hypervisor.kubernetes.annotations import DEFAULT_NAMES, QOS, NodeGpu, ResourceNames
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
@@ -328,8 +333,7 @@ class PodSource:
             if entry is None or entry.qos is not None:  # else the admin's class stands
                 # The class from tensor-fusion.ai/qos (medium without it); the weight stays
                 # the API's.
-                qos = QOS_BY_NAME[found.qos or "medium"]
-                self._store.set_policy(pod.namespace, pod.name, qos, None)
+                self._store.set_policy(pod.namespace, pod.name, found.qos or Qos.MEDIUM, None)
         except (PodError, OSError) as error:
             message = f"pod {pod.key}: cannot set its limits: {error}"
             log.error("%s", message)
@@ -364,7 +368,7 @@ class PodSource:
                 # Annotations alone: no scheduler charged anything, and the tenant may edit
                 # them; the limits it starts with are its ceiling (raising is the admin's).
                 ceilings[uuid] = GpuCeiling(
-                    Ceiling(gpu.memory, _STARTED), Ceiling(gpu.compute, _STARTED)
+                    Ceiling(known(gpu.memory), _STARTED), Ceiling(known(gpu.compute), _STARTED)
                 )
         admin_qos = entry is not None and same_file and entry.qos is None
         self._book.put(
@@ -455,9 +459,9 @@ def _admin_changes(
             shown = format_size(memory) if memory else "none"
             log.info("pod %s: GPU %s memory limit set to %s %s", pod.key, uuid, shown, _BY_ADMIN)
         if device.compute_limit != written.compute:
-            compute = device.compute_percent
+            compute = device.compute_limit if device.compute_percent is not None else None
             ceiling = dataclasses.replace(ceiling, compute=Ceiling(compute, _ADMIN))
-            shown = f"{compute:g} %" if compute is not None else "none"
+            shown = format_percent(hundredths_to_percent(compute)) if compute else "none"
             log.info("pod %s: GPU %s compute limit set to %s %s", pod.key, uuid, shown, _BY_ADMIN)
         if device.compute_soft_limit != written.soft:
             admin_burst.add(uuid)
@@ -508,7 +512,10 @@ def _of(owner: UserGroup) -> str:
 def _describe(found: Resolution) -> str:
     parts = []
     for uuid, gpu in found.gpus.items():
-        memory = format_size(gpu.memory) if gpu.memory else "no memory limit"
-        compute = f"{gpu.compute:g} %" if gpu.compute is not None else "no compute limit"
+        bytes_, hundredths = known(gpu.memory), known(gpu.compute)
+        memory = format_size(bytes_) if bytes_ else "no memory limit"
+        compute = "no compute limit"
+        if hundredths is not None:
+            compute = format_percent(hundredths_to_percent(hundredths))
         parts.append(f"{uuid} {memory}, {compute}")
     return "; ".join(parts)

@@ -25,12 +25,24 @@ pod's processes can open a region the daemon made for them when they do not run 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vgpu_common.units import format_size
+from vgpu_common.limits import (
+    HUNDREDTHS_PER_PERCENT,
+    UNCHANGED,
+    WHOLE_GPU,
+    GpuLimits,
+    Qos,
+    format_percent,
+    format_size,
+    hundredths_to_percent,
+    parse_qos,
+    parse_quantity,
+    parse_switch,
+)
 
-from vgpu_hypervisor.daemon.pods import Limits
 from vgpu_hypervisor.kubernetes.annotations import (
     COMPUTE_BURST,
     COMPUTE_LIMIT,
@@ -38,7 +50,6 @@ from vgpu_hypervisor.kubernetes.annotations import (
     GPU_IDS,
     PREFIX,
     QOS,
-    QOS_LEVELS,
     TFLOPS_LIMIT,
     VRAM_LIMIT,
     VRAM_OVERSUBSCRIBE,
@@ -49,8 +60,6 @@ from vgpu_hypervisor.kubernetes.annotations import (
     limit_values,
     match_gpu,
     parse_gpu_ids,
-    parse_quantity,
-    parse_switch,
     peak_tflops,
 )
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
@@ -58,10 +67,10 @@ from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 
 @dataclass(frozen=True)
 class Ceiling:
-    """The most one limit of a GPU may be (bytes or percent; None: no bound) and what set it,
-    in words that follow "the ceiling from"."""
+    """The most one limit of a GPU may be (bytes or hundredths of a percent; None: no bound)
+    and what set it, in words that follow "the ceiling from"."""
 
-    value: float | None
+    value: int | None
     source: str
 
 
@@ -74,17 +83,9 @@ class GpuCeiling:
 
 
 @dataclass(frozen=True)
-class GpuLimits:
-    """``memory`` bytes (None: no limit); ``compute`` and ``burst`` percent (None: none)."""
-
-    memory: int | None = None
-    compute: float | None = None
-    burst: float | None = None
-
-
-@dataclass(frozen=True)
 class Resolution:
-    """What a pod gets: ``gpus`` by GPU UUID (empty when it asks for no vgpu share), the
+    """What a pod gets: ``gpus`` by GPU UUID (empty when it asks for no vgpu share; their
+    ``oversubscribe`` is the pod's, ``oversubscribe`` here), the
     ``ceilings`` they were held to (both fields set), ``problems`` one line each (a value that
     cannot be read, two that disagree) and ``refused`` one line per annotation that asked for
     more than its ceiling."""
@@ -93,21 +94,20 @@ class Resolution:
     gpus: Mapping[str, GpuLimits] = field(default_factory=dict)
     ceilings: Mapping[str, GpuCeiling] = field(default_factory=dict)
     from_resources: bool = False  # the pod asks for a vgpu resource (else annotations alone)
-    qos: str | None = None
+    qos: Qos | None = None
     oversubscribe: bool = False
     problems: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
     owner: UserGroup = field(default_factory=UserGroup)  # None: the daemon's (root)
 
-    def limits(self, keep_burst: frozenset[str] = frozenset()) -> dict[str, Limits]:
+    def limits(self, keep_burst: frozenset[str] = frozenset()) -> dict[str, GpuLimits]:
         """The limits to write through the PodStore; the GPUs in ``keep_burst`` keep the
         burst their region holds (an admin set it)."""
         return {
-            uuid: Limits(
-                memory=gpu.memory or 0,
-                compute=100.0 if gpu.compute is None else gpu.compute,
+            uuid: dataclasses.replace(
+                gpu,
                 oversubscribe=self.oversubscribe,
-                burst=None if uuid in keep_burst else gpu.burst or 0,
+                burst=UNCHANGED if uuid in keep_burst else gpu.burst,
             )
             for uuid, gpu in self.gpus.items()
         }
@@ -180,10 +180,12 @@ def resolve(
         held[gpu.uuid] = ceiling
         limits[gpu.uuid] = _gpu_limits(pod, gpu, pod_wide, ceiling, lines)
     check_keys(pod.annotations, chosen, lines.problem)
-    qos = pod.annotations.get(QOS)
-    if qos is not None and qos.strip().lower() not in QOS_LEVELS:
-        lines.problem(QOS, qos, "expected low, medium, high or critical")
-        qos = None
+    qos: Qos | None = None
+    if (text := pod.annotations.get(QOS)) is not None:
+        try:
+            qos = parse_qos(text)
+        except ValueError as error:
+            lines.problem(QOS, text, str(error))
     oversubscribe = False
     if (text := pod.annotations.get(VRAM_OVERSUBSCRIBE)) is not None:
         try:
@@ -195,7 +197,7 @@ def resolve(
         gpus=limits,
         ceilings=held,
         from_resources=resources.any,
-        qos=qos.strip().lower() if qos else None,
+        qos=qos,
         oversubscribe=oversubscribe,
         problems=tuple(lines.problems),
         refused=tuple(lines.refused),
@@ -276,7 +278,10 @@ def _memory_ceiling(gpu: NodeGpu, resources: _Resources, names: ResourceNames) -
 
 def _compute_ceiling(resources: _Resources, names: ResourceNames) -> Ceiling:
     if resources.compute is not None:
-        return Ceiling(float(resources.compute), f"resource {names.compute}={resources.compute}")
+        return Ceiling(
+            resources.compute * HUNDREDTHS_PER_PERCENT,
+            f"resource {names.compute}={resources.compute}",
+        )
     return Ceiling(None, "the whole GPU")
 
 
@@ -333,40 +338,38 @@ def _gpu_limits(
     for key in (str(gpu.index), gpu.uuid):
         values |= limit_values(pod.annotations, "." + key, lines.problem)
     assert ceiling.memory is not None and ceiling.compute is not None
-    memory = _held(values.get(VRAM_LIMIT), ceiling.memory, _size, lines)
-    compute = _held(_compute_asked(gpu, values, lines), ceiling.compute, _percent, lines)
+    memory = _held(values.get(VRAM_LIMIT), ceiling.memory, format_size, lines)
+    compute = _held(_compute_asked(gpu, values, lines), ceiling.compute, _shown, lines)
+    if compute == WHOLE_GPU:
+        compute = None  # the whole GPU is no limit
     burst = values.get(COMPUTE_BURST)
     if burst is not None and compute is None:
         lines.problem(burst.key, burst.text, "a burst needs a compute limit below 100 %: ignored")
         burst = None
     elif burst is not None and compute is not None and burst.value < compute:
-        lines.problem(burst.key, burst.text, f"below the compute limit {compute:g} %: ignored")
+        why = f"below the compute limit {_shown(compute)}: ignored"
+        lines.problem(burst.key, burst.text, why)
         burst = None
     return GpuLimits(
-        memory=None if memory is None else int(memory),
-        compute=compute,
-        burst=None if burst is None else burst.value,
+        memory=memory, compute=compute, burst=None if burst is None else int(burst.value)
     )
 
 
 def _held(
-    asked: Asked | None, ceiling: Ceiling, shown: Callable[[float], str], lines: _Lines
-) -> float | None:
+    asked: Asked | None, ceiling: Ceiling, shown: Callable[[int], str], lines: _Lines
+) -> int | None:
     """What an annotation asks, unless it is above the ceiling (refused: the ceiling)."""
     if asked is None:
         return ceiling.value
     if ceiling.value is not None and asked.value > ceiling.value:
         lines.refuse(asked, shown(ceiling.value), ceiling.source)
         return ceiling.value
-    return asked.value
+    return int(asked.value)
 
 
-def _size(value: float) -> str:
-    return format_size(int(value))
-
-
-def _percent(value: float) -> str:
-    return f"{value:g} %"
+def _shown(compute: int) -> str:
+    """A compute limit in hundredths, as the messages show it."""
+    return format_percent(hundredths_to_percent(compute))
 
 
 def _compute_asked(gpu: NodeGpu, values: Mapping[str, Asked], lines: _Lines) -> Asked | None:
@@ -384,14 +387,15 @@ def _compute_asked(gpu: NodeGpu, values: Mapping[str, Asked], lines: _Lines) -> 
     if tflops.value > peak:
         lines.problem(tflops.key, tflops.text, f"above GPU {gpu.index}'s peak of {peak:g} TFLOPS")
         return compute
-    converted = Asked(max(1.0, round(100 * tflops.value / peak, 2)), tflops.key, tflops.text)
+    # In hundredths, at least the least share there is.
+    converted = Asked(max(1, round(WHOLE_GPU * tflops.value / peak)), tflops.key, tflops.text)
     if compute is None:
         return converted
     if compute.value != converted.value:
         lines.problem(
             tflops.key,
             tflops.text,
-            f"is {converted.value:g} % of GPU {gpu.index}, contradicting "
-            f"{compute.key}={compute.value:g}; the lower applies",
+            f"is {_shown(int(converted.value))} of GPU {gpu.index}, contradicting "
+            f"{compute.key}={hundredths_to_percent(int(compute.value)):g}; the lower applies",
         )
     return min(compute, converted, key=lambda one: one.value)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
+from vgpu_common.limits import GPU_KEY_PATTERN, names_gpu
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
@@ -17,7 +18,6 @@ from vgpu_hypervisor.daemon.pods import PodNotFound
 log = logging.getLogger("vgpu_hypervisor.api")
 NameParam = Annotated[str, PathParam(pattern=models.NAME_PATTERN, max_length=253)]
 ONE_POD = "/pods/{namespace}/{name}"
-GPU_KEY = r"^([0-9]{1,2}|GPU-[0-9a-fA-F-]{36})$"
 
 
 def router(context: ApiContext) -> APIRouter:
@@ -49,16 +49,14 @@ def router(context: ApiContext) -> APIRouter:
         name: NameParam,
         gpu: Annotated[
             str | None,
-            Query(pattern=GPU_KEY, description="Freeze this GPU only (index or UUID)."),
+            Query(pattern=GPU_KEY_PATTERN, description="Freeze this GPU only (index or UUID)."),
         ] = None,
     ) -> models.Pod:
         """Freeze a pod: its workers' next launches wait until resume; memory stays."""
         pod = found(namespace, name)
         uuid = None
         if gpu is not None:
-            uuid = next(
-                (g.uuid for g in pod.gpus if gpu.lower() in (g.uuid.lower(), str(g.index))), None
-            )
+            uuid = next((g.uuid for g in pod.gpus if names_gpu(gpu, g.index, g.uuid)), None)
             if uuid is None:
                 raise ApiError(422, f"gpu {gpu}: pod {namespace}/{name} has no limits on it")
         await change(lambda: store.freeze(namespace, name, uuid))

@@ -11,63 +11,47 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from vgpu_limiter.region import normalize_uuid
+from vgpu_common.limits import GpuLimits, format_size, names_gpu, normalize_uuid
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.content_type import JsonBodyRoute
 from vgpu_hypervisor.daemon.api.context import API, ApiContext
 from vgpu_hypervisor.daemon.api.errors import ApiError, errors
 from vgpu_hypervisor.daemon.node import NodeView
-from vgpu_hypervisor.daemon.pods import Limits, PodNotFound
-from vgpu_hypervisor.daemon.scheduler import QOS_BY_NAME
+from vgpu_hypervisor.daemon.pods import PodNotFound
 
 log = logging.getLogger("vgpu_hypervisor.api")
 NameParam = Annotated[str, PathParam(pattern=models.NAME_PATTERN, max_length=253)]
 ONE_POD = "/pods/{namespace}/{name}"
 
 
-def resolve_gpus(view: NodeView, gpus: Mapping[str, models.GpuLimitsRequest]) -> dict[str, Limits]:
+def resolve_gpus(
+    view: NodeView, gpus: Mapping[str, models.GpuLimitsRequest]
+) -> dict[str, GpuLimits]:
     """Limits by GPU UUID from limits by index or UUID, checked against this node's GPUs."""
-    by_index = {gpu.index: gpu for gpu in view.gpus}
-    by_uuid = {gpu.uuid.lower(): gpu for gpu in view.gpus if gpu.uuid}
-    resolved: dict[str, Limits] = {}
+    resolved: dict[str, GpuLimits] = {}
     for key, wanted in gpus.items():
-        gpu = by_uuid.get(key.lower()) if key.upper().startswith("GPU-") else None
-        if not key.upper().startswith("GPU-"):
-            gpu = by_index.get(int(key))
+        gpu = next((gpu for gpu in view.gpus if names_gpu(key, gpu.index, gpu.uuid)), None)
         if gpu is None or gpu.uuid is None:
             count = len(view.gpus)
             raise ApiError(422, f"gpus.{key}: no such GPU on this node ({count} GPU(s))")
         uuid = normalize_uuid(gpu.uuid)
         if uuid in resolved:
             raise ApiError(422, f"gpus.{key}: GPU {uuid} is given twice")
-        if wanted.memory and gpu.memory_total and wanted.memory > gpu.memory_total:
+        limits = wanted.limits()
+        memory, total = limits.memory, gpu.memory_total
+        if isinstance(memory, int) and total and memory > total:
             raise ApiError(
                 422,
-                f"gpus.{key}: memory limit {wanted.memory} bytes is more than the GPU's "
-                f"{gpu.memory_total}",
+                f"gpus.{key}.memory: {format_size(memory)} is more than the GPU's "
+                f"{format_size(total)}",
             )
-        resolved[uuid] = Limits(
-            memory=wanted.memory,
-            compute=wanted.compute,
-            oversubscribe=wanted.oversubscribe,
-            burst=wanted.burst,
-        )
+        resolved[uuid] = limits
     return resolved
 
 
-def _limits_text(limits: Mapping[str, Limits]) -> str:
-    parts = []
-    for uuid, wanted in limits.items():
-        memory = "unchanged" if wanted.memory is None else wanted.memory or "none"
-        compute = "unchanged" if wanted.compute is None else f"{wanted.compute}%"
-        part = f"{uuid} memory={memory} compute={compute}"
-        if wanted.burst is not None:
-            part += f" burst={wanted.burst}%"
-        if wanted.oversubscribe is not None:
-            part += f" oversubscribe={'on' if wanted.oversubscribe else 'off'}"
-        parts.append(part)
-    return "; ".join(parts)
+def _limits_text(limits: Mapping[str, GpuLimits]) -> str:
+    return "; ".join(f"{uuid} {wanted}" for uuid, wanted in limits.items())
 
 
 def router(context: ApiContext) -> APIRouter:
@@ -110,7 +94,7 @@ def router(context: ApiContext) -> APIRouter:
     async def create_pod(request: models.PodCreate) -> models.Pod:
         """Create a pod's region with limits per GPU (by index or UUID)."""
         limits = resolve_gpus(context.node.view, request.gpus)
-        qos = None if request.qos is None else QOS_BY_NAME[request.qos]
+        qos = request.qos
 
         def create() -> None:
             store.create(
@@ -143,7 +127,7 @@ def router(context: ApiContext) -> APIRouter:
     ) -> models.Pod:
         """Change limits live: running workers see them within a second."""
         limits = resolve_gpus(context.node.view, request.gpus or {})
-        qos = None if request.qos is None else QOS_BY_NAME[request.qos]
+        qos = request.qos
         if not limits and qos is None and request.weight is None:
             raise ApiError(422, "nothing to change: give gpus, qos or weight")
 
