@@ -281,8 +281,9 @@ def test_a_non_root_pods_region_belongs_to_its_user_and_group_and_its_folder_sta
     info, folder = region.stat(), region.parent.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1001, 2000, 0o660)
     assert (folder.st_uid, folder.st_gid, folder.st_mode & 0o7777) == (0, 2000, 0o755)
+    # Logged once the store has made it, a moment after the file appears.
+    wait_for(lambda: "(owner 1001, group 2000)" in _log(daemon), timeout=15)
     assert "pod default/tenant: region created:" in _log(daemon)
-    assert "(owner 1001, group 2000)" in _log(daemon)
 
     # No security context: root's, as before.
     api.put_pod("rooted", resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "512"})
