@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lease.h"
 #include "lease_file.h"
 #include "vgpu_files.h"
 #include "vgpu_region.h"
@@ -104,12 +105,6 @@ static bool readable_by(int socket_fd, uint64_t deadline) {
             return false;
         }
     }
-}
-
-static uint64_t monotonic_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
 }
 
 static bool send_message(int socket_fd, uint32_t kind, uint64_t request, uint64_t value,
@@ -205,7 +200,7 @@ static struct vgpu_lease_seat *take_seat(int socket_fd, const char *uuid, uint64
     }
     struct vgpu_arbiter_message welcome;
     int fd = -1;
-    int got = next_message(socket_fd, &welcome, &fd, monotonic_ns() + ANSWER_TIMEOUT_NS);
+    int got = next_message(socket_fd, &welcome, &fd, vgpu_monotonic_ns() + ANSWER_TIMEOUT_NS);
     struct vgpu_lease_seat *seat = NULL;
     if (got == 0) {
         say(why, why_size, VGPU_LEASE_SOCKET ": %s", "no answer in time");
