@@ -10,7 +10,7 @@ from typing import Any
 from vgpu_limiter.region import open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 from tests.kubernetes.test_pod_source import (
     COMPUTE,
     VRAM,

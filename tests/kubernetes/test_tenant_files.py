@@ -29,7 +29,7 @@ from vgpu_hypervisor.kubernetes.pod_book import OLD_MARKER
 from vgpu_limiter import region as regions
 
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 from tests.kubernetes.test_pod_source import VRAM, _limits, _log, daemon
 
 __all__ = ["daemon"]
