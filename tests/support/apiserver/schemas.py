@@ -75,11 +75,18 @@ class Schemas:
         try:
             kubernetes_validate.validate(obj, self.version, strict=False)
         except kubernetes_validate.ValidationError as error:
+            field = _where(error)
+            required = error.validator == "required"
+            cause = {
+                "reason": "FieldValueRequired" if required else "FieldValueInvalid",
+                "message": "Required value" if required else error.message,
+                "field": field,
+            }
             raise ApiError(
                 422,
                 "Invalid",
-                f"{what} is invalid: {_where(error)}: {error.message}",
-                {"name": name, "kind": obj.get("kind")},
+                f"{what} is invalid: {field}: {cause['message']}",
+                {"name": name, "kind": obj.get("kind"), "causes": [cause]},
             ) from None
         try:
             kubernetes_validate.validate(obj, self.version, strict=True)

@@ -10,6 +10,7 @@ they are removed. A namespace that is deleted deletes its objects, then goes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import math
@@ -225,6 +226,7 @@ class Store:
                 raise not_found(kind.plural, name)
             old = found[1]
             new = self._replacement(kind, old, change(copy.deepcopy(old)), subresource)
+            warnings = self.validate(new, strict)
             if subresource is None and kind.check_update is not None:
                 try:
                     kind.check_update(old, new)
@@ -234,16 +236,14 @@ class Store:
                     ) from None
             if new.get("spec") != old.get("spec"):
                 new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
-            warnings = self.validate(new, strict)
             if dry_run or new == old:
                 return new, warnings  # an update that changes nothing takes no version
             self._bump(new)
             self._objects[self.key(kind, namespace, name)] = (kind, new)
             self._record("MODIFIED", kind, new, old)
-            released = new["metadata"].get("deletionTimestamp") and not new["metadata"].get(
-                "finalizers"
-            )
-            if released and (kind.grace is None or kind.grace(new, None) is None):
+            meta = new["metadata"]
+            stopped = meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0
+            if stopped and not meta.get("finalizers"):
                 self._remove(kind, namespace, name)
             return copy.deepcopy(new), warnings
 
@@ -279,6 +279,8 @@ class Store:
                 new["metadata"][kept] = old["metadata"][kept]
             else:
                 new["metadata"].pop(kept, None)
+        if kind.defaults is not None:
+            kind.defaults(new)  # as decoding does upstream: 1 and "1" are one quantity
         replacement: Object = new
         return replacement
 
@@ -313,13 +315,13 @@ class Store:
                 return self._delete_namespace(obj)
             if wait is None and not meta.get("finalizers"):
                 return self._remove(kind, namespace, name)
-            shorter = wait is not None and wait < meta.get("deletionGracePeriodSeconds", wait + 1)
-            if meta.get("deletionTimestamp") and not shorter:
-                return copy.deepcopy(obj)  # already going
+            if meta.get("deletionTimestamp") and (wait or 0) >= meta["deletionGracePeriodSeconds"]:
+                return copy.deepcopy(obj)  # already going, as soon or sooner
             new = copy.deepcopy(obj)
             new["metadata"]["deletionTimestamp"] = timestamp(
                 self.clock() + timedelta(seconds=wait or 0)
             )
+            # 0 once no node waits on it (the kubelet's last delete): finalizers alone hold it.
             new["metadata"]["deletionGracePeriodSeconds"] = wait or 0
             self._bump(new)
             self._objects[self.key(kind, namespace, name)] = (kind, new)
@@ -329,12 +331,11 @@ class Store:
             return copy.deepcopy(new)
 
     def _later(self, delay: float, kind: Kind, namespace: str | None, name: str, uid: str) -> None:
+        """The node stops the object after ``delay``: its delete with grace 0."""
+
         def finish() -> None:
-            with self.changed:
-                found = self._objects.get(self.key(kind, namespace, name))
-                meta = found[1]["metadata"] if found is not None else {}
-                if meta.get("uid") == uid and not meta.get("finalizers"):
-                    self._remove(kind, namespace, name)
+            with self.changed, contextlib.suppress(ApiError):
+                self.delete(kind, namespace, name, grace=0, uid=uid)
 
         timer = threading.Timer(delay, finish)
         timer.daemon = True
