@@ -29,8 +29,13 @@ PreparePod = Callable[
     [KubePod, Mapping[str, GpuLimits], UserGroup], tuple[Path, Mapping[str, GpuLimits]]
 ]
 LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
-# NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
-CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+# NVIDIA's node-wide device files that CUDA needs, passed whether the daemon's own container
+# sees them or not (with NVIDIA_DRIVER_CAPABILITIES=utility it has no /dev/nvidia-uvm): the
+# host has them wherever the driver is loaded. The per-GPU /dev/nvidiaN come from the GPUs'
+# NVML minor numbers, so they need not be seen either.
+CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+# Passed where the daemon sees them under dev_root (display nodes CUDA does not need).
+OPTIONAL_DEVICES = ("nvidia-modeset",)
 
 
 class AllocationError(Exception):
@@ -161,13 +166,21 @@ def container_response(
         (host_folder, folder, False),
         (layout.host_base / ".node", layout.container_base / ".node", True),
     ]
-    names = [*CONTROL_DEVICES, *(f"nvidia{minors[u]}" for u in uuids if u in minors)]
+    unknown = [u for u in uuids if u not in minors]
+    if unknown:
+        raise AllocationError(
+            f"GPU {unknown[0]}: NVML gave no minor number, so its /dev/nvidiaN is unknown"
+        )
+    names = [
+        *CONTROL_DEVICES,
+        *(f"nvidia{minors[u]}" for u in uuids),
+        *(name for name in OPTIONAL_DEVICES if (layout.dev_root / name).exists()),
+    ]
     devices = [
         api_pb2.DeviceSpec(
             container_path=f"/dev/{name}", host_path=str(layout.dev_root / name), permissions="rw"
         )
         for name in names
-        if (layout.dev_root / name).exists()
     ]
     return api_pb2.ContainerAllocateResponse(
         envs=envs,
