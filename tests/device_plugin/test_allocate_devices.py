@@ -73,3 +73,22 @@ def test_a_gpu_without_a_minor_number_is_refused(tmp_path: Path) -> None:
     layout = _layout(tmp_path, seen=())
     with pytest.raises(AllocationError, match=f"GPU {GPU_B}: NVML gave no minor number"):
         _devices(layout, [f"{GPU_B}-0"], {GPU_A: 0})
+
+
+def test_the_gpus_are_also_a_list_of_mounts_for_the_container_runtime(tmp_path: Path) -> None:
+    layout = _layout(tmp_path, seen=())
+    answer = container_response(
+        layout,
+        POD,
+        CONTAINER,
+        device_ids=[f"{GPU_B}-0"],
+        host_folder=layout.host_base / "ml" / "train",
+        minors={GPU_A: 0, GPU_B: 1},
+    )
+    listed = {
+        m.container_path: (m.host_path, m.read_only)
+        for m in answer.mounts
+        if m.container_path.startswith("/var/run/nvidia-container-devices/")
+    }
+    assert listed == {f"/var/run/nvidia-container-devices/{GPU_B}": ("/dev/null", True)}
+    assert dict(answer.envs)["NVIDIA_VISIBLE_DEVICES"] == GPU_B

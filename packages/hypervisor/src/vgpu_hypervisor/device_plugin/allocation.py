@@ -36,6 +36,9 @@ LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 # Passed where the daemon sees them under dev_root (display nodes CUDA does not need).
 OPTIONAL_DEVICES = ("nvidia-modeset",)
+# Where the NVIDIA container runtime looks for the GPUs given as mounts (its volume-mounts
+# device list strategy).
+DEVICE_LIST = Path("/var/run/nvidia-container-devices")
 
 
 class AllocationError(Exception):
@@ -165,6 +168,10 @@ def container_response(
         (layout.host_lib_dir / LIBRARIES[1], Path(libs[1]), True),
         (host_folder, folder, False),
         (layout.host_base / ".node", layout.container_base / ".node", True),
+        # The same GPUs as a list of mounts, for an NVIDIA container runtime that ignores
+        # NVIDIA_VISIBLE_DEVICES from unprivileged containers (docs/kubernetes.md): it reads
+        # the names under this folder instead, as NVIDIA's device plugin gives them.
+        *((Path("/dev/null"), DEVICE_LIST / uuid, True) for uuid in uuids),
     ]
     unknown = [u for u in uuids if u not in minors]
     if unknown:
