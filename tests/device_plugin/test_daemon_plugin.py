@@ -13,7 +13,7 @@ from vgpu_limiter import library_path as limiter_library
 from tests.device_plugin.kubelet import FakeKubelet, Watch
 from tests.device_plugin.test_device_plugin import container_environment, run_workload
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 
 GiB = 1 << 30
 UUID0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulated GPU 0

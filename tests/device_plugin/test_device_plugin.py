@@ -155,7 +155,12 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     writable = [path for path, (_, read_only) in mounts.items() if not read_only]
     assert writable == ["/run/tensor-fusion/shm/team/older"]  # no lease file to truncate
     devices = {d.container_path: d.host_path for d in answer.devices}
-    assert set(devices) == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
+    assert set(devices) == {
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia0",
+    }
     assert plugin.assigned("uid-older") == (uuid,)
     assert plugin.assigned("uid-younger") == ()
     # The region exists with those limits before the container starts.

@@ -251,6 +251,7 @@ class Daemon:
             running=lambda: not self._failing,
             reviewer=self._reviewer,
             open_reads=frozenset(settings.api_open_reads),
+            cluster_problem=None if source is None else lambda: source.problem,
         )
         listener = self._listener or _listen_socket(settings)
         server = _Server(server_config(create_app(context)))

@@ -29,8 +29,16 @@ PreparePod = Callable[
     [KubePod, Mapping[str, GpuLimits], UserGroup], tuple[Path, Mapping[str, GpuLimits]]
 ]
 LIBRARIES = ("libadd_path.so", "libcuda_limiter.so")
-# NVIDIA's node-wide device files; the per-GPU /dev/nvidiaN come from the GPUs' minor numbers.
-CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+# NVIDIA's node-wide device files that CUDA needs, passed whether the daemon's own container
+# sees them or not (with NVIDIA_DRIVER_CAPABILITIES=utility it has no /dev/nvidia-uvm): the
+# host has them wherever the driver is loaded. The per-GPU /dev/nvidiaN come from the GPUs'
+# NVML minor numbers, so they need not be seen either.
+CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+# Passed where the daemon sees them under dev_root (display nodes CUDA does not need).
+OPTIONAL_DEVICES = ("nvidia-modeset",)
+# Where the NVIDIA container runtime looks for the GPUs given as mounts (its volume-mounts
+# device list strategy).
+DEVICE_LIST = Path("/var/run/nvidia-container-devices")
 
 
 class AllocationError(Exception):
@@ -160,14 +168,26 @@ def container_response(
         (layout.host_lib_dir / LIBRARIES[1], Path(libs[1]), True),
         (host_folder, folder, False),
         (layout.host_base / ".node", layout.container_base / ".node", True),
+        # The same GPUs as a list of mounts, for an NVIDIA container runtime that ignores
+        # NVIDIA_VISIBLE_DEVICES from unprivileged containers (docs/kubernetes.md): it reads
+        # the names under this folder instead, as NVIDIA's device plugin gives them.
+        *((Path("/dev/null"), DEVICE_LIST / uuid, True) for uuid in uuids),
     ]
-    names = [*CONTROL_DEVICES, *(f"nvidia{minors[u]}" for u in uuids if u in minors)]
+    unknown = [u for u in uuids if u not in minors]
+    if unknown:
+        raise AllocationError(
+            f"GPU {unknown[0]}: NVML gave no minor number, so its /dev/nvidiaN is unknown"
+        )
+    names = [
+        *CONTROL_DEVICES,
+        *(f"nvidia{minors[u]}" for u in uuids),
+        *(name for name in OPTIONAL_DEVICES if (layout.dev_root / name).exists()),
+    ]
     devices = [
         api_pb2.DeviceSpec(
             container_path=f"/dev/{name}", host_path=str(layout.dev_root / name), permissions="rw"
         )
         for name in names
-        if (layout.dev_root / name).exists()
     ]
     return api_pb2.ContainerAllocateResponse(
         envs=envs,
