@@ -122,6 +122,8 @@ def serving(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
         poll_s=0.1,
         pod_resources=node.kubelet.pod_resources,
         bind_poll_s=0.05,
+        bind_idle_s=0.2,
+        forget_s=0.5,
     )
     minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}
     running = DevicePlugin(

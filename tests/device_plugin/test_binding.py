@@ -194,3 +194,19 @@ def test_files_a_tenant_planted_in_its_folder_are_replaced_never_followed(
     assert not (folder / ".shm.new").exists()
     assert victim.read_text() == "not yours"
     assert victim.stat().st_nlink == 1
+
+
+def test_an_allocation_whose_pod_is_gone_is_removed_with_its_folder(
+    node: Node, plugin: DevicePlugin
+) -> None:
+    """The kubelet no longer lists the pod: after ``forget_s`` the allocation and its folder
+    go (the pod's region is the pod source's to remove); the kept file forgets it too."""
+    pod = gpu_pod("brief", 1, "2026-01-01T00:00:00Z", memory=2)
+    answer = admit(node, plugin, pod)["main"]
+    allocation = allocation_of(plugin, answer)
+    folder = plugin.bindings.path(allocation.id)
+    node.kubelet.remove(kubelet_pod(pod))
+    wait_for(lambda: plugin.bindings.get(allocation.id) is None and not folder.exists())
+    assert node.store.get("team", "brief").path.exists()
+    saved = json.loads((node.layout.host_base / ".kubernetes" / "allocations.json").read_text())
+    assert saved == {"allocations": []}

@@ -55,7 +55,8 @@ class PluginConfig:
     register_timeout_s: float = 5.0
     # The kubelet's PodResources socket, and how the allocations are bound (binding.py).
     pod_resources: Path = DEFAULT_SOCKET
-    bind_poll_s: float = 1.0
+    bind_poll_s: float = 1.0  # while an allocation is unbound
+    bind_idle_s: float = 10.0  # else: links follow regions, allocations of gone pods go
     forget_s: float = 60.0
     region_wait_s: int = 60  # TF_REGION_WAIT: how long a container's process waits for it
 
@@ -189,6 +190,7 @@ class DevicePlugin:
             self._find,
             self._bind,
             poll_s=config.bind_poll_s,
+            idle_s=config.bind_idle_s,
             forget_s=config.forget_s,
         )
         self._minors = dict(minors or {})
