@@ -255,12 +255,20 @@ class Bindings:
         pod = namespace, name = allocation.pod
         try:
             self._link(allocation.id, namespace, name)
+            return
         except FileNotFoundError:
-            with self._folder_fd(allocation.id) as folder, contextlib.suppress(FileNotFoundError):
-                os.unlink(REGION, dir_fd=folder)
-                log.info("allocation %s: pod %s/%s has no region now", allocation.id, *pod)
+            pass  # the pod's region (or the allocation's folder) is gone
         except (OSError, BindingError) as error:
             self._say(allocation, f"cannot link its pod's region: {_one_line(error)}")
+            return
+        try:
+            with self._folder_fd(allocation.id) as folder:
+                os.unlink(REGION, dir_fd=folder)
+            log.info("allocation %s: pod %s/%s has no region now", allocation.id, *pod)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            self._say(allocation, f"cannot unlink a region gone: {_one_line(error)}")
 
     def _forget(self, allocation: Allocation, why: str) -> bool:
         with self._lock:
