@@ -12,7 +12,7 @@ import pytest
 from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.pods import PodStore
 
-from tests.limiter.conftest import WORKLOAD, LimitedEnv, run
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, run
 from tests.limiter.test_config import check_config, config_of, error_of
 
 GiB = 1 << 30
@@ -130,3 +130,28 @@ def test_a_region_that_never_comes_is_one_line_after_the_wait(
         "reach the kubelet's PodResources socket?)"
     )
     assert not (pod_folder / "shm").exists()
+
+
+def test_a_fork_while_a_thread_waits_for_the_region_hangs_neither(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """The wait runs in the limiter's one-time setup: a child forked meanwhile sets up afresh
+    (and waits in turn) rather than wait for ever on its parent's setup."""
+    program = build_program("limiter_fork_wait", tmp_path)
+    store = PodStore(tmp_path / "base")
+    try:
+        folder = store.base / "team" / "forked"
+        environment = limited_env(TF_REGION_REQUIRED="1", TF_REGION_WAIT="60", SHM_PATH=str(folder))
+        process = subprocess.Popen(
+            [str(program)],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.6)  # forked by then, both waiting (or, on a slow machine, not yet: no matter)
+        store.create("team", "forked", {UUID0: GpuLimits(memory=2 * GiB)})
+        stdout, stderr = process.communicate(timeout=60)
+        assert json.loads(stdout) == {"thread": 0, "child": 0}, stderr
+    finally:
+        store.close()
