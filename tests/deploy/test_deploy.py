@@ -67,10 +67,12 @@ def test_daemonset_mounts_and_rights() -> None:
     pod = daemonset["spec"]["template"]["spec"]
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     # No more: with hostPID the daemon's own /proc is the host's; /dev/null names every GPU
-    # to an NVIDIA runtime that takes GPUs from mounts only.
+    # to an NVIDIA runtime that takes GPUs from mounts only; the kubelet's PodResources socket
+    # binds each allocation to its pod.
     assert set(host.values()) == {
         "/run/tensor-fusion/shm",
         "/var/lib/kubelet/device-plugins",
+        "/var/lib/kubelet/pod-resources",
         "/usr/local/vgpu/lib",
         "/dev/null",
     }
@@ -80,6 +82,8 @@ def test_daemonset_mounts_and_rights() -> None:
     for name in ("shm-base", "device-plugins", "libraries"):
         assert mounts[name]["mountPath"] == host[name]
     assert mounts["all-gpus"]["mountPath"] == "/var/run/nvidia-container-devices/all"
+    assert mounts["pod-resources"]["mountPath"] == host["pod-resources"]
+    assert mounts["pod-resources"]["readOnly"] is True
     assert daemon["securityContext"]["privileged"] is False
     # GPU nodes only (the label NVIDIA's GPU feature discovery sets).
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}

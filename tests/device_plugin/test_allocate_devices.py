@@ -9,21 +9,9 @@ from vgpu_hypervisor.device_plugin.allocation import (
     Layout,
     container_response,
 )
-from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 
 GPU_A = "GPU-00000000-0000-0000-0000-00000000000a"
 GPU_B = "GPU-00000000-0000-0000-0000-00000000000b"
-CONTAINER = KubeContainer("main", resources={"vgpu.io/gpu": "1"})
-POD = KubePod(
-    "ml",
-    "train",
-    "uid-1",
-    "node-a",
-    "Pending",
-    "1",
-    "2026-01-01T00:00:00Z",
-    containers=(CONTAINER,),
-)
 
 
 def _layout(tmp_path: Path, seen: tuple[str, ...]) -> Layout:
@@ -41,11 +29,10 @@ def _layout(tmp_path: Path, seen: tuple[str, ...]) -> Layout:
 def _devices(layout: Layout, ids: list[str], minors: dict[str, int]) -> dict[str, str]:
     answer = container_response(
         layout,
-        POD,
-        CONTAINER,
         device_ids=ids,
-        host_folder=layout.host_base / "ml" / "train",
+        host_folder=layout.host_base / ".allocations" / "a1",
         minors=minors,
+        region_wait_s=60,
     )
     assert all(d.permissions == "rw" for d in answer.devices)
     return {d.container_path: d.host_path for d in answer.devices}
@@ -79,11 +66,10 @@ def test_the_gpus_are_also_a_list_of_mounts_for_the_container_runtime(tmp_path: 
     layout = _layout(tmp_path, seen=())
     answer = container_response(
         layout,
-        POD,
-        CONTAINER,
         device_ids=[f"{GPU_B}-0"],
-        host_folder=layout.host_base / "ml" / "train",
+        host_folder=layout.host_base / ".allocations" / "a1",
         minors={GPU_A: 0, GPU_B: 1},
+        region_wait_s=60,
     )
     listed = {
         m.container_path: (m.host_path, m.read_only)

@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 
 from vgpu_hypervisor.daemon.pods import PodStore
-from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, PendingPods
+from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, NodePods
 from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
 from vgpu_hypervisor.device_plugin.resources import ResourceError
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
@@ -15,8 +15,8 @@ from vgpu_hypervisor.settings import Settings
 
 def _no_pod_source() -> Sequence[KubePod]:
     raise AllocationError(
-        "the daemon does not watch this node's pods (--kubernetes), so no container can be "
-        "matched to its pod"
+        "the daemon does not watch this node's pods (--kubernetes), so no container's limits "
+        "can be known"
     )
 
 
@@ -52,7 +52,7 @@ def build_plugin(
     settings: Settings,
     snapshot: NodeSnapshot,
     store: PodStore,
-    pending: PendingPods | None,
+    pods: NodePods | None,
     assign: Assign | None = None,
 ) -> DevicePlugin:
     """The plugin (not started); ResourceError (one line) when it cannot advertise this node."""
@@ -70,11 +70,16 @@ def build_plugin(
         ),
         gpus=node_gpus(snapshot),
     )
-    config = PluginConfig(layout, folder=settings.device_plugin_dir, shares=settings.gpu_shares)
+    config = PluginConfig(
+        layout,
+        folder=settings.device_plugin_dir,
+        shares=settings.gpu_shares,
+        pod_resources=settings.pod_resources_socket,
+    )
     return DevicePlugin(
         config,
         gpus,
-        pending or _no_pod_source,
+        pods or _no_pod_source,
         store_preparer(store, assign),
         minor_numbers(snapshot),
     )

@@ -20,23 +20,24 @@ import grpc
 from vgpu_hypervisor.device_plugin.allocation import (
     AllocationError,
     Layout,
-    PendingPods,
-    PodMatcher,
+    NodePods,
     PreparePod,
     container_response,
     pod_region,
 )
+from vgpu_hypervisor.device_plugin.binding import BindingError, Bindings
+from vgpu_hypervisor.device_plugin.pod_resources import DEFAULT_SOCKET, PodResources
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
     KINDS,
     Gpu,
     check_inventory,
     device_ids,
-    gpu_of,
     health_of,
 )
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import Kind
+from vgpu_hypervisor.kubernetes.model import KubePod
 
 log = logging.getLogger("vgpu_hypervisor.device_plugin")
 API_VERSION: Final = "v1beta1"
@@ -52,6 +53,12 @@ class PluginConfig:
     shares: int = 10
     poll_s: float = 1.0
     register_timeout_s: float = 5.0
+    # The kubelet's PodResources socket, and how the allocations are bound (binding.py).
+    pod_resources: Path = DEFAULT_SOCKET
+    bind_poll_s: float = 1.0  # while an allocation is unbound
+    bind_idle_s: float = 10.0  # else: links follow regions, allocations of gone pods go
+    forget_s: float = 60.0
+    region_wait_s: int = 60  # TF_REGION_WAIT: how long a container's process waits for it
 
 
 # XIDs a program causes itself (a fault in its kernel, a watchdog on its own work): they say
@@ -161,7 +168,7 @@ class DevicePlugin:
         self,
         config: PluginConfig,
         gpus: Sequence[Gpu],
-        pending: PendingPods,
+        pods: NodePods,
         prepare: PreparePod,
         minors: Mapping[str, int] | None = None,
     ) -> None:
@@ -175,8 +182,17 @@ class DevicePlugin:
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = False
-        self._matcher = PodMatcher(pending, layout.names)
+        self._pods = pods
         self._prepare = prepare
+        self.bindings = Bindings(
+            layout.host_base,
+            PodResources(config.pod_resources, layout.names.gpu),
+            self._find,
+            self._bind,
+            poll_s=config.bind_poll_s,
+            idle_s=config.bind_idle_s,
+            forget_s=config.forget_s,
+        )
         self._minors = dict(minors or {})
         self._servers: dict[Kind, grpc.Server] = {}
         self._kubelet_inode: int | None = None
@@ -186,6 +202,9 @@ class DevicePlugin:
         # pod UID → the GPUs its containers were given, newest last (bounded).
         self._assigned: dict[str, tuple[str, ...]] = {}
         self._assigned_lock = threading.Lock()
+        for kept in self.bindings.all():  # bound by an earlier daemon
+            if kept.uid:
+                self._remember(kept.uid, kept.gpus)
 
     def resource(self, kind: Kind) -> str:
         return self.config.layout.names.of(kind)
@@ -214,42 +233,60 @@ class DevicePlugin:
     # Allocate
 
     def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
-        layout = self.config.layout
+        """Each container its own allocation: a folder the pod's region is linked into once
+        the kubelet says which pod holds its devices (binding.py)."""
+        self._pods()  # AllocationError when the daemon does not know the node's pods
         responses = []
         for one in request.container_requests:
             ids = list(one.devices_ids)
             unknown = sorted(set(ids) - set(self.ids["gpu"]))
             if unknown:
                 raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
-            uuids = sorted({gpu_of(d) for d in ids})
-            pod, container = self._matcher.match(len(ids))
-            asked, owner = pod_region(pod, layout, uuids)
             try:
-                folder, limits = self._prepare(pod, asked, owner)
-            except Exception as error:
-                raise AllocationError(
-                    f"pod {pod.key}: cannot prepare its region: {error}"
-                ) from None
-            self._remember(pod.uid, uuids)
+                allocation = self.bindings.allocate(ids)
+            except BindingError as error:
+                raise AllocationError(str(error)) from None
             responses.append(
                 container_response(
-                    layout,
-                    pod,
-                    container,
+                    self.config.layout,
                     device_ids=ids,
-                    host_folder=folder,
+                    host_folder=self.bindings.path(allocation.id),
                     minors=self._minors,
+                    region_wait_s=self.config.region_wait_s,
                 )
             )
             log.info(
-                "Allocate: pod %s container %s gets %s (memory %s, compute %s)",
-                pod.key,
-                container.name,
-                ",".join(uuids),
-                {u: limits[u].memory for u in uuids},
-                {u: limits[u].compute for u in uuids},
+                "Allocate: allocation %s gets %s (its pod's region once the kubelet lists it)",
+                allocation.id,
+                ",".join(allocation.gpus),
             )
         return api_pb2.AllocateResponse(container_responses=responses)
+
+    def _find(self, namespace: str, name: str) -> KubePod | None:
+        """The pod of that name the pod source knows (the newest, when an old one of the name
+        is still being deleted)."""
+        pods = [p for p in self._pods() if (p.namespace, p.name) == (namespace, name)]
+        pods.sort(key=lambda p: (not p.deleting, p.created))
+        return pods[-1] if pods else None
+
+    def _bind(self, pod: KubePod, container: str, uuids: Sequence[str], allocation: str) -> None:
+        """The pod's region with its limits on ``uuids`` (made when missing), as the pod source
+        resolves them; the binder then links it into the allocation's folder."""
+        asked, owner = pod_region(pod, self.config.layout, uuids)
+        try:
+            _, limits = self._prepare(pod, asked, owner)
+        except Exception as error:
+            raise AllocationError(f"cannot prepare its region: {error}") from None
+        self._remember(pod.uid, uuids)
+        log.info(
+            "allocation %s: pod %s container %s gets %s (memory %s, compute %s)",
+            allocation,
+            pod.key,
+            container,
+            ",".join(uuids),
+            {u: limits[u].memory for u in uuids},
+            {u: limits[u].compute for u in uuids},
+        )
 
     def assigned(self, pod_uid: str) -> tuple[str, ...]:
         """The GPU UUIDs Allocate gave the pod's containers (the pod source's default GPUs
@@ -269,6 +306,7 @@ class DevicePlugin:
     def start(self) -> None:
         """Serve every resource and watch the kubelet's socket (registering when it is there)."""
         self.config.folder.mkdir(parents=True, exist_ok=True)
+        self.bindings.start()
         self._serve()
         self._watcher = threading.Thread(target=self._watch, name="device-plugin", daemon=True)
         self._watcher.start()
@@ -281,6 +319,7 @@ class DevicePlugin:
         if self._watcher is not None:
             self._watcher.join(timeout=10)
         self._shutdown()
+        self.bindings.stop()
 
     def registered(self) -> bool:
         return self._registered
