@@ -8,14 +8,12 @@ from typing import Annotated, NoReturn
 
 import typer
 from vgpu_common.cli import exec_command, fail
+from vgpu_common.command_app import sub_app
 
 from vgpu_limiter import sim
 
-app = typer.Typer(
-    help="The simulated GPU: a fake libcuda.so.1 and libnvidia-ml.so.1 sharing one node state.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,
+app = sub_app(
+    "The simulated GPU: a fake libcuda.so.1 and libnvidia-ml.so.1 sharing one node state."
 )
 
 DevicesOption = Annotated[
