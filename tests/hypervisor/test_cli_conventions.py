@@ -10,7 +10,7 @@ import pytest
 import yaml
 from vgpu_hypervisor import cli
 
-from tests.hypervisor.conftest import Daemon, clean_environment, wait_for
+from tests.hypervisor.conftest import TF_HYPERVISOR, Daemon, clean_environment, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +65,100 @@ def test_a_gpu_the_node_lacks_is_named_by_its_flag(node: Daemon) -> None:
     assert node.cli("pods", "list", "--json").stdout.strip() == "[]"
 
 
-def test_other_refusals_of_the_daemon_name_the_apis_field(node: Daemon) -> None:
-    result = node.cli("pods", "create", "train", "--mem", "0=1000GiB")
-    assert result.returncode == 1
-    assert _error(result).startswith("error: gpus.0.memory: 1000 GiB is more than the GPU's")
+@pytest.mark.parametrize(
+    ("args", "code", "line"),
+    [
+        (
+            ["pods", "create", "train", "--mem", "0=1000GiB"],
+            1,
+            "error: --mem 0=1000GiB: 1000 GiB is more than GPU 0's 80 GiB",
+        ),
+        (
+            ["pods", "create", "train", "--compute", "0=30", "--burst", "0=5"],
+            2,
+            "error: --burst 0=5: below --compute 0=30",
+        ),
+        (
+            ["pods", "update", "held", "--burst", "0=5"],
+            1,
+            "error: --burst 0=5: below the pod's compute limit 30 %",
+        ),
+        (
+            ["pods", "update", "held", "--compute", "0=90"],
+            1,
+            "error: --compute 0=90: above the pod's burst 80 %; give --burst too",
+        ),
+        (
+            ["pods", "freeze", "held", "--gpu", "7"],
+            1,
+            "error: --gpu 7: no such GPU on this node (2 GPU(s))",
+        ),
+        (
+            ["pods", "freeze", "held", "--gpu", "1"],
+            1,
+            "error: --gpu 1: pod default/held has no limits on it",
+        ),
+        (["workers", "--pod", "nosuch"], 1, "error: --pod nosuch: no pod default/nosuch"),
+        (
+            ["pods", "update", "held"],
+            2,
+            "error: nothing to change: give one of --mem, --compute, --burst, --oversubscribe,"
+            " --no-oversubscribe, --qos or --weight",
+        ),
+    ],
+)
+def test_refusals_name_the_flag_typed(node: Daemon, args: list[str], code: int, line: str) -> None:
+    """What the daemon would refuse is checked against the node and the pod first, so the
+    line names the flag and value typed, and sizes as sizes."""
+    if node.cli("pods", "get", "held").returncode != 0:
+        made = node.cli("pods", "create", "held", "--compute", "0=30", "--burst", "0=80")
+        assert made.returncode == 0, made.stderr
+    result = node.cli(*args)
+    assert (result.returncode, _error(result)) == (code, line)
+    assert "train" not in node.cli("pods", "list", "-o", "name").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["pods", "list", "-o", "jsn"],
+            "error: -o jsn: expected one of 'table', 'wide', 'json', 'yaml', 'name'"
+            " (see 'tf-hypervisor pods list --help')",
+        ),
+        (
+            ["pods", "list", "--output=jsn"],
+            "error: --output jsn: expected one of 'table', 'wide', 'json', 'yaml', 'name'"
+            " (see 'tf-hypervisor pods list --help')",
+        ),
+        (
+            ["pods", "creat"],
+            "error: creat: no such command; did you mean 'create'?"
+            " (see 'tf-hypervisor pods --help')",
+        ),
+        (
+            ["top", "--interval", "0"],
+            "error: --interval 0: should be greater than or equal to 0.1"
+            " (see 'tf-hypervisor top --help')",
+        ),
+        (
+            ["pods", "list", "--namespce", "x"],
+            "error: --namespce: no such flag; did you mean --all-namespaces or --namespace?"
+            " (see 'tf-hypervisor pods list --help')",
+        ),
+        (
+            ["pods", "get"],
+            "error: missing argument '[NAMESPACE/]NAME' (see 'tf-hypervisor pods get --help')",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], line: str) -> None:
+    """Typer's boxed usage errors in the one-line form of the others, naming what was typed."""
+    result = subprocess.run(
+        [*TF_HYPERVISOR, *args], env=clean_environment(), capture_output=True, text=True,
+        check=False, timeout=60,
+    )  # fmt: skip
+    assert (result.returncode, _error(result)) == (2, line)
 
 
 def test_the_cli_sends_the_numbers_it_parsed() -> None:
@@ -125,7 +215,7 @@ def test_output_forms_and_describe(daemon: Daemon) -> None:
     assert as_json == json.loads(daemon.cli("pods", "get", "team/train", "--json").stdout)
     assert yaml.safe_load(daemon.cli("pods", "get", "team/train", "-o", "yaml").stdout) == as_json
     assert as_json["gpus"][0]["compute_limit"] == 12.5
-    wide = daemon.cli("pods", "list", "-o", "wide").stdout
+    wide = daemon.cli("pods", "list", "-n", "team", "-o", "wide").stdout
     assert as_json["gpus"][0]["uuid"] in wide and as_json["path"] in wide
     assert "UUID" not in daemon.cli("pods", "list").stdout
     described = daemon.cli("pods", "describe", "team/train").stdout
