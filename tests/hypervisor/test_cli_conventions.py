@@ -2,8 +2,10 @@
 -o forms, pods get/describe, and the compute range shared with the limiter."""
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -227,8 +229,19 @@ def test_output_forms_and_describe(daemon: Daemon) -> None:
         "Flags:      none",
         "Created:",
         "Worker processes: (none)",
+        "QoS:        medium (weight 2)",
+        "Burst limit:    none",
+        "Oversubscribe:  off (0 B in host memory)",
+        "Throttled:      0.0 s",
+        "OOM refusals:   0",
     ):
         assert words in described, described
+    names = daemon.cli("pods", "list", "-A", "-o", "name")
+    assert names.stdout == "team/train\n", names
+    assert daemon.cli("pods", "list", "-o", "name").stdout == ""  # the default namespace
+    assert daemon.cli("pods", "list", "-n", "team", "-o", "name").stdout == "team/train\n"
+    both = daemon.cli("pods", "list", "-n", "team", "-A")
+    assert both.returncode == 2 and "--all-namespaces" in _error(both)
     gpus = yaml.safe_load(daemon.cli("gpus", "-o", "yaml").stdout)
     assert [gpu["index"] for gpu in gpus] == [0, 1]
     conflict = daemon.cli("pods", "list", "--json", "-o", "yaml")
@@ -266,3 +279,25 @@ def test_compute_range_is_the_limiters(node: Daemon, value: str, accepted: bool)
     if not accepted:
         assert f"--compute 0={value}" in _error(hypervisor)
         assert f"--compute 0={value}" in _error(limiter)
+
+
+def test_watch_prints_the_listing_again_when_it_changes(daemon: Daemon) -> None:
+    watching = subprocess.Popen(
+        [*TF_HYPERVISOR, "pods", "list", "-w", "-o", "name", *daemon.flags],
+        env=daemon.environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        stdout = watching.stdout
+        assert stdout is not None
+        seen: list[str] = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")))
+        reader.start()
+        assert daemon.cli("pods", "create", "first", "--mem", "0=1GiB").returncode == 0
+        wait_for(lambda: "default/first\n" in seen, timeout=30)
+        assert daemon.cli("pods", "create", "second", "--mem", "0=1GiB").returncode == 0
+        wait_for(lambda: seen.count("default/first\n") == 2 and "default/second\n" in seen, 30)
+    finally:
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(timeout=30) == 0
+        reader.join(timeout=10)
+    assert watching.stderr is not None and watching.stderr.read() == ""
