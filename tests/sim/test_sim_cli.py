@@ -168,3 +168,21 @@ def test_bad_cli_usage_exits_2(args: list[str], message: str) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == message + "\n"
+
+
+def test_devices_on_an_existing_state_says_it_is_not_used(tmp_path: Path) -> None:
+    state = tmp_path / "node.state"
+    count = [
+        "--",
+        sys.executable,
+        "-c",
+        "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())",
+    ]
+    fresh = tf_limiter("sim", "run", "--devices", "count=4", "--state", str(state), *count)
+    assert (fresh.returncode, fresh.stdout, fresh.stderr) == (0, "4\n", "")
+    again = tf_limiter("sim", "run", "--devices", "count=2", "--state", str(state), *count)
+    assert again.stdout == "4\n"
+    assert again.stderr == (
+        f"warning: --devices count=2: not used: the state file {state} exists and keeps its"
+        " devices (remove it, or give another --state)\n"
+    )

@@ -2,6 +2,7 @@
 
 import os
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -40,9 +41,10 @@ StateOption = Annotated[
 def planned_environment(
     environ: Mapping[str, str], devices: str | None, state: Path | None
 ) -> dict[str, str]:
-    """The variables to set so that programs (and pynvml) use the simulated GPU."""
+    """The variables to set so that programs (and pynvml) use the simulated GPU. --devices on
+    a state file that exists cannot take effect: a line on stderr says so."""
     try:
-        return sim.environment(
+        planned = sim.environment(
             devices=devices,
             # Absolute, so the variable still names the same file after a program changes folder.
             state=None if state is None else state.absolute(),
@@ -50,6 +52,14 @@ def planned_environment(
         )
     except FileNotFoundError as error:
         fail(str(error))
+    existing = sim.state_path({**environ, **planned})
+    if devices is not None and existing.exists():
+        print(
+            f"warning: --devices {devices}: not used: the state file {existing} exists and keeps"
+            " its devices (remove it, or give another --state)",
+            file=sys.stderr,
+        )
+    return planned
 
 
 @app.command()
