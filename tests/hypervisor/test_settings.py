@@ -96,7 +96,7 @@ def test_every_setting_s_declaration_is_its_flag_and_help_in_config_show() -> No
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     for name, setting in SETTINGS.items():
-        flag = setting.flag if setting.metavar else f"{setting.flag} --no-"
+        flag = setting.flag if setting.metavar else f"{setting.flag} / --no-"
         assert flag in text, name
         assert " ".join(setting.help.split()[:4]) in text, name
 
