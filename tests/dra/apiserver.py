@@ -49,11 +49,7 @@ class Store:
 def _split(path: str) -> tuple[str, str | None, str]:
     """(collection path, object name or None, resource) of a request path."""
     parts = path.strip("/").split("/")
-    plural_at = parts.index("namespaces") + 2 if "namespaces" in parts else len(parts) - 1
-    if parts[plural_at] not in _KINDS and plural_at + 1 < len(parts):
-        plural_at = len(parts) - 2  # a cluster-scoped item: /apis/g/v/plural/name
-    if parts[plural_at] not in _KINDS:
-        plural_at = len(parts) - 1
+    plural_at = max(at for at, part in enumerate(parts) if part in _KINDS)
     name = parts[plural_at + 1] if plural_at + 1 < len(parts) else None
     return "/" + "/".join(parts[: plural_at + 1]), name, parts[plural_at]
 

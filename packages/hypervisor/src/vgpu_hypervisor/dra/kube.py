@@ -6,7 +6,7 @@ ResourceSlice written. Synchronous: the kubelet's gRPC calls come on their own t
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import httpx
+import httpx2
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
@@ -61,5 +61,5 @@ def _read(what: str, get: Callable[..., Any], kind: Any, name: str, namespace: s
         return get(kind, name, namespace=namespace)
     except ApiError as error:
         raise ClaimError(f"cannot read {what}: {api_error(error)}") from None
-    except httpx.HTTPError as error:
+    except httpx2.HTTPError as error:
         raise ClaimError(f"cannot read {what}: {error}") from None
