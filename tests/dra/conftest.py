@@ -56,45 +56,49 @@ class DraNode:
             self.driver = None
 
     def add_pod(self, name: str, **security: int) -> dict[str, Any]:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {
-                "nodeName": NODE,
-                "containers": [{"name": "main", "image": "cuda"}],
-                "securityContext": security,
-            },
-        }
-        return self.api.put(PODS, pod)
+        return put_pod(self.api, name, **security)
 
     def add_claim(
         self, name: str, pod: dict[str, Any], devices: list[dict[str, Any]], **status: Any
     ) -> dict[str, Any]:
-        """A claim allocated ``devices`` (request, device, consumed capacity) and reserved for
-        ``pod``, as the scheduler leaves it."""
-        results = [
-            {"request": "gpu", "driver": DRIVER, "pool": NODE, **device} for device in devices
-        ]
-        claim = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
-            },
-            "status": {
-                "allocation": {"devices": {"results": results, **status}},
-                "reservedFor": [
-                    {
-                        "resource": "pods",
-                        "name": pod["metadata"]["name"],
-                        "uid": pod["metadata"]["uid"],
-                    }
-                ],
-            },
-        }
-        return self.api.put(CLAIMS, claim)
+        return put_claim(self.api, name, pod, devices, **status)
+
+
+def put_pod(api: Store, name: str, **security: int) -> dict[str, Any]:
+    """A pod of this node in the API server."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "main", "image": "cuda"}],
+            "securityContext": security,
+        },
+    }
+    return api.put(PODS, pod)
+
+
+def put_claim(
+    api: Store, name: str, pod: dict[str, Any], devices: list[dict[str, Any]], **status: Any
+) -> dict[str, Any]:
+    """A claim allocated ``devices`` (request, device, consumed capacity) and reserved for
+    ``pod``, as the scheduler leaves it."""
+    results = [{"request": "gpu", "driver": DRIVER, "pool": NODE, **device} for device in devices]
+    consumer = {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
+        },
+        "status": {
+            "allocation": {"devices": {"results": results, **status}},
+            "reservedFor": [consumer],
+        },
+    }
+    return api.put(CLAIMS, claim)
 
 
 def kubeconfig(folder: Path, url: str) -> Path:

@@ -471,6 +471,29 @@ class Settings(BaseSettings):
             "Host folder with libadd_path.so and libcuda_limiter.so, mounted into containers.",
         ),
     ] = Path("/usr/local/vgpu/lib")
+    dra: Annotated[
+        bool,
+        BeforeValidator(parse_switch),
+        Setting(
+            "--dra",
+            None,
+            "Serve the kubelet DRA driver gpu.vgpu.io and publish the node's ResourceSlice. "
+            "Default: off.",
+            show=_yes_no,
+        ),
+    ] = False
+    dra_plugins_dir: Annotated[
+        AbsolutePath,
+        Setting("--dra-plugins-dir", "PATH", "The kubelet's plugin folder (the DRA socket)."),
+    ] = Path("/var/lib/kubelet/plugins")
+    dra_registry_dir: Annotated[
+        AbsolutePath,
+        Setting("--dra-registry-dir", "PATH", "The kubelet's plugin registration folder."),
+    ] = Path("/var/lib/kubelet/plugins_registry")
+    cdi_dir: Annotated[
+        AbsolutePath,
+        Setting("--cdi-dir", "PATH", "Where the DRA driver writes the claims' CDI specs."),
+    ] = Path("/var/run/cdi")
     gpu_resource: Annotated[
         str,
         BeforeValidator(_resource_name),
