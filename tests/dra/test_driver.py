@@ -246,3 +246,20 @@ def test_a_claim_made_anew_under_its_name_is_not_prepared_for_the_old_uid(
     claim = dra.add_claim("renamed", pod, [{"device": "gpu-0"}])
     answer = plugin.prepare((NAMESPACE, "renamed", "old-uid")).claims["old-uid"]
     assert f"its UID is {claim['metadata']['uid']}, not old-uid" in answer.error
+
+
+@pytest.mark.parametrize(
+    ("security", "owner"),
+    [({"runAsUser": 1000, "runAsGroup": 3000}, (1000, 3000)), ({"fsGroup": 4242}, (0, 4242))],
+    ids=["run-as-user", "fs-group"],
+)
+def test_the_region_belongs_to_the_pods_user_or_group_as_with_the_device_plugin(
+    dra: DraNode, plugin: Plugin, security: dict[str, int], owner: tuple[int, int]
+) -> None:
+    pod = dra.add_pod("nonroot", **security)
+    claim = dra.add_claim("nonroot", pod, [{"device": "gpu-0"}])
+    assert prepared(plugin, claim).error == ""
+    region = dra.node.layout.host_base / NAMESPACE / "nonroot" / "shm"
+    info, folder = region.stat(), region.parent.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (*owner, 0o660)
+    assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o755)  # the daemon's own
