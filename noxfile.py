@@ -97,9 +97,11 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def protos(session: nox.Session) -> None:
-    """Regenerate the gRPC stubs of the vendored kubelet protos (device plugin, PodResources)."""
+    """Regenerate the gRPC stubs of the vendored kubelet protos (device plugin, PodResources,
+    DRA driver)."""
     sync(session, "tests", packages=False)
     session.run("python", "scripts/generate_device_plugin_stubs.py", *session.posargs)
+    session.run("python", "scripts/generate_dra_stubs.py", *session.posargs)
 
 
 LIMITER_C = ROOT / "packages/limiter/csrc"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_ROOT = ROOT / "packages" / "hypervisor" / "src"
-OUTPUTS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
+SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 # Each vendored proto (relative to SOURCE_ROOT) and the API it is, for the stubs' header.
 PROTOS = {
     Path("vgpu_hypervisor/device_plugin/proto/api.proto"): (
@@ -45,8 +45,9 @@ def _plugin(name: str) -> str:
     return found
 
 
-def generate(folder: Path) -> dict[Path, str]:
-    """The stubs' text by path (relative to SOURCE_ROOT), generated into ``folder`` (scratch)."""
+def compile_proto(folder: Path, proto: Path, header: str) -> dict[str, str]:
+    """The stubs of one proto (relative to SOURCE_ROOT) by file name, each after ``header``,
+    generated into ``folder`` (a scratch folder); scripts/generate_dra_stubs.py uses it too."""
     from grpc_tools import protoc
 
     include = Path(protoc.__file__).parent / "_proto"
@@ -60,14 +61,21 @@ def generate(folder: Path) -> dict[Path, str]:
         f"--grpc_python_out={folder}",
         f"--mypy_out={folder}",
         f"--mypy_grpc_out={folder}",
+        str(proto),
     ]
+    if protoc.main(arguments) != 0:
+        raise SystemExit(f"protoc failed on {proto}")
+    generated = folder / proto.parent
+    outputs = [f"{proto.stem}{suffix}" for suffix in SUFFIXES]
+    return {name: header + (generated / name).read_text() for name in outputs}
+
+
+def generate(folder: Path) -> dict[Path, str]:
+    """The stubs' text by path (relative to SOURCE_ROOT), generated into ``folder`` (scratch)."""
     stubs: dict[Path, str] = {}
     for proto, api in PROTOS.items():
-        if protoc.main([*arguments, str(proto)]) != 0:
-            raise SystemExit(f"protoc failed on {proto}")
-        for name in OUTPUTS:
-            path = proto.parent / name
-            stubs[path] = header(api) + (folder / path).read_text()
+        for name, text in compile_proto(folder, proto, header(api)).items():
+            stubs[proto.parent / name] = text
     return stubs
 
 

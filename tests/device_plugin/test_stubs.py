@@ -21,6 +21,10 @@ def test_committed_stubs_match_the_proto() -> None:
     spec.loader.exec_module(module)
     with tempfile.TemporaryDirectory() as scratch:
         stubs = module.generate(Path(scratch))
-    assert set(stubs) == {proto.parent / name for proto in module.PROTOS for name in module.OUTPUTS}
+    assert set(stubs) == {
+        proto.parent / f"{proto.stem}{suffix}"
+        for proto in module.PROTOS
+        for suffix in module.SUFFIXES
+    }
     for path, text in stubs.items():
         assert (module.SOURCE_ROOT / path).read_text() == text, f"{path} is stale: nox -s protos"

@@ -517,6 +517,10 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'device_plugin_dir = "/var/lib/kubelet/plugins"',
                 'device_plugin_lib_dir = "/opt/vgpu/lib"',
                 'pod_resources_socket = "/var/lib/kubelet/pr/kubelet.sock"',
+                "dra = true",
+                'dra_plugins_dir = "/srv/kubelet/plugins"',
+                'dra_registry_dir = "/srv/kubelet/plugins_registry"',
+                'cdi_dir = "/etc/cdi"',
                 'gpu_resource = "example.com/gpu"',
                 'gpu_memory_resource = "example.com/gpu-memory"',
                 'gpu_compute_resource = "example.com/gpu-compute"',
@@ -551,6 +555,9 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.device_plugin_dir == Path("/var/lib/kubelet/plugins")
     assert settings.device_plugin_lib_dir == Path("/opt/vgpu/lib")
     assert settings.pod_resources_socket == Path("/var/lib/kubelet/pr/kubelet.sock")
+    assert settings.dra is True and settings.cdi_dir == Path("/etc/cdi")
+    assert settings.dra_plugins_dir == Path("/srv/kubelet/plugins")
+    assert settings.dra_registry_dir == Path("/srv/kubelet/plugins_registry")
     assert settings.gpu_resource == "example.com/gpu"
     assert settings.gpu_memory_resource == "example.com/gpu-memory"
     assert settings.gpu_compute_resource == "example.com/gpu-compute"

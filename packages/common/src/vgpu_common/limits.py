@@ -175,8 +175,8 @@ _QUANTITY_SUFFIXES: Final = {
 QUANTITY_MAX: Final = 999_999_999  # GPUs, memory units or percent: a larger count is a typo
 
 
-def parse_quantity(text: str) -> int:
-    """A resource quantity that is a whole number from 0 to QUANTITY_MAX, in any form the API
+def parse_quantity(text: str, most: int = QUANTITY_MAX) -> int:
+    """A resource quantity that is a whole number from 0 to ``most``, in any form the API
     server writes it ("4", "1k", "2Ki", "1e3", "3000m"); ValueError (one line) otherwise."""
     match = _QUANTITY.fullmatch(text) if len(text) <= 64 else None
     if match is None:
@@ -187,8 +187,8 @@ def parse_quantity(text: str) -> int:
     else:
         factor = _QUANTITY_SUFFIXES[suffix]
     value = Fraction(match[1]) * factor
-    if value.denominator != 1 or value > QUANTITY_MAX:
-        raise ValueError(f"expected a whole number from 0 to {QUANTITY_MAX}")
+    if value.denominator != 1 or value > most:
+        raise ValueError(f"expected a whole number from 0 to {most}")
     return int(value)
 
 

@@ -479,6 +479,29 @@ class Settings(BaseSettings):
             "The kubelet's PodResources socket: which pod holds the devices Allocate gave.",
         ),
     ] = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    dra: Annotated[
+        bool,
+        BeforeValidator(parse_switch),
+        Setting(
+            "--dra",
+            None,
+            "Serve the kubelet DRA driver gpu.vgpu.io and publish the node's ResourceSlice. "
+            "Default: off.",
+            show=_yes_no,
+        ),
+    ] = False
+    dra_plugins_dir: Annotated[
+        AbsolutePath,
+        Setting("--dra-plugins-dir", "PATH", "The kubelet's plugin folder (the DRA socket)."),
+    ] = Path("/var/lib/kubelet/plugins")
+    dra_registry_dir: Annotated[
+        AbsolutePath,
+        Setting("--dra-registry-dir", "PATH", "The kubelet's plugin registration folder."),
+    ] = Path("/var/lib/kubelet/plugins_registry")
+    cdi_dir: Annotated[
+        AbsolutePath,
+        Setting("--cdi-dir", "PATH", "Where the DRA driver writes the claims' CDI specs."),
+    ] = Path("/var/run/cdi")
     gpu_resource: Annotated[
         str,
         BeforeValidator(_resource_name),

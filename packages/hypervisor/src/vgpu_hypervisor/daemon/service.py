@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # the device plugin (gRPC) and the pod source load only when 
 
     from vgpu_hypervisor.device_plugin.allocation import NodePods
     from vgpu_hypervisor.device_plugin.server import DevicePlugin
+    from vgpu_hypervisor.dra.runner import DraRunning
     from vgpu_hypervisor.kubernetes.pod_source import PodSource
 
 log = logging.getLogger("vgpu_hypervisor")
@@ -163,7 +164,7 @@ def _follows_a_cluster(settings: Settings) -> bool:
     """Whether the daemon serves Kubernetes (its pods, or the kubelet's device plugin)."""
     from vgpu_hypervisor.kubernetes.setup import enabled  # the one wiring module; lazily
 
-    return settings.device_plugin or enabled(settings)
+    return settings.device_plugin or settings.dra or enabled(settings)
 
 
 class Daemon:
@@ -180,6 +181,7 @@ class Daemon:
         self._listener = listener
         self._pending_pods = pending_pods
         self._plugin: DevicePlugin | None = None
+        self._dra: DraRunning | None = None
         self._reviewer: TokenReviewer | None = None
         self._stop = asyncio.Event()
         self._failing: set[str] = set()
@@ -241,6 +243,7 @@ class Daemon:
         )
         source = await self._kubernetes(node)
         await self._start_cluster_parts(view.snapshot, store, source)
+        await self._start_dra(view.snapshot, observer, store)
         context = ApiContext(
             node=node,
             backend=observer.backend,
@@ -328,6 +331,8 @@ class Daemon:
     async def _stop_cluster_parts(self) -> None:
         if self._plugin is not None:
             await asyncio.to_thread(self._plugin.stop)
+        if self._dra is not None:
+            await asyncio.to_thread(self._dra.stop)
         if self._reviewer is not None:
             self._reviewer.close()
 
@@ -353,6 +358,22 @@ class Daemon:
         except (ResourceError, OSError, RuntimeError) as error:  # RuntimeError: gRPC's bind
             raise DaemonError(f"device plugin: {error}") from None
         log.info("device plugin serving in %s", settings.device_plugin_dir)
+
+    async def _start_dra(
+        self, snapshot: NodeSnapshot | None, observer: GpuObserver, store: PodStore
+    ) -> None:
+        """The DRA driver and the node's ResourceSlice, where --dra asks for them."""
+        if not self.settings.dra or snapshot is None:
+            return
+        from vgpu_hypervisor.dra.kube import KubeError
+        from vgpu_hypervisor.dra.runner import build_driver
+
+        try:
+            self._dra = build_driver(self.settings, snapshot, observer.backend, store)
+            await asyncio.to_thread(self._dra.start, snapshot)
+        except (KubeError, OSError, RuntimeError) as error:  # RuntimeError: gRPC's bind
+            raise DaemonError(f"DRA driver: {error}") from None
+        log.info("DRA driver serving in %s", self.settings.dra_plugins_dir)
 
     def _catch_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -401,13 +422,15 @@ class Daemon:
                 self._failing.discard(name)
 
     async def _sampling(self, node: Node) -> None:
-        plugin = self._plugin
-        if plugin is None:
-            await _every(self.settings.sample_interval_s, node.sample)
-        else:  # a GPU the sample lost becomes Unhealthy to the kubelet
-            await _every(
-                self.settings.sample_interval_s, lambda: plugin.update_health(node.sample())
-            )
+        # A GPU the sample lost becomes Unhealthy to the kubelet and leaves the ResourceSlice.
+        parts = [part for part in (self._plugin, self._dra) if part is not None]
+
+        def sample() -> None:
+            snapshot = node.sample()
+            for part in parts:
+                part.update_health(snapshot)
+
+        await _every(self.settings.sample_interval_s, sample)
 
     async def _pod_passes(self, node: Node) -> None:
         await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh)
@@ -454,6 +477,8 @@ def _check_extras(settings: Settings) -> None:
             require_kubernetes("--kubernetes" if explicit else "the pod source (in a cluster)")
         if settings.device_plugin:
             require_kubernetes("--device-plugin")
+        if settings.dra:
+            require_kubernetes("--dra")
         if settings.token_review:
             require_kubernetes("--token-review")
     except ExtraMissing as error:

@@ -208,6 +208,21 @@ def device_minor(handle: Handle) -> Value[int]:
     return query("nvmlDeviceGetMinorNumber", lambda: int(pynvml.nvmlDeviceGetMinorNumber(handle)))
 
 
+def device_compute_capability(handle: Handle) -> Value[str]:
+    """CUDA's compute capability, as "9.0"."""
+
+    def fetch() -> str:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return f"{int(major)}.{int(minor)}"
+
+    return query("nvmlDeviceGetCudaComputeCapability", fetch)
+
+
+def device_architecture(handle: Handle) -> Value[int]:
+    """nvmlDeviceArchitecture_t (NVML_DEVICE_ARCH_*)."""
+    return query("nvmlDeviceGetArchitecture", lambda: int(pynvml.nvmlDeviceGetArchitecture(handle)))
+
+
 def device_name(handle: Handle) -> Value[str]:
     return query("nvmlDeviceGetName", lambda: _text(pynvml.nvmlDeviceGetName(handle)))
 

@@ -1,0 +1,146 @@
+"""NodePrepareResources and NodeUnprepareResources of one claim.
+
+Prepare reads the claim (its allocation and the pod it is reserved for) and the pod (its
+security context: the region's owner) from the API server, records the claim in the
+checkpoint, gives the pod's region the quota of all its prepared claims through the PodStore
+(the one writer of regions, as for the device plugin and `pods create`) and writes the claim's
+CDI spec. A claim prepared before (by this daemon or an earlier one) is answered from the
+checkpoint, its region and spec made again where they went missing.
+
+Unprepare lowers the pod's quota to its other claims, or, for its last one, deletes the region,
+refusing while a process still uses it (the kubelet asks again); then the spec and the record
+go. A claim not prepared here is unprepared already.
+"""
+
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
+from vgpu_hypervisor.device_plugin.allocation import Layout
+from vgpu_hypervisor.dra import cdi
+from vgpu_hypervisor.dra.checkpoint import Checkpoint, Prepared
+from vgpu_hypervisor.dra.claims import Claim, ClaimError, Share, parse_claim
+from vgpu_hypervisor.dra.quota import device_name, gpu_of, pod_quota
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
+from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.kubernetes.resolver import region_owner
+
+log = logging.getLogger("vgpu_hypervisor.dra")
+
+
+class ClaimSource(Protocol):
+    """The API server, as Prepare reads it; ClaimError (one line) when it cannot."""
+
+    def claim(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+    def pod(self, namespace: str, name: str) -> KubePod: ...
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    share: Share
+    cdi_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    layout: Layout  # the libraries, base path and device files, as the device plugin's
+    pool: str  # the node's name: its ResourceSlice's pool
+    gpus: tuple[NodeGpu, ...]
+    minors: Mapping[str, int]  # GPU UUID → N of /dev/nvidiaN
+    cdi_dir: Path = cdi.DEFAULT_FOLDER
+
+
+class Preparer:
+    def __init__(self, config: NodeConfig, store: PodStore, source: ClaimSource) -> None:
+        self.config = config
+        self._store = store
+        self._source = source
+        self._gpus = {device_name(gpu): gpu for gpu in config.gpus}
+        self._checkpoint = Checkpoint(store.base)
+        self._lock = threading.Lock()
+
+    def prepared(self) -> dict[str, Claim]:
+        with self._lock:
+            return {uid: one.claim for uid, one in self._checkpoint.claims.items()}
+
+    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
+        """The claim's devices and their CDI IDs; ClaimError, ConfigError or PodError."""
+        with self._lock:
+            known = self._checkpoint.claims.get(uid)
+            if known is None:
+                known = self._admit(parse_claim(self._source.claim(namespace, name), uid))
+            claim = known.claim
+            self._apply(claim.pod_uid, known)
+            gpus = [gpu_of(claim, s, self.config.pool, self._gpus) for s in claim.shares]
+            spec, ids = cdi.claim_spec(
+                self.config.layout,
+                claim.uid,
+                claim.namespace,
+                claim.pod,
+                [(device_name(gpu), self.config.minors.get(gpu.uuid)) for gpu in gpus],
+            )
+            cdi.write_spec(self.config.cdi_dir, claim.uid, spec)
+            return [PreparedDevice(share, tuple(ids[share.device])) for share in claim.shares]
+
+    def _admit(self, claim: Claim) -> Prepared:
+        """The claim checked against its pod and its quota, then recorded."""
+        pod = self._source.pod(claim.namespace, claim.pod)
+        if pod.uid != claim.pod_uid:
+            raise ClaimError(
+                f"claim {claim.namespace}/{claim.name}: reserved for pod {claim.pod} UID "
+                f"{claim.pod_uid}, but that pod is UID {pod.uid}"
+            )
+        pod_quota([*self._claims_of(claim.pod_uid), claim], self.config.pool, self._gpus)
+        prepared = Prepared(claim, region_owner(pod))
+        self._checkpoint.claims[claim.uid] = prepared
+        self._checkpoint.save()
+        log.info(
+            "claim %s/%s of pod %s prepared: %s",
+            claim.namespace,
+            claim.name,
+            claim.pod,
+            ", ".join(f"{s.device} (memory {s.memory}, compute {s.compute})" for s in claim.shares),
+        )
+        return prepared
+
+    def _claims_of(self, pod_uid: str, leaving: str | None = None) -> list[Claim]:
+        return [
+            one.claim
+            for uid, one in self._checkpoint.claims.items()
+            if one.claim.pod_uid == pod_uid and uid != leaving
+        ]
+
+    def _apply(self, pod_uid: str, one: Prepared, leaving: str | None = None) -> None:
+        """The pod's region holds the quota of its claims (but ``leaving``)."""
+        claims = self._claims_of(pod_uid, leaving)
+        quota = pod_quota(claims, self.config.pool, self._gpus)
+        namespace, pod = one.claim.namespace, one.claim.pod
+        try:
+            self._store.update(namespace, pod, quota.limits, by_admin=False)
+        except PodNotFound:
+            owner = one.owner
+            self._store.create(namespace, pod, quota.limits, owner=owner.user, group=owner.group)
+        if quota.qos is not None or quota.weight is not None:
+            self._store.set_policy(namespace, pod, quota.qos, quota.weight)
+
+    def unprepare(self, namespace: str, name: str, uid: str) -> None:
+        """What Prepare made for the claim removed; PodConflict while processes use it."""
+        with self._lock:
+            known = self._checkpoint.claims.get(uid)
+            if known is not None:
+                claim = known.claim
+                if self._claims_of(claim.pod_uid, leaving=uid):
+                    self._apply(claim.pod_uid, known, leaving=uid)
+                else:
+                    with contextlib.suppress(PodNotFound):
+                        self._store.delete(claim.namespace, claim.pod)
+                del self._checkpoint.claims[uid]
+                self._checkpoint.save()
+                log.info("claim %s/%s of pod %s unprepared", namespace, name, claim.pod)
+            cdi.remove_spec(self.config.cdi_dir, uid)

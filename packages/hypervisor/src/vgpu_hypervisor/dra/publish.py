@@ -1,0 +1,92 @@
+"""The node's ResourceSlice kept current through the API server: written at start and whenever
+the set of healthy GPUs changes, under one name per node (``{node}-gpu.vgpu.io``), so a
+restarted daemon replaces its slice instead of adding one; other slices of this driver and node
+(left by an older daemon) are deleted. Each change raises the pool's generation, as the
+scheduler expects of a pool that changed.
+"""
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+
+from vgpu_hypervisor.dra.claims import DRIVER
+from vgpu_hypervisor.dra.inventory import NodeFacts
+from vgpu_hypervisor.dra.kube import KubeError, ResourceSlice, api_error
+from vgpu_hypervisor.dra.slices import node_slice, slice_name
+
+log = logging.getLogger("vgpu_hypervisor.dra")
+
+
+class SlicePublisher:
+    def __init__(self, client: Client, node: str, facts: NodeFacts) -> None:
+        self._client = client
+        self.node = node
+        self.facts = facts
+        self._published: frozenset[str] | None = None
+
+    def publish(self, healthy: Iterable[str]) -> bool:
+        """The slice with the GPUs ``healthy`` (UUIDs) written unless it says so already;
+        whether it was written. KubeError (one line) when the API server refuses."""
+        wanted = frozenset(healthy)
+        if wanted == self._published:
+            return False
+        try:
+            self._write(wanted)
+        except ApiError as error:
+            raise KubeError(f"ResourceSlice {slice_name(self.node)}: {api_error(error)}") from None
+        except httpx2.HTTPError as error:
+            raise KubeError(f"ResourceSlice {slice_name(self.node)}: {error}") from None
+        self._published = wanted
+        return True
+
+    def _write(self, healthy: frozenset[str]) -> None:
+        name = slice_name(self.node)
+        existing = {
+            one.metadata.name: one
+            for one in self._client.list(
+                ResourceSlice, fields={"spec.nodeName": self.node, "spec.driver": DRIVER}
+            )
+            if one.metadata is not None and one.metadata.name is not None
+        }
+        for other in sorted(set(existing) - {name}):
+            self._client.delete(ResourceSlice, other)
+            log.info("ResourceSlice %s deleted (not this daemon's name)", other)
+        old = existing.get(name)
+        generation = _generation(old) + 1 if old is not None else 1
+        body = node_slice(self.node, self.facts, set(healthy), generation)
+        version = old.metadata.resourceVersion if old and old.metadata is not None else None
+        obj = ResourceSlice(
+            apiVersion=body["apiVersion"],
+            kind=body["kind"],
+            metadata=ObjectMeta(name=name, resourceVersion=version),
+            spec=body["spec"],
+        )
+        if old is None:
+            self._client.create(obj)
+        else:
+            self._client.replace(obj)
+        log.info(
+            "ResourceSlice %s: %d GPU(s), pool generation %d",
+            name,
+            len(body["spec"]["devices"]),
+            generation,
+        )
+
+    def remove(self) -> None:
+        """The slice deleted (the daemon stops serving claims on this node)."""
+        try:
+            self._client.delete(ResourceSlice, slice_name(self.node))
+        except ApiError as error:
+            if error.status.code != 404:
+                raise KubeError(f"ResourceSlice: {api_error(error)}") from None
+        self._published = None
+
+
+def _generation(obj: Any) -> int:
+    pool = (obj.get("spec") or {}).get("pool") or {}
+    generation = pool.get("generation", 0)
+    return generation if isinstance(generation, int) else 0

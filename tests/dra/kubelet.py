@@ -1,0 +1,73 @@
+"""A stand-in kubelet for the DRA driver over real gRPC on unix sockets: its plugin watcher
+(GetInfo on the registration socket, the version chosen among those offered, the outcome told)
+and its calls of the node service, as the kubelet makes them."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from vgpu_hypervisor.dra.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
+
+VERSIONS = {
+    "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc.DRAPluginStub),
+    "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc.DRAPluginStub),
+}
+
+
+@dataclass
+class Plugin:
+    info: registration_pb2.PluginInfo
+    version: str
+    messages: Any
+    stub: Any
+    channel: grpc.Channel
+
+    def prepare(self, *claims: tuple[str, str, str]) -> Any:
+        """NodePrepareResources of (namespace, name, uid) claims."""
+        request = self.messages.NodePrepareResourcesRequest(
+            claims=[self.messages.Claim(namespace=n, name=c, uid=u) for n, c, u in claims]
+        )
+        return self.stub.NodePrepareResources(request, timeout=30)
+
+    def unprepare(self, *claims: tuple[str, str, str]) -> Any:
+        request = self.messages.NodeUnprepareResourcesRequest(
+            claims=[self.messages.Claim(namespace=n, name=c, uid=u) for n, c, u in claims]
+        )
+        return self.stub.NodeUnprepareResources(request, timeout=30)
+
+
+class DraKubelet:
+    def __init__(self, registry: Path, versions: tuple[str, ...] = tuple(VERSIONS)) -> None:
+        self.registry = registry
+        self.versions = versions  # the services this kubelet speaks, preferred first
+        self._channels: list[grpc.Channel] = []
+
+    def register(self) -> Plugin:
+        """The plugin behind the one socket of the registry folder, registered."""
+        (socket,) = [p for p in self.registry.iterdir() if p.is_socket()]
+        channel = grpc.insecure_channel(f"unix://{socket}")
+        self._channels.append(channel)
+        registration = registration_pb2_grpc.RegistrationStub(channel)
+        info = registration.GetInfo(registration_pb2.InfoRequest(), timeout=10)
+        assert info.type == "DRAPlugin", info
+        version = next(v for v in self.versions if v in info.supported_versions)
+        registration.NotifyRegistrationStatus(
+            registration_pb2.RegistrationStatus(plugin_registered=True), timeout=10
+        )
+        service = grpc.insecure_channel(f"unix://{info.endpoint}")
+        self._channels.append(service)
+        messages, stub = VERSIONS[version]
+        return Plugin(info, version, messages, stub(service), service)
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+        self._channels.clear()

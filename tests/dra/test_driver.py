@@ -1,0 +1,265 @@
+"""The DRA driver against a stand-in kubelet over real gRPC, its claims and pods read from an
+API server, on the simulated GPU."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.gpu import NodeSnapshot
+from vgpu_limiter import sim
+
+from tests.device_plugin.test_device_plugin import run_workload
+from tests.dra.conftest import NAMESPACE, DraNode, GiB
+from tests.dra.kubelet import DraKubelet, Plugin
+from tests.hypervisor.conftest import clean_environment
+
+
+def region_limits(dra: DraNode, pod: str) -> dict[str, GpuLimits]:
+    record = dra.node.store.get(NAMESPACE, pod)
+    assert record.error is None, record.error
+    return {device.uuid: device.limits.value for device in record.devices}
+
+
+def prepared(plugin: Plugin, claim: dict[str, Any]) -> Any:
+    meta = claim["metadata"]
+    answer = plugin.prepare((NAMESPACE, meta["name"], meta["uid"])).claims[meta["uid"]]
+    return answer
+
+
+def unprepared(plugin: Plugin, claim: dict[str, Any]) -> str:
+    meta = claim["metadata"]
+    answer = plugin.unprepare((NAMESPACE, meta["name"], meta["uid"])).claims[meta["uid"]]
+    error: str = answer.error
+    return error
+
+
+def spec_of(dra: DraNode, claim: dict[str, Any]) -> dict[str, Any]:
+    path = dra.cdi_dir / f"gpu.vgpu.io-claim_{claim['metadata']['uid']}.json"
+    spec: dict[str, Any] = json.loads(path.read_text())
+    return spec
+
+
+def test_registration_names_the_driver_its_socket_and_both_services(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    assert plugin.info.name == "gpu.vgpu.io"
+    assert plugin.info.endpoint == str(dra.sockets.plugins / "gpu.vgpu.io" / "dra.sock")
+    assert list(plugin.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert plugin.version == "v1.DRAPlugin"
+    assert dra.driver is not None and dra.driver.registered.wait(5)
+
+
+def test_prepare_gives_the_pod_a_region_with_the_consumed_capacity_and_a_cdi_spec(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    uuid = str(snapshot.devices[0].uuid)
+    pod = dra.add_pod("trainer")
+    consumed = {"memory": "4Gi", "compute": "30"}
+    claim = dra.add_claim(
+        "trainer-gpu", pod, [{"device": "gpu-0", "consumedCapacity": consumed, "shareID": "s1"}]
+    )
+    answer = prepared(plugin, claim)
+    assert answer.error == ""
+    (device,) = answer.devices
+    uid = claim["metadata"]["uid"]
+    assert (device.pool_name, device.device_name, device.share_id) == ("node-1", "gpu-0", "s1")
+    assert list(device.request_names) == ["gpu"]
+    assert list(device.cdi_device_ids) == [
+        f"gpu.vgpu.io/claim={uid}",
+        f"gpu.vgpu.io/claim={uid}-gpu-0",
+    ]
+    assert region_limits(dra, "trainer") == {uuid: GpuLimits(memory=4 * GiB, compute=3000)}
+
+    spec = spec_of(dra, claim)
+    assert (spec["cdiVersion"], spec["kind"]) == ("0.6.0", "gpu.vgpu.io/claim")
+    common, own = spec["devices"]
+    env = dict(line.split("=", 1) for line in common["containerEdits"]["env"])
+    assert env["SHM_PATH"] == f"/run/tensor-fusion/shm/{NAMESPACE}/trainer"
+    assert env["TF_REGION_REQUIRED"] == "1"
+    assert own["containerEdits"]["deviceNodes"] == [
+        {
+            "path": "/dev/nvidia0",
+            "hostPath": str(dra.node.layout.dev_root / "nvidia0"),
+            "permissions": "rw",
+        }
+    ]
+    nodes = {node["path"] for node in common["containerEdits"]["deviceNodes"]}
+    assert nodes == {"/dev/nvidiactl", "/dev/nvidia-uvm"}  # those the node has
+
+    again = prepared(plugin, claim)  # the kubelet asks again: the same answer
+    assert again == answer
+    assert region_limits(dra, "trainer") == {uuid: GpuLimits(memory=4 * GiB, compute=3000)}
+
+
+def cdi_environment(spec: dict[str, Any], sim_state: Path) -> dict[str, str]:
+    """Exactly the spec's env on the simulated GPU, container paths as its mounts map them."""
+    edits = [device["containerEdits"] for device in spec["devices"]]
+    mounts = sorted(
+        ((m["containerPath"], m["hostPath"]) for e in edits for m in e.get("mounts", [])),
+        key=len,
+        reverse=True,
+    )
+
+    def on_host(value: str) -> str:
+        for inside, host in mounts:
+            value = value.replace(inside, host)
+        return value
+
+    env = dict(line.split("=", 1) for e in edits for line in e.get("env", []))
+    environment = clean_environment() | sim.environment(state=str(sim_state))
+    return environment | {name: on_host(value) for name, value in env.items()}
+
+
+def test_a_workload_with_exactly_the_cdi_spec_is_limited_to_its_consumed_capacity(
+    dra: DraNode, plugin: Plugin, sim_state: Path
+) -> None:
+    pod = dra.add_pod("tenant")
+    consumed = {"memory": "2Gi", "compute": "40"}
+    claim = dra.add_claim("tenant-gpu", pod, [{"device": "gpu-0", "consumedCapacity": consumed}])
+    assert prepared(plugin, claim).error == ""
+    environment = cdi_environment(spec_of(dra, claim), sim_state)
+    assert environment["LD_PRELOAD"].startswith(str(dra.node.layout.host_lib_dir))
+
+    fits = run_workload(environment, "1GiB")
+    assert fits.get("error") is None, fits
+    assert fits["total_bytes"] == 2 * GiB  # the consumed memory, seen as the GPU's
+    refused = run_workload(environment, "3GiB")
+    assert refused["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2", refused
+
+
+def test_two_claims_of_one_pod_add_up_in_its_one_region_and_unprepare_undoes_each(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    first, second = (str(device.uuid) for device in snapshot.devices[:2])
+    pod = dra.add_pod("both")
+    a = dra.add_claim(
+        "a", pod, [{"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "10"}}]
+    )
+    b = dra.add_claim(
+        "b",
+        pod,
+        [
+            {"device": "gpu-0", "consumedCapacity": {"memory": "2Gi", "compute": "20"}},
+            {"device": "gpu-1", "consumedCapacity": {"memory": "3Gi", "compute": "100"}},
+        ],
+    )
+    assert prepared(plugin, a).error == "" and prepared(plugin, b).error == ""
+    assert region_limits(dra, "both") == {
+        first: GpuLimits(memory=3 * GiB, compute=3000),
+        second: GpuLimits(memory=3 * GiB, compute=None),  # all of its time: no compute limit
+    }
+    assert unprepared(plugin, b) == ""
+    assert region_limits(dra, "both")[first] == GpuLimits(memory=GiB, compute=1000)
+    assert not (dra.cdi_dir / f"gpu.vgpu.io-claim_{b['metadata']['uid']}.json").exists()
+    assert unprepared(plugin, a) == ""
+    assert [r.name for r in dra.node.store.scan()] == []  # the pod's region is gone
+    assert list(dra.cdi_dir.iterdir()) == []
+    assert unprepared(plugin, a) == ""  # unprepared already: nothing to do
+
+
+def test_a_restarted_driver_answers_and_unprepares_from_its_checkpoint(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    pod = dra.add_pod("kept")
+    claim = dra.add_claim(
+        "kept", pod, [{"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "50"}}]
+    )
+    before = prepared(plugin, claim)
+    assert before.error == ""
+    dra.stop()
+    dra.api.objects.clear()  # the claim and pod are gone from the API server meanwhile
+    dra.start()
+    kubelet = DraKubelet(dra.sockets.registry)
+    try:
+        again = kubelet.register()
+        assert prepared(again, claim) == before
+        assert unprepared(again, claim) == ""
+    finally:
+        kubelet.close()
+    assert dra.node.store.scan() == []
+
+
+def test_an_older_kubelet_speaks_v1beta1(dra: DraNode, snapshot: NodeSnapshot) -> None:
+    kubelet = DraKubelet(dra.sockets.registry, versions=("v1beta1.DRAPlugin",))
+    try:
+        plugin = kubelet.register()
+        pod = dra.add_pod("old")
+        claim = dra.add_claim("old", pod, [{"device": "gpu-1"}])  # no consumable capacity
+        answer = prepared(plugin, claim)
+        assert answer.error == "" and answer.devices[0].device_name == "gpu-1"
+    finally:
+        kubelet.close()
+    uuid = str(snapshot.devices[1].uuid)
+    memory = snapshot.devices[1].memory_total
+    assert isinstance(memory, int)
+    assert region_limits(dra, "old") == {uuid: GpuLimits(memory=memory, compute=None)}
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda c: c["status"].pop("allocation"), "not allocated any gpu.vgpu.io device"),
+        (
+            lambda c: c["status"]["allocation"]["devices"]["results"][0].update(pool="node-2"),
+            "device node-2/gpu-0 is not one of this node's (node-1)",
+        ),
+        (
+            lambda c: c["status"]["allocation"]["devices"]["results"][0].update(device="gpu-7"),
+            "device node-1/gpu-7 is not one of this node's (node-1)",
+        ),
+        (
+            lambda c: c["status"]["reservedFor"].clear(),
+            "reserved for 0 pods; a gpu.vgpu.io claim gives one pod its quota",
+        ),
+        (
+            lambda c: c["status"]["reservedFor"][0].update(uid="other"),
+            "reserved for pod bad UID other, but that pod is UID",
+        ),
+        (
+            lambda c: c["status"]["allocation"]["devices"]["results"][0].update(
+                consumedCapacity={"memory": "1.5", "compute": "30"}
+            ),
+            "device gpu-0: memory '1.5': expected a whole number",
+        ),
+    ],
+    ids=["unallocated", "other-pool", "unknown-device", "no-pod", "pod-uid", "bad-memory"],
+)
+def test_a_claim_that_cannot_be_prepared_gets_a_one_line_error(
+    dra: DraNode, plugin: Plugin, change: Any, error: str
+) -> None:
+    pod = dra.add_pod("bad")
+    claim = dra.add_claim("bad", pod, [{"device": "gpu-0"}])
+    change(claim)
+    answer = prepared(plugin, claim)
+    assert error in answer.error and "\n" not in answer.error, answer.error
+    assert answer.error.startswith("prepare claim team/bad: ")
+    assert not list(answer.devices)
+    assert dra.node.store.scan() == []  # nothing made
+
+
+def test_a_claim_made_anew_under_its_name_is_not_prepared_for_the_old_uid(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    pod = dra.add_pod("renamed")
+    claim = dra.add_claim("renamed", pod, [{"device": "gpu-0"}])
+    answer = plugin.prepare((NAMESPACE, "renamed", "old-uid")).claims["old-uid"]
+    assert f"its UID is {claim['metadata']['uid']}, not old-uid" in answer.error
+
+
+@pytest.mark.parametrize(
+    ("security", "owner"),
+    [({"runAsUser": 1000, "runAsGroup": 3000}, (1000, 3000)), ({"fsGroup": 4242}, (0, 4242))],
+    ids=["run-as-user", "fs-group"],
+)
+def test_the_region_belongs_to_the_pods_user_or_group_as_with_the_device_plugin(
+    dra: DraNode, plugin: Plugin, security: dict[str, int], owner: tuple[int, int]
+) -> None:
+    pod = dra.add_pod("nonroot", **security)
+    claim = dra.add_claim("nonroot", pod, [{"device": "gpu-0"}])
+    assert prepared(plugin, claim).error == ""
+    region = dra.node.layout.host_base / NAMESPACE / "nonroot" / "shm"
+    info, folder = region.stat(), region.parent.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (*owner, 0o660)
+    assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o755)  # the daemon's own

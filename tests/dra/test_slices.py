@@ -1,0 +1,104 @@
+"""The node's ResourceSlice: built from the simulated node, valid against the published
+resource.k8s.io/v1 schemas of Kubernetes 1.34 to 1.37, published through a real client and
+replaced (never duplicated) across restarts and health changes."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+from vgpu_hypervisor.dra.inventory import NodeFacts, read_facts
+from vgpu_hypervisor.dra.kube import KubeError, open_client
+from vgpu_hypervisor.dra.publish import SlicePublisher
+from vgpu_hypervisor.dra.slices import node_slice, semver
+from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
+
+from tests.dra.apiserver import Store, api_server
+from tests.dra.conftest import NODE, kubeconfig
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+@pytest.fixture(scope="module")
+def facts(sim_state: Path, snapshot: NodeSnapshot) -> NodeFacts:
+    with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
+        return read_facts(observer.sample(), observer.backend)
+
+
+@pytest.mark.parametrize("version", ["1.34.0", "1.35.0", "1.36.0", "1.37.0"])
+def test_the_slice_validates_against_the_published_schema(facts: NodeFacts, version: str) -> None:
+    body = node_slice(NODE, facts, {gpu.uuid for gpu in facts.gpus}, 1)
+    kubernetes_validate.validate(body, version, strict=True)
+
+
+def test_one_shared_device_per_gpu_with_capacities_and_attributes(facts: NodeFacts) -> None:
+    assert len(facts.gpus) == 2
+    first = facts.gpus[0]
+    body = node_slice(NODE, facts, {first.uuid}, 3)  # the second GPU is unhealthy
+    spec = body["spec"]
+    assert spec["pool"] == {"name": NODE, "generation": 3, "resourceSliceCount": 1}
+    (device,) = spec["devices"]
+    assert device["name"] == "gpu-0" and device["allowMultipleAllocations"] is True
+    assert device["attributes"]["uuid"] == {"string": first.uuid}
+    assert device["attributes"]["index"] == {"int": 0}
+    assert device["attributes"]["productName"] == {"string": first.name}
+    for key in ("computeCapability", "driverVersion", "cudaVersion"):
+        assert "version" in device["attributes"][key], key
+    memory = device["capacity"]["memory"]
+    assert memory["value"] == str(first.memory)
+    assert memory["requestPolicy"]["validRange"]["step"] == str(1 << 20)
+    assert device["capacity"]["compute"]["requestPolicy"] == {
+        "default": "100",
+        "validRange": {"min": "1", "max": "100", "step": "1"},
+    }
+
+
+def test_versions_are_written_as_semver() -> None:
+    assert semver("580.65.06") == "580.65.6"
+    assert semver("13.0") == "13.0.0"
+    assert semver("9.0") == "9.0.0"
+    assert semver("") is None
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Store, Path]]:
+    with api_server() as (url, store):
+        yield store, kubeconfig(tmp_path, url)
+
+
+def test_published_once_replaced_on_change_and_never_duplicated(
+    server: tuple[Store, Path], facts: NodeFacts
+) -> None:
+    store, config = server
+    uuids = [gpu.uuid for gpu in facts.gpus]
+    # A slice an older daemon left under another name: it goes.
+    stale = node_slice(NODE, facts, set(uuids), 1)
+    stale["metadata"]["name"] = "node-1-gpu.vgpu.io-old"
+    store.put(SLICES, stale)
+    publisher = SlicePublisher(open_client(str(config)), NODE, facts)
+    assert publisher.publish(uuids)
+    assert not publisher.publish(reversed(uuids))  # nothing changed: nothing written
+    (only,) = store.of(SLICES)
+    assert only["metadata"]["name"] == "node-1-gpu.vgpu.io"
+    assert len(only["spec"]["devices"]) == 2
+
+    assert publisher.publish(uuids[1:])  # the first GPU became unhealthy
+    (only,) = store.of(SLICES)
+    assert [d["name"] for d in only["spec"]["devices"]] == ["gpu-1"]
+    assert only["spec"]["pool"]["generation"] == 2
+
+    restarted = SlicePublisher(open_client(str(config)), NODE, facts)
+    assert restarted.publish(uuids)
+    (only,) = store.of(SLICES)
+    assert only["spec"]["pool"]["generation"] == 3 and len(only["spec"]["devices"]) == 2
+    restarted.remove()
+    assert store.of(SLICES) == []
+
+
+def test_an_unreachable_api_server_is_one_line(tmp_path: Path, facts: NodeFacts) -> None:
+    with api_server() as (url, _):
+        pass  # stopped: nothing listens there any more
+    publisher = SlicePublisher(open_client(str(kubeconfig(tmp_path, url))), NODE, facts)
+    with pytest.raises(KubeError, match=r"^ResourceSlice node-1-gpu.vgpu.io: ") as caught:
+        publisher.publish([gpu.uuid for gpu in facts.gpus])
+    assert "\n" not in str(caught.value)
