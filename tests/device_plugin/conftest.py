@@ -1,7 +1,6 @@
 """A device plugin on a simulated node, with a stand-in kubelet and the pods the pod source
 knows; ``admit`` has the kubelet admit one and waits until its allocations are bound."""
 
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
-from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
+from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 from vgpu_limiter import library_path as limiter_library
@@ -28,24 +27,6 @@ from tests.hypervisor.conftest import wait_for
 
 SHARES = 4
 GiB = 1 << 30
-
-
-# Session-wide: a process binds the simulated GPU to one state file for its life.
-@pytest.fixture(scope="session")
-def sim_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("node") / "node.state"
-
-
-@pytest.fixture(scope="session")
-def snapshot(sim_state: Path) -> NodeSnapshot:
-    """One sample of the simulated node (two GPUs)."""
-    saved = os.environ.pop("VGPU_SIM_DEVICES", None)
-    try:
-        with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
-            return observer.sample()
-    finally:
-        if saved is not None:
-            os.environ["VGPU_SIM_DEVICES"] = saved
 
 
 def gpu_pod(

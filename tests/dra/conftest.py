@@ -18,7 +18,7 @@ from vgpu_hypervisor.dra.server import DraDriver, SocketConfig
 from vgpu_hypervisor.gpu import NodeSnapshot
 
 # The simulated node's fixtures, shared with the device plugin's tests.
-from tests.device_plugin.conftest import Node, running_node, sim_state, snapshot
+from tests.device_plugin.conftest import Node, running_node
 from tests.dra.apiserver import Store, api_server
 from tests.dra.kubelet import DraKubelet, Plugin
 
@@ -148,6 +148,3 @@ def plugin(dra: DraNode) -> Iterator[Plugin]:
         yield kubelet.register()
     finally:
         kubelet.close()
-
-
-__all__ = ["sim_state", "snapshot"]

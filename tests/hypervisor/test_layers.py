@@ -2,7 +2,8 @@
 
 From the bottom: the base (settings, models, the GPU layer), the core (daemon/: the store, the
 node's passes, the scheduling policy, the API), Kubernetes (kubernetes/), the device plugin
-(device_plugin/: it reads Kubernetes' pods), the one module that wires them into the daemon
+(device_plugin/: it reads Kubernetes' pods), the DRA driver (dra/: it gives containers what the
+device plugin's Allocate gives), the one module that wires them into the daemon
 (daemon/service.py), the front (the CLI and its client). A module imports from its own layer or
 below, never above, lazily or not; only the adapters and the wiring module import the adapters,
 and only the adapters import the kubernetes extra's packages, so a bare daemon never loads them.
@@ -25,7 +26,7 @@ from tests.hypervisor.conftest import Daemon
 PACKAGE = "vgpu_hypervisor"
 SOURCE = Path(vgpu_hypervisor.__file__).parent
 WIRING = "vgpu_hypervisor.daemon.service"
-ADAPTERS = ("vgpu_hypervisor.kubernetes", "vgpu_hypervisor.device_plugin")
+ADAPTERS = ("vgpu_hypervisor.kubernetes", "vgpu_hypervisor.device_plugin", "vgpu_hypervisor.dra")
 # Lowest first; a module belongs to the layer of its longest prefix here.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -42,6 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("vgpu_hypervisor.daemon",)),
     ("kubernetes", ("vgpu_hypervisor.kubernetes",)),
     ("device plugin", ("vgpu_hypervisor.device_plugin",)),
+    ("dra", ("vgpu_hypervisor.dra",)),
     ("wiring", (WIRING,)),
     (
         "front",
