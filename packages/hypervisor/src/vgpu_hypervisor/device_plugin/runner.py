@@ -8,8 +8,9 @@ from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
 from vgpu_hypervisor.device_plugin.resources import ResourceError
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import NodeSnapshot, NotAvailable, nvml
-from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.kubernetes.setup import resource_names
 from vgpu_hypervisor.settings import Settings
 
 
@@ -62,12 +63,7 @@ def build_plugin(
     layout = Layout(
         host_lib_dir=settings.device_plugin_lib_dir,
         host_base=settings.shm_base_path,
-        names=ResourceNames(
-            settings.gpu_resource,
-            settings.gpu_memory_resource,
-            settings.gpu_compute_resource,
-            memory_unit=settings.gpu_memory_unit,
-        ),
+        names=resource_names(settings),
         gpus=node_gpus(snapshot),
     )
     config = PluginConfig(layout, folder=settings.device_plugin_dir, shares=settings.gpu_shares)
