@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.device_plugin.accounting import Placement
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.device_plugin.runner import node_gpus
@@ -76,10 +77,21 @@ class Node:
     layout: Layout
     store: PodStore
     pods: list[KubePod] = field(default_factory=list)
+    # The events the plugin posted: (pod key, reason, message).
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def live(self) -> set[str]:
+        """The pods whose devices the kubelet still holds: those listed, not ended."""
+        return {pod.uid for pod in self.pods if pod.phase not in ("Succeeded", "Failed")}
+
+    def post(self, pod: KubePod, reason: str, message: str) -> None:
+        self.events.append((pod.key, reason, message))
 
 
 @contextmanager
-def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
+def running_node(
+    root: Path, snapshot: NodeSnapshot, names: ResourceNames | None = None
+) -> Iterator[Node]:
     """A node under ``root``: the libraries, device files, base path and a stand-in kubelet."""
     lib = root / "lib"
     lib.mkdir()
@@ -93,7 +105,7 @@ def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
         host_lib_dir=lib,
         host_base=root / "shm",
         dev_root=dev,
-        names=ResourceNames(memory_unit=GiB),
+        names=names or ResourceNames(memory_unit=GiB),
         gpus=node_gpus(snapshot),
     )
     layout.host_base.mkdir()
@@ -108,12 +120,22 @@ def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
 
 
 @contextmanager
-def serving(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
+def serving(
+    node: Node, snapshot: NodeSnapshot, placement: Placement = "binpack"
+) -> Iterator[DevicePlugin]:
     """The plugin of ``node``, started, its pods those of ``node.pods``."""
-    config = PluginConfig(node.layout, folder=node.kubelet.folder, shares=SHARES, poll_s=0.1)
+    config = PluginConfig(
+        node.layout, folder=node.kubelet.folder, shares=SHARES, poll_s=0.1, placement=placement
+    )
     minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}
     running = DevicePlugin(
-        config, inventory(snapshot), lambda: node.pods, store_preparer(node.store), minors
+        config,
+        inventory(snapshot),
+        lambda: node.pods,
+        store_preparer(node.store),
+        minors,
+        live=node.live,
+        events=node.post,
     )
     running.start()
     try:

@@ -3,10 +3,11 @@
 from collections.abc import Sequence
 
 from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.device_plugin.accounting import LivePods
 from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, PendingPods
 from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
 from vgpu_hypervisor.device_plugin.resources import ResourceError
-from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
+from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, PostEvent, inventory
 from vgpu_hypervisor.gpu import NodeSnapshot, NotAvailable, nvml
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod
@@ -55,8 +56,12 @@ def build_plugin(
     store: PodStore,
     pending: PendingPods | None,
     assign: Assign | None = None,
+    *,
+    live: LivePods | None = None,
+    events: PostEvent | None = None,
 ) -> DevicePlugin:
-    """The plugin (not started); ResourceError (one line) when it cannot advertise this node."""
+    """The plugin (not started); ResourceError (one line) when it cannot advertise this node.
+    ``live`` and ``events`` come from the pod source (DevicePlugin says what for)."""
     gpus = inventory(snapshot)
     if not gpus:
         raise ResourceError("the device plugin found no GPU to advertise")
@@ -66,11 +71,18 @@ def build_plugin(
         names=resource_names(settings),
         gpus=node_gpus(snapshot),
     )
-    config = PluginConfig(layout, folder=settings.device_plugin_dir, shares=settings.gpu_shares)
+    config = PluginConfig(
+        layout,
+        folder=settings.device_plugin_dir,
+        shares=settings.gpu_shares,
+        placement=settings.gpu_placement,
+    )
     return DevicePlugin(
         config,
         gpus,
         pending or _no_pod_source,
         store_preparer(store, assign),
         minor_numbers(snapshot),
+        live=live,
+        events=events,
     )

@@ -9,14 +9,24 @@ the same pace. gRPC runs on its own threads; the daemon calls ``update_health`` 
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 import grpc
 
+from vgpu_hypervisor.device_plugin.accounting import (
+    FOLDER,
+    DoesNotFit,
+    Ledger,
+    LivePods,
+    Placement,
+    largest,
+    place,
+    pod_asks,
+)
 from vgpu_hypervisor.device_plugin.allocation import (
     AllocationError,
     Layout,
@@ -25,6 +35,7 @@ from vgpu_hypervisor.device_plugin.allocation import (
     PreparePod,
     container_response,
     pod_region,
+    requested,
 )
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
@@ -37,12 +48,16 @@ from vgpu_hypervisor.device_plugin.resources import (
 )
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import Kind
+from vgpu_hypervisor.kubernetes.model import KubePod
 
 log = logging.getLogger("vgpu_hypervisor.device_plugin")
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 DEFAULT_FOLDER: Final = Path("/var/lib/kubelet/device-plugins")
 _ASSIGNED_KEPT: Final = 4096
+# Posts a Warning event on a pod: (pod, reason, message).
+PostEvent = Callable[[KubePod, str, str], object]
+REFUSED: Final = "GpuDoesNotFit"  # the reason of the event of a refused Allocate
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,7 @@ class PluginConfig:
     shares: int = 10
     poll_s: float = 1.0
     register_timeout_s: float = 5.0
+    placement: Placement = "binpack"  # GetPreferredAllocation's rule (accounting.place)
 
 
 # XIDs a program causes itself (a fault in its kernel, a watchdog on its own work): they say
@@ -97,7 +113,7 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(pre_start_required=False)
+        return _options(self._kind)
 
     def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
@@ -150,8 +166,25 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation (not advertised)")
-        raise AssertionError("unreachable")
+        if self._kind != "gpu":
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation (not advertised)")
+        try:
+            return self._plugin.preferred(request)
+        except Exception as error:  # the pod source failed: no preference, the kubelet picks
+            log.warning("GetPreferredAllocation: %s: %s", type(error).__name__, error)
+            return api_pb2.PreferredAllocationResponse(
+                container_responses=[
+                    api_pb2.ContainerPreferredAllocationResponse()
+                    for _ in request.container_requests
+                ]
+            )
+
+
+def _options(kind: Kind) -> api_pb2.DevicePluginOptions:
+    """Only the GPU resource's shares are placed (memory and compute devices only count)."""
+    return api_pb2.DevicePluginOptions(
+        pre_start_required=False, get_preferred_allocation_available=kind == "gpu"
+    )
 
 
 class DevicePlugin:
@@ -164,7 +197,12 @@ class DevicePlugin:
         pending: PendingPods,
         prepare: PreparePod,
         minors: Mapping[str, int] | None = None,
+        *,
+        live: LivePods | None = None,
+        events: PostEvent | None = None,
     ) -> None:
+        """``live``: the pods of the node still holding their devices (their charges are
+        released when they are not); ``events``: where a refused Allocate is told."""
         layout = config.layout
         check_inventory(gpus, config.shares, layout.names.memory_unit)
         self.config = config
@@ -175,7 +213,10 @@ class DevicePlugin:
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = False
+        self._pending = pending
         self._matcher = PodMatcher(pending, layout.names)
+        self.ledger = Ledger(gpus, layout.host_base / FOLDER, live)
+        self._events = events
         self._prepare = prepare
         self._minors = dict(minors or {})
         self._servers: dict[Kind, grpc.Server] = {}
@@ -223,10 +264,12 @@ class DevicePlugin:
                 raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
             uuids = sorted({gpu_of(d) for d in ids})
             pod, container = self._matcher.match(len(ids))
+            charged = self._charge(pod, ids, uuids)
             asked, owner = pod_region(pod, layout, uuids)
             try:
                 folder, limits = self._prepare(pod, asked, owner)
             except Exception as error:
+                self.ledger.release(pod.uid, charged)
                 raise AllocationError(
                     f"pod {pod.key}: cannot prepare its region: {error}"
                 ) from None
@@ -250,6 +293,77 @@ class DevicePlugin:
                 {u: limits[u].compute for u in uuids},
             )
         return api_pb2.AllocateResponse(container_responses=responses)
+
+    def _charge(self, pod: KubePod, ids: Sequence[str], uuids: Sequence[str]) -> tuple[str, ...]:
+        """Charge the pod on the GPUs the kubelet gave it (accounting.py); the GPUs charged
+        now. A refusal (two shares of one GPU, a GPU that cannot hold the pod) is an
+        AllocationError and an event on the pod, so that its owner sees why it failed."""
+        if len(uuids) < len(ids):
+            why = (
+                f"pod {pod.key}: the kubelet gave one container {len(ids)} shares of "
+                f"{len(uuids)} GPU(s) ({', '.join(uuids)}); each GPU asked for must be another"
+            )
+            self._refuse(pod, why)
+        asks = pod_asks(pod, self.config.layout.gpus, self.config.layout.names)
+        try:
+            return self.ledger.charge(pod.uid, pod.key, {u: asks[u] for u in uuids if u in asks})
+        except DoesNotFit as error:
+            self._refuse(pod, str(error))
+
+    def _refuse(self, pod: KubePod, why: str) -> NoReturn:
+        if self._events is not None:
+            self._events(pod, REFUSED, why)
+        raise AllocationError(why)
+
+    # GetPreferredAllocation
+
+    def preferred(
+        self, request: api_pb2.PreferredAllocationRequest
+    ) -> api_pb2.PreferredAllocationResponse:
+        """Per container, the GPU shares the placement rule takes for the pods that may be
+        the one being admitted (none: no preference, the kubelet picks; Allocate checks)."""
+        return api_pb2.PreferredAllocationResponse(
+            container_responses=[
+                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=self._preference(one))
+                for one in request.container_requests
+            ]
+        )
+
+    def _preference(self, request: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
+        """The request names devices, never the pod: the kubelet admits one pod at a time,
+        and the one it admits is among the pending pods with a container asking for
+        ``allocation_size`` GPUs that are not charged yet. The shares go where the largest
+        of their asks fits (right for whichever it is), else where the oldest one's that
+        fits does."""
+        size = request.allocation_size
+        asks = [
+            pod_asks(pod, self.config.layout.gpus, self.config.layout.names)
+            for pod in self._candidates(size)
+        ]
+        free = self.ledger.free()
+        available = list(request.available_deviceIDs)
+        must = list(request.must_include_deviceIDs)
+        policy = self.config.placement
+        for ask in [largest(asks), *asks] if asks else []:
+            chosen = place(free, ask, available, must, size=size, policy=policy)
+            if chosen is not None:
+                return chosen
+        return []
+
+    def _candidates(self, size: int) -> list[KubePod]:
+        """Pending pods with a container asking for ``size`` GPUs, less charged than asked."""
+        gpu = self.config.layout.names.gpu
+        found = []
+        for pod in sorted(self._pending(), key=lambda p: (p.created, p.key)):
+            if pod.phase != "Pending" or pod.deleting:
+                continue
+            try:
+                counts = [requested(pod, c, gpu) for c in pod.containers]
+            except AllocationError:
+                continue  # the pod source reports it
+            if size in counts and len(self.ledger.charged(pod.uid)) < sum(counts):
+                found.append(pod)
+        return found
 
     def assigned(self, pod_uid: str) -> tuple[str, ...]:
         """The GPU UUIDs Allocate gave the pod's containers (the pod source's default GPUs
@@ -345,7 +459,7 @@ class DevicePlugin:
                             version=API_VERSION,
                             endpoint=self.socket_path(kind).name,
                             resource_name=self.resource(kind),
-                            options=api_pb2.DevicePluginOptions(pre_start_required=False),
+                            options=_options(kind),
                         ),
                         timeout=self.config.register_timeout_s,
                     )

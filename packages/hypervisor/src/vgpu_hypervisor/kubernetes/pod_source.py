@@ -178,6 +178,17 @@ class PodSource:
     def pods(self) -> list[KubePod]:
         return list(self._pods.values())
 
+    def live_uids(self) -> set[str] | None:
+        """The UIDs of this node's pods that have not ended, whose devices the kubelet still
+        holds for them; None before the first list (not known yet)."""
+        if not self.synced.is_set():
+            return None
+        return {uid for uid, pod in tuple(self._pods.items()) if pod.phase not in _FINISHED}
+
+    @property
+    def events(self) -> EventPoster | None:
+        return self._events
+
     def by_uid(self, uid: str) -> KubePod | None:
         return self._pods.get(uid)
 
