@@ -27,8 +27,17 @@ def _table(title: str | None, *columns: str) -> Table:
     return table
 
 
+def _committed(gpu: dict[str, Any]) -> str:
+    """What the device plugin charged pods on the GPU: memory and compute."""
+    memory, compute = gpu.get("memory_committed"), gpu.get("compute_committed")
+    return f"{size(memory)}, {percent(compute)}"
+
+
 def gpu_table(gpus: list[dict[str, Any]], *, wide: bool = False) -> Table:
-    columns = ["GPU", "Name", "Memory", "Util", "Temp", "Power", "Boost", "Pods", "Workers"]
+    """With the device plugin, a Committed column says what it charged pods on each GPU."""
+    accounted = any(gpu.get("memory_committed") is not None for gpu in gpus)
+    columns = ["GPU", "Name", "Memory", *["Committed"] * accounted, "Util", "Temp", "Power",
+               "Boost", "Pods", "Workers"]  # fmt: skip
     if wide:
         columns += ["UUID", "Mem util", "SM clock"]
     table = _table(None, *columns)
@@ -38,6 +47,7 @@ def gpu_table(gpus: list[dict[str, Any]], *, wide: bool = False) -> Table:
             str(gpu["index"]),
             gpu.get("name") or NA,
             f"{size(used)} / {size(total)}",
+            *[_committed(gpu)] * accounted,
             percent(gpu.get("utilization")),
             NA if gpu.get("temperature_c") is None else f"{gpu['temperature_c']} °C",
             NA if gpu.get("power_draw_w") is None else f"{gpu['power_draw_w']:.0f} W",

@@ -241,6 +241,8 @@ class Daemon:
         )
         source = await self._kubernetes(node)
         await self._start_cluster_parts(view.snapshot, store, source)
+        if self._plugin is not None:
+            node.committed = self._plugin.ledger.committed
         context = ApiContext(
             node=node,
             backend=observer.backend,
@@ -342,11 +344,21 @@ class Daemon:
             return
         pending = source.pending if source is not None else self._pending_pods
         assign = source.assign if source is not None else None
+        live = source.live_uids if source is not None else None
+        events = source.events if source is not None else None
         from vgpu_hypervisor.device_plugin.resources import ResourceError
         from vgpu_hypervisor.device_plugin.runner import build_plugin
 
         try:
-            self._plugin = build_plugin(settings, snapshot, store, pending, assign)
+            self._plugin = build_plugin(
+                settings,
+                snapshot,
+                store,
+                pending,
+                assign,
+                live=live,
+                events=None if events is None else events.post,
+            )
             await asyncio.to_thread(self._plugin.start)
         except (ResourceError, OSError, RuntimeError) as error:  # RuntimeError: gRPC's bind
             raise DaemonError(f"device plugin: {error}") from None
