@@ -97,7 +97,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def protos(session: nox.Session) -> None:
-    """Regenerate the device plugin's gRPC stubs from the vendored kubelet api.proto."""
+    """Regenerate the gRPC stubs of the vendored kubelet protos (device plugin, PodResources)."""
     sync(session, "tests", packages=False)
     session.run("python", "scripts/generate_device_plugin_stubs.py", *session.posargs)
 

@@ -123,6 +123,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--load-seconds", type=float, default=20)
     parser.add_argument(
+        "--port", type=int, default=0, help="the daemon's API port (default: a free one)"
+    )
+    parser.add_argument(
         "--daemon-flag",
         action="append",
         default=[],
@@ -134,7 +137,7 @@ def _arguments() -> argparse.Namespace:
 def main() -> None:
     args = _arguments()
     root = Path(tempfile.mkdtemp(prefix="vgpu-daemon-cost-"))
-    port = _free_port()
+    port = args.port or _free_port()
     environment = {
         k: v for k, v in os.environ.items() if not k.startswith(("VGPU_SIM_", "TF_", "SHM_"))
     } | {"VGPU_SIM_DEVICES": str(args.gpus)}

@@ -6,8 +6,13 @@
 #
 # Its files live under .run/ in the checkout (regions, token, metrics, log, simulated node);
 # the usual variables and flags override them (tf-hypervisor config show lists them all).
+started=$SECONDS
+# A step of the set-up, with the seconds since the start: long steps say so before they begin.
+step() { echo "== [$((SECONDS - started)) s] $*"; }
+step "setting up: the toolchain and the environment (the first run builds the C libraries: a minute or two)"
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 uv sync --locked --quiet
+step "environment ready"
 bin="$VGPU_ROOT/.venv/bin"
 run="$VGPU_ROOT/.run"
 mkdir -p "$run"
@@ -27,12 +32,12 @@ if [ -n "${API_LISTEN_ADDR:-}" ]; then
     $ports check "$API_LISTEN_ADDR" || exit 1
 elif ! holder=$($ports check 127.0.0.1:8080 2>&1); then
     export API_LISTEN_ADDR="127.0.0.1:$($ports free)"
-    echo "== ${holder#error: }; this daemon listens on $API_LISTEN_ADDR instead"
+    step "${holder#error: }; this daemon listens on $API_LISTEN_ADDR instead"
 else
     export API_LISTEN_ADDR=127.0.0.1:8080
 fi
 
-echo "== tf-hypervisor daemon on $API_LISTEN_ADDR (log: $log)"
+step "starting tf-hypervisor daemon on $API_LISTEN_ADDR (log: $log)"
 "$tfh" daemon --log-path "$log" "$@" &
 daemon=$!
 trap 'kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null' EXIT
@@ -53,24 +58,32 @@ for _ in $(seq 150); do
     sleep 0.2
 done
 [ "$ready" = 1 ] || { echo "error: the daemon did not answer on $API_LISTEN_ADDR in 30 s (log: $log)" >&2; exit 1; }
+step "daemon ready"
 "$tfh" status
 
-echo "== a pod: 4 GiB and 30 % of GPU 0"
+step "a pod: 4 GiB and 30 % of GPU 0"
 "$tfh" pods delete demo --force >/dev/null 2>&1 || true
 "$tfh" pods create demo --mem 0=4GiB --compute 0=30
 
 # Read whole, then matched: `grep -q` may close the pipe before the CLI is done writing.
 if [[ "$("$tfh" status --json)" == *'"backend": "simulated"'* ]]; then
-    echo "== a program in the pod: 1 GiB and 2 ms kernels on the simulated GPU, paced to 30 %"
+    step "a program in the pod: 1 GiB and 2 ms kernels on the simulated GPU, paced to 30 %"
     "$bin/tf-limiter" sim run --state "$VGPU_SIM_STATE" -- \
         "$bin/tf-limiter" run --pod demo -- \
         "$("$bin/python" -c 'from vgpu_limiter import sim; print(sim.workload_path())')" \
         --alloc 1GiB --kernels 3000 --kernel-us 2000 >/dev/null &
     worker=$!
-    sleep 3
+    # Shown once the daemon sees it holding its memory (up to 30 s on a busy machine).
+    for _ in $(seq 150); do
+        "$tfh" pods get demo --json 2>/dev/null | "$bin/python" -c 'import json, sys
+sys.exit(json.load(sys.stdin)["gpus"][0]["memory_used"] < 1 << 30)' && break
+        sleep 0.2
+    done
     "$tfh" workers
     "$tfh" pods list
-    echo "== /metrics (the pod's series; reads need the token too)"
+    echo "   (used is the 1 GiB the program holds plus its CUDA context: each process of a pod"
+    echo "   is charged the daemon's --context-charge, 544 MiB by default, as a real context takes)"
+    step "/metrics (the pod's series; reads need the token too)"
     "$bin/python" -c 'import sys, urllib.request
 token = open(sys.argv[2]).read().strip()
 request = urllib.request.Request(sys.argv[1], headers={"Authorization": f"Bearer {token}"})
@@ -85,6 +98,6 @@ fi
 if [ "${RUN_TOUR_ONLY:-0}" = 1 ]; then
     exit 0
 fi
-echo "== the daemon runs until Ctrl-C; in another shell (same variables): $tfh top"
+step "the daemon runs until Ctrl-C; in another shell (same variables): $tfh top"
 echo "   export SHM_BASE_PATH=$SHM_BASE_PATH API_LISTEN_ADDR=$API_LISTEN_ADDR TF_HYPERVISOR_TOKEN_FILE=$TF_HYPERVISOR_TOKEN_FILE"
 wait "$daemon"

@@ -49,7 +49,7 @@ def test_unknown_command_is_a_usage_error(command: str) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "No such command" in result.stderr
+    assert result.stderr == f"error: no-such-command: no such command (see '{command} --help')\n"
 
 
 @pytest.mark.parametrize(

@@ -131,4 +131,7 @@ def test_exec_of_a_file_that_cannot_run(tmp_path: Path) -> None:
 def test_exec_without_a_command_is_a_usage_error() -> None:
     result = tf_add_path("exec")
     assert result.returncode == 2
-    assert "Missing argument" in result.stderr
+    assert (
+        result.stderr
+        == "error: missing argument '-- CMD [ARG]...' (see 'tf-add-path exec --help')\n"
+    )

@@ -290,4 +290,6 @@ def test_limits_out_of_the_regions_range_are_no_limits(fields: dict[str, int]) -
 
 def test_limits_in_words() -> None:
     change = GpuLimits.change(memory=4 << 30, compute=1250, burst=None)
-    assert str(change) == "memory=4 GiB compute=12.5 % burst=none oversubscribe=unchanged"
+    assert str(change) == "memory=4 GiB compute=12.5 % burst=none"
+    assert str(GpuLimits.change(oversubscribe=True)) == "oversubscribe=on"
+    assert str(GpuLimits()) == "memory=none compute=none burst=none oversubscribe=off"

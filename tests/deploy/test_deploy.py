@@ -66,18 +66,24 @@ def test_daemonset_mounts_and_rights() -> None:
     daemonset = next(d for n, d in documents() if n.endswith(":DaemonSet"))
     pod = daemonset["spec"]["template"]["spec"]
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    # No more: with hostPID the daemon's own /proc is the host's; /dev/null names every GPU
+    # to an NVIDIA runtime that takes GPUs from mounts only; the kubelet's PodResources socket
+    # binds each allocation to its pod.
     assert set(host.values()) == {
         "/run/tensor-fusion/shm",
         "/var/lib/kubelet/device-plugins",
+        "/var/lib/kubelet/pod-resources",
         "/usr/local/vgpu/lib",
-        "/proc",
+        "/dev/null",
     }
     daemon = pod["containers"][0]
     mounts = {m["name"]: m for m in daemon["volumeMounts"]}
     # Host paths appear at the same paths inside: Allocate hands them to the kubelet as they are.
     for name in ("shm-base", "device-plugins", "libraries"):
         assert mounts[name]["mountPath"] == host[name]
-    assert mounts["host-proc"]["readOnly"] is True
+    assert mounts["all-gpus"]["mountPath"] == "/var/run/nvidia-container-devices/all"
+    assert mounts["pod-resources"]["mountPath"] == host["pod-resources"]
+    assert mounts["pod-resources"]["readOnly"] is True
     assert daemon["securityContext"]["privileged"] is False
     # GPU nodes only (the label NVIDIA's GPU feature discovery sets).
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -86,7 +92,7 @@ def test_daemonset_mounts_and_rights() -> None:
     assert env["TF_HYPERVISOR_DEVICE_PLUGIN_LIB_DIR"]["value"] == host["libraries"]
 
 
-def test_cluster_role_grants_what_the_daemon_uses() -> None:
+def test_cluster_role_grants_only_what_the_daemon_uses() -> None:
     role = next(d for n, d in documents() if n.endswith(":ClusterRole"))
     grants = {
         (group, resource, verb)
@@ -95,9 +101,17 @@ def test_cluster_role_grants_what_the_daemon_uses() -> None:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert {("", "pods", v) for v in ("get", "list", "watch")} <= grants
-    assert ("", "events", "create") in grants
-    assert ("authentication.k8s.io", "tokenreviews", "create") in grants
+    # The pod source lists and watches; events are created, never patched; --token-review.
+    assert grants == {
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "events", "create"),
+        ("authentication.k8s.io", "tokenreviews", "create"),
+    }
+    # The API token's account is bound to nothing.
+    bindings = [d for n, d in documents() if n.endswith("Binding")]
+    named = {s["name"] for b in bindings for s in b.get("subjects", [])}
+    assert "tf-hypervisor-api" not in named
 
 
 def test_dockerfile_is_multi_stage_and_checks_glibc_versions() -> None:

@@ -1,10 +1,12 @@
-"""A device plugin on a simulated node, with a stand-in kubelet and a list of pending pods."""
+"""A device plugin on a simulated node, with a stand-in kubelet and the pods the pod source
+knows; ``admit`` has the kubelet admit one and waits until its allocations are bound."""
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,9 @@ from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.accounting import Placement
 from vgpu_hypervisor.device_plugin.allocation import Layout
+from vgpu_hypervisor.device_plugin.binding import Allocation
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
+from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
 from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
@@ -20,7 +24,8 @@ from vgpu_hypervisor.kubernetes.annotations import ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 from vgpu_limiter import library_path as limiter_library
 
-from tests.device_plugin.kubelet import FakeKubelet
+from tests.device_plugin.kubelet import Container, FakeKubelet, Pod
+from tests.hypervisor.conftest import wait_for
 
 SHARES = 4
 GiB = 1 << 30
@@ -125,7 +130,15 @@ def serving(
 ) -> Iterator[DevicePlugin]:
     """The plugin of ``node``, started, its pods those of ``node.pods``."""
     config = PluginConfig(
-        node.layout, folder=node.kubelet.folder, shares=SHARES, poll_s=0.1, placement=placement
+        node.layout,
+        folder=node.kubelet.folder,
+        shares=SHARES,
+        poll_s=0.1,
+        placement=placement,
+        pod_resources=node.kubelet.pod_resources,
+        bind_poll_s=0.05,
+        bind_idle_s=0.2,
+        forget_s=0.5,
     )
     minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}
     running = DevicePlugin(
@@ -142,6 +155,54 @@ def serving(
         yield running
     finally:
         running.stop()
+
+
+def kubelet_pod(pod: KubePod, init: tuple[Container, ...] = ()) -> Pod:
+    """The pod as the kubelet admits it: ``init`` containers, then the pod's own."""
+    own = tuple(
+        Container(c.name, {name: int(count) for name, count in c.resources.items()})
+        for c in pod.containers
+    )
+    return Pod(pod.namespace, pod.name, pod.uid, (*init, *own))
+
+
+def allocation_of(plugin: DevicePlugin, answer: api_pb2.ContainerAllocateResponse) -> Allocation:
+    """The allocation whose folder the answer mounts."""
+    (folder,) = [m.host_path for m in answer.mounts if m.container_path.endswith("/shm/pod")]
+    found = plugin.bindings.get(Path(folder).name)
+    assert found is not None
+    return found
+
+
+def wait_bound(
+    plugin: DevicePlugin, answers: dict[str, api_pb2.ContainerAllocateResponse]
+) -> dict[str, Allocation]:
+    """Each container's allocation once the binder has bound it."""
+
+    def bound(answer: api_pb2.ContainerAllocateResponse) -> Allocation | None:
+        allocation = allocation_of(plugin, answer)
+        return allocation if allocation.pod is not None else None
+
+    return {name: wait_for(partial(bound, a), timeout=30) for name, a in answers.items()}
+
+
+def admit(
+    node: Node,
+    plugin: DevicePlugin,
+    pod: KubePod,
+    init: tuple[Container, ...] = (),
+    choose: Mapping[tuple[str, str], list[str]] | None = None,
+) -> dict[str, api_pb2.ContainerAllocateResponse]:
+    """The kubelet admits the pod (known to the pod source): each GPU container's answer, once
+    its allocation is bound (or refused). ``choose``: as FakeKubelet.admit's."""
+    if pod not in node.pods:
+        node.pods.append(pod)
+    if not node.kubelet.plugins:
+        node.kubelet.connect()
+    answers = node.kubelet.admit(kubelet_pod(pod, init), choose)
+    gpus = {n for n, a in answers.items() if a.envs}
+    wait_bound(plugin, {n: answers[n] for n in gpus})
+    return {n: answers[n] for n in gpus}
 
 
 @pytest.fixture

@@ -1,14 +1,115 @@
-"""A stand-in kubelet: the real Registration service on `kubelet.sock`, and a client of the
-plugins that register, over real gRPC on unix sockets; `DeviceManager` picks and allocates a
-resource's devices as the kubelet's device manager does."""
+"""A stand-in kubelet: the real Registration service on `kubelet.sock`, a client of the plugins
+that register, and the PodResources v1 service (`List`, `Get`) on its own socket, answered from
+what its admissions actually allocated; all over real gRPC on unix sockets.
+
+Admission follows the kubelet's device manager: a pod's containers get their devices one at a
+time, init containers first in spec order, then the others, each resource through its plugin's
+Allocate; a plain init container's devices go back to the pod for its later containers, which
+take them first; a device is held by one pod until the pod is removed. Where a plugin's options
+say it has GetPreferredAllocation, the kubelet asks it with the free devices, the reused ones
+as must-include, and the count; it takes the preferred devices that are free, then any still
+missing in its own order (devicesToAllocate in pkg/kubelet/cm/devicemanager). PodResources
+lists each pod's containers and sidecars (init containers with restartPolicy Always), not its
+plain init containers, as the kubelet's server does.
+"""
 
 import queue
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from vgpu_hypervisor.device_plugin.podresources import api_pb2 as pr_pb2
+from vgpu_hypervisor.device_plugin.podresources import api_pb2_grpc as pr_grpc
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    resources: Mapping[str, int]  # extended resource → how many devices
+    init: bool = False
+    sidecar: bool = False  # an init container with restartPolicy: Always
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    containers: tuple[Container, ...]  # init containers among them, in spec order
+
+
+@dataclass
+class _Admitted:
+    pod: Pod
+    devices: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # container → resource
+
+
+class _PodResources(pr_grpc.PodResourcesListerServicer):
+    def __init__(self, kubelet: "FakeKubelet") -> None:
+        self._kubelet = kubelet
+
+    def List(
+        self, request: pr_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr_pb2.ListPodResourcesResponse:
+        self._check(context)
+        with self._kubelet.lock:
+            pods = list(self._kubelet.admitted.values())
+        return pr_pb2.ListPodResourcesResponse(pod_resources=[_listed(one) for one in pods])
+
+    def Get(
+        self, request: pr_pb2.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr_pb2.GetPodResourcesResponse:
+        self._check(context)
+        with self._kubelet.lock:
+            pods = list(self._kubelet.admitted.values())
+        for one in pods:
+            if (one.pod.namespace, one.pod.name) == (request.pod_namespace, request.pod_name):
+                return pr_pb2.GetPodResourcesResponse(pod_resources=_listed(one))
+        context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+        )
+        raise AssertionError("unreachable")
+
+    def GetAllocatableResources(
+        self, request: pr_pb2.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pr_pb2.AllocatableResourcesResponse:
+        self._check(context)
+        return pr_pb2.AllocatableResourcesResponse(
+            devices=[
+                pr_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
+                for resource, ids in self._kubelet.devices.items()
+            ]
+        )
+
+    def _check(self, context: grpc.ServicerContext) -> None:
+        if self._kubelet.pod_resources_down:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the kubelet is starting")
+
+
+def _listed(admitted: _Admitted) -> pr_pb2.PodResources:
+    """A pod as the kubelet lists it: its sidecars, then its containers; no plain init one."""
+    pod = admitted.pod
+    shown = [c for c in pod.containers if c.init and c.sidecar]
+    shown += [c for c in pod.containers if not c.init]
+    return pr_pb2.PodResources(
+        name=pod.name,
+        namespace=pod.namespace,
+        containers=[
+            pr_pb2.ContainerResources(
+                name=container.name,
+                devices=[
+                    pr_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
+                    for resource, ids in admitted.devices.get(container.name, {}).items()
+                ],
+            )
+            for container in shown
+        ],
+    )
 
 
 class _Registration(api_pb2_grpc.RegistrationServicer):
@@ -25,11 +126,20 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
 
 
 class FakeKubelet:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, pod_resources: Path | None = None) -> None:
         self.folder = folder
+        self.pod_resources = pod_resources or folder.parent / "pod-resources" / "kubelet.sock"
         self.registrations: queue.Queue[api_pb2.RegisterRequest] = queue.Queue()
         self._server: grpc.Server | None = None
         self._channels: list[grpc.Channel] = []
+        # What admission allocated (kept across restarts, as the kubelet's checkpoint).
+        self.lock = threading.Lock()
+        self.admitted: dict[str, _Admitted] = {}  # by pod UID, in admission order
+        self.devices: dict[str, list[str]] = {}  # resource → its plugin's devices
+        self.plugins: dict[str, api_pb2_grpc.DevicePluginStub] = {}
+        self.options: dict[str, api_pb2.DevicePluginOptions] = {}
+        self.preferred: list[list[str]] = []  # what GetPreferredAllocation answered, in order
+        self.pod_resources_down = False  # PodResources answers UNAVAILABLE meanwhile
 
     @property
     def socket(self) -> Path:
@@ -37,11 +147,104 @@ class FakeKubelet:
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.pod_resources.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self.registrations), server)
+        pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self), server)
         server.add_insecure_port(f"unix://{self.socket}")
+        server.add_insecure_port(f"unix://{self.pod_resources}")
         server.start()
         self._server = server
+
+    def connect(self, count: int = 3, timeout: float = 30) -> None:
+        """Take the plugins' registrations and each resource's devices (its first ListAndWatch
+        message), as the kubelet does before it admits pods asking for them."""
+        for request in self.wait_registrations(count, timeout):
+            stub = self.plugin(request)
+            watch = Watch(stub)
+            self.devices[request.resource_name] = [d.ID for d in watch.next().devices]
+            watch.cancel()
+            self.plugins[request.resource_name] = stub
+            self.options[request.resource_name] = stub.GetDevicePluginOptions(
+                api_pb2.Empty(), timeout=10
+            )
+
+    def admit(
+        self, pod: Pod, choose: Mapping[tuple[str, str], list[str]] | None = None
+    ) -> dict[str, api_pb2.ContainerAllocateResponse]:
+        """Allocate the pod's containers' devices as the kubelet's device manager does; each
+        container's answer (the GPU resource's, which carries envs and mounts) by name. A
+        plugin's error fails the admission (its devices are given back). ``choose``: by
+        (container, resource), the devices taken without asking the plugin (an older kubelet,
+        or its own order)."""
+        admitted = _Admitted(pod)
+        with self.lock:
+            self.admitted[pod.uid] = admitted
+        answers: dict[str, api_pb2.ContainerAllocateResponse] = {}
+        reusable: dict[str, list[str]] = {}
+        try:
+            for container in pod.containers:
+                for resource, count in container.resources.items():
+                    ids = (choose or {}).get((container.name, resource)) or self._take(
+                        pod, resource, count, reusable
+                    )
+                    answer = self.plugins[resource].Allocate(
+                        api_pb2.AllocateRequest(
+                            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
+                        ),
+                        timeout=30,
+                    )
+                    with self.lock:
+                        admitted.devices.setdefault(container.name, {})[resource] = ids
+                    if container.init and not container.sidecar:
+                        reusable[resource] = sorted({*reusable.get(resource, []), *ids})
+                    else:
+                        reusable[resource] = [d for d in reusable.get(resource, []) if d not in ids]
+                    (one,) = answer.container_responses
+                    if one.envs or container.name not in answers:
+                        answers[container.name] = one
+        except grpc.RpcError:
+            self.remove(pod)
+            raise
+        return answers
+
+    def _take(
+        self, pod: Pod, resource: str, count: int, reusable: dict[str, list[str]]
+    ) -> list[str]:
+        with self.lock:
+            held = {
+                one
+                for other in self.admitted.values()
+                for by_resource in other.devices.values()
+                for one in by_resource.get(resource, [])
+            }
+        mine = reusable.get(resource, [])[:count]
+        free = [d for d in self.devices[resource] if d not in held and d not in mine]
+        options = self.options.get(resource)
+        if len(mine) < count and options is not None and options.get_preferred_allocation_available:
+            request = api_pb2.PreferredAllocationRequest(
+                container_requests=[
+                    api_pb2.ContainerPreferredAllocationRequest(
+                        available_deviceIDs=sorted([*free, *mine]),
+                        must_include_deviceIDs=mine,
+                        allocation_size=count,
+                    )
+                ]
+            )
+            answer = self.plugins[resource].GetPreferredAllocation(request, timeout=10)
+            preferred = list(answer.container_responses[0].deviceIDs)
+            self.preferred.append(preferred)
+            first = [d for d in dict.fromkeys(preferred) if d in free]
+            free = first + [d for d in free if d not in first]
+        taken = mine + free[: count - len(mine)]
+        if len(taken) < count:
+            raise AssertionError(f"pod {pod.name}: {count} {resource} asked, {len(taken)} free")
+        return taken
+
+    def remove(self, pod: Pod) -> None:
+        """The pod is gone: its devices are free, PodResources no longer lists it."""
+        with self.lock:
+            self.admitted.pop(pod.uid, None)
 
     def restart(self) -> None:
         """As a kubelet that starts again: every socket of the folder removed, a new one made."""
@@ -80,66 +283,3 @@ class Watch:
 
     def cancel(self) -> None:
         self._call.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
-
-
-class DeviceManager:
-    """The kubelet's device manager for one resource of a registered plugin: the healthy
-    devices of its first ListAndWatch message, those it gave containers, and how it picks.
-
-    As the kubelet (pkg/kubelet/cm/devicemanager, devicesToAllocate): when the plugin's
-    options say it has GetPreferredAllocation, it is asked with the free devices and the
-    count; the preferred devices that are free are taken, and any still missing are taken
-    from the rest in the kubelet's own order (sorted here). Then Allocate; the devices are
-    the container's only once Allocate succeeded."""
-
-    def __init__(self, kubelet: FakeKubelet, request: api_pb2.RegisterRequest) -> None:
-        self.stub = kubelet.plugin(request)
-        self.options = self.stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
-        stream = Watch(self.stub)
-        self.devices = {d.ID for d in stream.next().devices if d.health == "Healthy"}
-        stream.cancel()
-        self.allocated: set[str] = set()
-        self.preferred: list[list[str]] = []  # what GetPreferredAllocation answered, in order
-
-    def free(self) -> set[str]:
-        return self.devices - self.allocated
-
-    def pick(self, needed: int) -> list[str]:
-        available = self.free()
-        if needed > len(available):
-            raise ValueError(f"{needed} devices asked, {len(available)} free")
-        chosen: list[str] = []
-        if self.options.get_preferred_allocation_available:
-            request = api_pb2.PreferredAllocationRequest(
-                container_requests=[
-                    api_pb2.ContainerPreferredAllocationRequest(
-                        available_deviceIDs=sorted(available), allocation_size=needed
-                    )
-                ]
-            )
-            answer = self.stub.GetPreferredAllocation(request, timeout=10)
-            preferred = list(answer.container_responses[0].deviceIDs)
-            self.preferred.append(preferred)
-            chosen = [one for one in dict.fromkeys(preferred) if one in available][:needed]
-        rest = sorted(available - set(chosen))
-        return chosen + rest[: needed - len(chosen)]
-
-    def allocate(self, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
-        response = self.stub.Allocate(
-            api_pb2.AllocateRequest(
-                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
-            ),
-            timeout=10,
-        )
-        self.allocated.update(ids)
-        answer: api_pb2.ContainerAllocateResponse = response.container_responses[0]
-        return answer
-
-    def admit(self, needed: int) -> tuple[list[str], api_pb2.ContainerAllocateResponse]:
-        """Pick ``needed`` devices for one container and allocate them."""
-        ids = self.pick(needed)
-        return ids, self.allocate(ids)
-
-    def release(self, ids: list[str]) -> None:
-        """The container's pod ended: its devices are free again."""
-        self.allocated.difference_update(ids)

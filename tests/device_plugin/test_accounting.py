@@ -1,25 +1,32 @@
 """Per-GPU accounting through the kubelet's own steps over real gRPC: GetPreferredAllocation
-places a pod's shares on GPUs that hold it, Allocate charges them or refuses with an event."""
+places a pod's shares on GPUs that hold it; the binder charges the pod once it knows it, or
+refuses it (no region, an event) when the kubelet's choice cannot hold it."""
 
+import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from vgpu_hypervisor.daemon.cluster import Charge
+from vgpu_hypervisor.device_plugin.binding import Allocation
 from vgpu_hypervisor.device_plugin.proto import api_pb2
-from vgpu_hypervisor.device_plugin.resources import gpu_of
 from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import ResourceNames
 
-from tests.device_plugin.conftest import GiB, Node, gpu_pod, running_node, serving
-from tests.device_plugin.kubelet import DeviceManager
-from tests.device_plugin.test_device_plugin import allocate, region_limits, registered
+from tests.device_plugin.conftest import (
+    GiB,
+    Node,
+    admit,
+    allocation_of,
+    gpu_pod,
+    running_node,
+    serving,
+)
+from tests.device_plugin.test_device_plugin import region_limits, registered
 
-
-def gpu_manager(node: Node) -> DeviceManager:
-    return DeviceManager(node.kubelet, registered(node)["vgpu.io/gpu"])
+GPU = "vgpu.io/gpu"
 
 
 def uuids(snapshot: NodeSnapshot) -> list[str]:
@@ -32,20 +39,32 @@ def capacity(snapshot: NodeSnapshot) -> int:
     return total
 
 
-def admit(
+def admitted(
     node: Node,
-    kubelet: DeviceManager,
+    plugin: DevicePlugin,
     pod_name: str,
     gpus: int,
     *,
     memory: int = 0,
     compute: int = 0,
-) -> list[str]:
-    """The pod listed as pending, then one container admitted: its GPUs' UUIDs."""
+    choose: list[str] | None = None,
+) -> Allocation:
+    """The pod listed as pending, then admitted by the kubelet (its own pick of ``choose``
+    when given): its container's allocation once bound or refused."""
     created = f"2026-01-01T00:00:{len(node.pods):02}Z"
-    node.pods.append(gpu_pod(pod_name, gpus, created, memory=memory, compute=compute))
-    ids, _ = kubelet.admit(gpus)
-    return [gpu_of(one) for one in ids]
+    pod = gpu_pod(pod_name, gpus, created, memory=memory, compute=compute)
+    picked = None if choose is None else {("main", GPU): choose}
+    answers = admit(node, plugin, pod, choose=picked)
+    return allocation_of(plugin, answers["main"])
+
+
+def admit_gpus(
+    node: Node, plugin: DevicePlugin, pod_name: str, gpus: int, *, memory: int = 0, compute: int = 0
+) -> list[str]:
+    """As ``admitted``, for a pod that is bound: its GPUs' UUIDs."""
+    allocation = admitted(node, plugin, pod_name, gpus, memory=memory, compute=compute)
+    assert not allocation.refused, allocation.refused
+    return allocation.gpus
 
 
 def test_only_the_gpu_resource_advertises_a_preferred_allocation(
@@ -53,16 +72,15 @@ def test_only_the_gpu_resource_advertises_a_preferred_allocation(
 ) -> None:
     for name, request in registered(node).items():
         options = node.kubelet.plugin(request).GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
-        assert options.get_preferred_allocation_available == (name == "vgpu.io/gpu")
+        assert options.get_preferred_allocation_available == (name == GPU)
 
 
 def test_a_two_gpu_pod_gets_two_distinct_gpus(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
-    kubelet = gpu_manager(node)
-    given = admit(node, kubelet, "pair", 2, memory=4, compute=25)
+    given = admit_gpus(node, plugin, "pair", 2, memory=4, compute=25)
     assert sorted(given) == sorted(uuids(snapshot))
-    assert len(kubelet.preferred[0]) == 2  # the plugin's choice, not the kubelet's fallback
+    assert len(node.kubelet.preferred[0]) == 2  # the plugin's choice, not the kubelet's fallback
     charge = Charge(4 * GiB, 2500)
     assert plugin.ledger.committed() == {uuid: charge for uuid in uuids(snapshot)}
     assert set(region_limits(node, "pair")) == {uuid.lower() for uuid in uuids(snapshot)}
@@ -82,11 +100,10 @@ def test_filling_one_gpus_memory_spills_to_the_next(
         running_node(tmp_path, snapshot) as node,
         serving(node, snapshot, placement=placement) as plugin,  # type: ignore[arg-type]
     ):
-        kubelet = gpu_manager(node)
         tenth = total_units // 10
-        assert admit(node, kubelet, "half", 1, memory=5 * tenth, compute=10) == [first]
-        assert admit(node, kubelet, "sixty", 1, memory=6 * tenth, compute=10) == [second]
-        small = admit(node, kubelet, "small", 1, memory=2 * tenth, compute=10)
+        assert admit_gpus(node, plugin, "half", 1, memory=5 * tenth, compute=10) == [first]
+        assert admit_gpus(node, plugin, "sixty", 1, memory=6 * tenth, compute=10) == [second]
+        small = admit_gpus(node, plugin, "small", 1, memory=2 * tenth, compute=10)
         assert small == [second if placement == "binpack" else first]
         committed = plugin.ledger.committed()
         assert committed[first].memory + committed[second].memory == (5 + 6 + 2) * tenth * GiB
@@ -97,66 +114,81 @@ def test_a_gpu_only_pod_takes_a_whole_gpu_and_the_next_goes_to_the_other(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
     """With the defaults unset a bare vgpu.io/gpu is the whole GPU, charged whole: a small
-    pod admitted after it goes to the other GPU, a third whole one fits nowhere."""
-    kubelet = gpu_manager(node)
-    (whole,) = admit(node, kubelet, "whole", 1)
+    pod admitted after it goes to the other GPU, a third whole one fits nowhere: the plugin
+    prefers nothing, and the kubelet's own pick is refused at binding."""
+    (whole,) = admit_gpus(node, plugin, "whole", 1)
     assert plugin.ledger.committed()[whole] == Charge(capacity(snapshot), 10000)
-    (small,) = admit(node, kubelet, "small", 1, memory=1, compute=10)
+    (small,) = admit_gpus(node, plugin, "small", 1, memory=1, compute=10)
     assert small != whole
-    with pytest.raises(grpc.RpcError) as caught:
-        admit(node, kubelet, "another", 1)  # no preference: the kubelet's pick is refused
-    assert kubelet.preferred[-1] == []
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "pod team/another: GPU " in str(caught.value.details())
+    another = admitted(node, plugin, "another", 1)
+    assert node.kubelet.preferred[-1] == []
+    assert another.refused.startswith("pod team/another: GPU ")
+    assert [(key, reason) for key, reason, _ in node.events] == [("team/another", "GpuDoesNotFit")]
 
 
-def test_an_unfittable_choice_is_refused_with_an_event(
-    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+def test_an_unfittable_choice_is_refused_at_binding_with_an_event_and_no_region(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The kubelet picks without asking (an older kubelet, or its own order): a share of a GPU
-    that cannot hold the pod fails Allocate, saying why, on the pod's events too; nothing is
-    charged for it, and the region is not made."""
+    that cannot hold the pod is refused when the binder learns the pod, saying why on the
+    pod's events and once in the log; nothing is charged for it, no region is made or linked
+    (its container's processes fail after the wait), and it is not tried again."""
+    caplog.set_level(logging.INFO, logger="vgpu_hypervisor.device_plugin")
     uuid = str(snapshot.devices[0].uuid)
     units = capacity(snapshot) // GiB
-    request = registered(node)["vgpu.io/gpu"]
-    node.pods[:] = [gpu_pod("big", 1, "2026-01-01T00:00:00Z", memory=units - 8, compute=50)]
-    allocate(node, request, [f"{uuid}-0"])
-    node.pods.append(gpu_pod("late", 1, "2026-01-01T00:00:01Z", memory=16, compute=10))
-    with pytest.raises(grpc.RpcError) as caught:
-        allocate(node, request, [f"{uuid}-1"])
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    admitted(node, plugin, "big", 1, memory=units - 8, compute=50, choose=[f"{uuid}-0"])
+    late = admitted(node, plugin, "late", 1, memory=16, compute=10, choose=[f"{uuid}-1"])
     why = (
         f"pod team/late: GPU {uuid} cannot hold it: it asks 16 GiB and 10 % there, and "
         f"{units - 8} GiB and 50 % of the GPU's {units} GiB and 100 % are committed to 1 other "
         "pod(s)"
     )
-    assert caught.value.details() == why
+    assert late.refused == why and late.pod == ("team", "late")
+    time.sleep(1)  # several binder passes
     assert node.events == [("team/late", "GpuDoesNotFit", why)]
     assert plugin.ledger.charged("uid-late") == {}
-    assert node.store.scan() and [r.name for r in node.store.scan()] == ["big"]
+    assert [r.name for r in node.store.scan()] == ["big"]
+    assert not (plugin.bindings.path(late.id) / "shm").exists()
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert said == [f"allocation {late.id} refused, no region linked: {why}"]
 
 
 def test_two_shares_of_one_gpu_for_one_container_are_refused(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
     uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [gpu_pod("pair", 2, "2026-01-01T00:00:00Z", memory=1)]
-    with pytest.raises(grpc.RpcError) as caught:
-        allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0", f"{uuid}-1"])
-    assert caught.value.details() == (
+    pair = admitted(node, plugin, "pair", 2, memory=1, choose=[f"{uuid}-0", f"{uuid}-1"])
+    assert pair.refused == (
         f"pod team/pair: the kubelet gave one container 2 shares of 1 GPU(s) ({uuid}); each "
         "GPU asked for must be another"
     )
     assert [reason for _, reason, _ in node.events] == ["GpuDoesNotFit"]
+    assert not node.store.scan()
 
 
 def test_a_pod_that_ended_gives_its_gpu_back(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
-    kubelet = gpu_manager(node)
-    (whole,) = admit(node, kubelet, "whole", 1)
+    (whole,) = admit_gpus(node, plugin, "whole", 1)
     node.pods[0] = gpu_pod("whole", 1, "2026-01-01T00:00:00Z", phase="Succeeded")
     assert plugin.ledger.committed()[whole] == Charge(0, 0)
+
+
+def test_charges_and_refusals_outlive_a_daemon_restart(node: Node, snapshot: NodeSnapshot) -> None:
+    """A restarted plugin still counts what it charged, and does not refuse (nor tell) a
+    refused pod again."""
+    uuid = str(snapshot.devices[0].uuid)
+    units = capacity(snapshot) // GiB
+    with serving(node, snapshot) as plugin:
+        admitted(node, plugin, "big", 1, memory=units - 8, compute=50, choose=[f"{uuid}-0"])
+        late = admitted(node, plugin, "late", 1, memory=16, compute=10, choose=[f"{uuid}-1"])
+        assert late.refused
+    with serving(node, snapshot) as again:
+        assert again.ledger.committed()[uuid] == Charge((units - 8) * GiB, 5000)
+        kept = again.bindings.get(late.id)
+        assert kept is not None and kept.refused == late.refused
+        time.sleep(1)  # several binder passes
+        assert len(node.events) == 1
 
 
 @pytest.fixture
@@ -171,10 +203,9 @@ def test_a_gpu_only_pod_gets_the_default_limits_and_is_charged_them(
 ) -> None:
     node = defaults_node
     with serving(node, snapshot) as plugin:
-        kubelet = gpu_manager(node)
-        (uuid,) = admit(node, kubelet, "plain", 1)
+        (uuid,) = admit_gpus(node, plugin, "plain", 1)
         assert region_limits(node, "plain") == {uuid.lower(): (8 * GiB, 25.0)}
         assert plugin.ledger.committed()[uuid] == Charge(8 * GiB, 2500)
         # Four such pods fill the GPU's compute: binpack puts them together, the fifth spills.
-        given = [admit(node, kubelet, f"plain-{n}", 1)[0] for n in range(4)]
+        given = [admit_gpus(node, plugin, f"plain-{n}", 1)[0] for n in range(4)]
         assert given == [uuid, uuid, uuid, next(u for u in uuids(snapshot) if u != uuid)]

@@ -2,6 +2,7 @@
 the pod source (`--kubernetes`) answers Allocate once the pod's region is made."""
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,12 +13,13 @@ from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_limiter import library_path as limiter_library
 
-from tests.device_plugin.kubelet import DeviceManager, FakeKubelet, Watch
+from tests.device_plugin.kubelet import Container, FakeKubelet, Pod, Watch
 from tests.device_plugin.test_device_plugin import container_environment, run_workload
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 
 GiB = 1 << 30
+GPU = "vgpu.io/gpu"
 UUID0 = "GPU-5157a1e0-0000-4000-8000-000000000001"  # the simulated GPU 0
 
 
@@ -62,6 +64,11 @@ def test_the_daemon_registers_the_plugin_and_stops_it(tmp_path: Path) -> None:
     assert " failed" not in log  # sampling fed the plugin's health without an error
 
 
+def _host_folder(answer: api_pb2.ContainerAllocateResponse) -> Path:
+    (folder,) = [m.host_path for m in answer.mounts if m.container_path.endswith("/shm/pod")]
+    return Path(folder)
+
+
 @contextmanager
 def cluster(tmp_path: Path, *flags: str) -> Iterator[tuple[ApiServer, FakeKubelet, Daemon]]:
     """The daemon as deployed, pod source and device plugin, with ``flags``, against the
@@ -84,6 +91,7 @@ def cluster(tmp_path: Path, *flags: str) -> Iterator[tuple[ApiServer, FakeKubele
             "--device-plugin",
             "--device-plugin-dir", str(kubelet.folder),
             "--device-plugin-lib-dir", str(lib),
+            "--pod-resources-socket", str(kubelet.pod_resources),
             *flags,
         ),
     )  # fmt: skip
@@ -96,74 +104,74 @@ def cluster(tmp_path: Path, *flags: str) -> Iterator[tuple[ApiServer, FakeKubele
         api.down()
 
 
-def test_with_the_pod_source_allocate_answers_once_the_region_holds_the_pods_limits(
+def test_with_the_pod_source_each_allocation_is_bound_to_the_pod_the_kubelet_lists(
     tmp_path: Path,
 ) -> None:
     """The daemon as deployed: the pod source follows the API server, the device plugin serves
-    the kubelet. When Allocate answers, the pod's region exists with the limits of its
-    resources and the owner of its security context (the pod source made it, Allocate set it
-    on the GPU the kubelet gave); the container's env carries no limit, and a workload run with
+    the kubelet, the binder reads the kubelet's PodResources. Two pods of one shape are
+    admitted, the younger first, with a daemon restart between them: each container's folder
+    gets its own pod's region (the pod source made it, with the limits of the pod's resources
+    and the owner of its security context); the env carries no limit, and a workload run with
     exactly that env is held to the region's limit."""
     with cluster(tmp_path) as (api, kubelet, daemon):
-        api.put_pod(
-            "train",
-            resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "2", "vgpu.io/gpu-compute": "40"},
-            security={"runAsUser": 1000, "fsGroup": 2000},
-            phase="Pending",
-        )
-        requests = {r.resource_name: r for r in kubelet.wait_registrations(3)}
-        gpu = kubelet.plugin(requests["vgpu.io/gpu"])
-
-        def allocated() -> api_pb2.AllocateResponse | None:
-            request = api_pb2.AllocateRequest(
-                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[f"{UUID0}-0"])]
+        pods = {}
+        for name, memory in (("older", "2"), ("younger", "3")):
+            made = api.put_pod(
+                name,
+                resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": memory},
+                security={"runAsUser": 1000, "fsGroup": 2000},
+                phase="Pending",
             )
-            try:
-                return gpu.Allocate(request, timeout=10)
-            except grpc.RpcError as error:  # the pod source has not listed the pod yet
-                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
-                return None
+            resources = {"vgpu.io/gpu": 1, "vgpu.io/gpu-memory": int(memory)}
+            pods[name] = Pod(
+                "default", name, made["metadata"]["uid"], (Container("main", resources),)
+            )
+        kubelet.connect()
+        young = kubelet.admit(pods["younger"])["main"]
+        wait_for((_host_folder(young) / "shm").exists, timeout=30)
+        assert daemon.stop() == 0
+        daemon.start()
+        kubelet.connect()  # the restarted plugin's registrations
+        old = kubelet.admit(pods["older"])["main"]
+        wait_for((_host_folder(old) / "shm").exists, timeout=30)
 
-        (answer,) = wait_for(allocated, timeout=15).container_responses
-        region = daemon.base / "default" / "train" / "shm"
-        assert (region.stat().st_uid, region.stat().st_gid) == (1000, 2000)
-        pod = daemon.api("GET", "/api/v1/pods/default/train").json()
-        (gpu0,) = [g for g in pod["gpus"] if g["index"] == 0]
-        assert (gpu0["memory_limit"], gpu0["compute_limit"]) == (2 * GiB, 40.0)
-        envs = dict(answer.envs)
+        for answer, pod_name, size in ((young, "younger", 3), (old, "older", 2)):
+            region = daemon.base / "default" / pod_name / "shm"
+            assert (_host_folder(answer) / "shm").stat().st_ino == region.stat().st_ino
+            assert (region.stat().st_uid, region.stat().st_gid) == (1000, 2000)
+            pod = daemon.api("GET", f"/api/v1/pods/default/{pod_name}").json()
+            (gpu0,) = [g for g in pod["gpus"] if g["index"] == 0]
+            assert gpu0["memory_limit"] == size * GiB
+        envs = dict(old.envs)
         assert envs["TF_REGION_REQUIRED"] == "1"
         assert not {k for k in envs if k.startswith("TENSOR_FUSION_CUDA_")}
 
-        environment = container_environment(answer, daemon.state)
+        environment = container_environment(old, daemon.state)
         assert run_workload(environment, "1GiB").get("error") is None
         refused = run_workload(environment, "2GiB")
         assert refused["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2", refused
     log = daemon.log_file.read_text()
-    assert "pod default/train: region created:" in log and "(owner 1000, group 2000)" in log
-    assert "Allocate: pod default/train container main gets" in log
+    assert "pod default/older: region created:" in log and "(owner 1000, group 2000)" in log
+    assert ": pod default/older container main gets" in log
+    assert "allocations: 1 kept, 1 of them bound" in log
 
 
 def test_a_gpu_only_pod_is_charged_the_default_and_a_gpu_that_cannot_hold_a_pod_refuses_it(
     tmp_path: Path,
 ) -> None:
     """With default limits set, a pod asking only for vgpu.io/gpu gets them in its region and
-    is charged them on its GPU (the API and `tf-hypervisor gpus` say so); the kubelet giving
-    a later pod a share of that GPU, which cannot hold it, gets Allocate refused, and the pod
-    an event that says why."""
+    is charged them on its GPU once bound (the API and `tf-hypervisor gpus` say so); a later
+    pod the kubelet gives a share of that GPU, which cannot hold it, is refused at binding:
+    no region is linked into its container's folder, and the pod gets an event that says
+    why."""
     flags = ("--default-gpu-memory", "8GiB", "--default-gpu-compute", "25")
     with cluster(tmp_path, *flags) as (api, kubelet, daemon):
-        api.put_pod("plain", resources={"vgpu.io/gpu": "1"}, phase="Pending")
-        requests = {r.resource_name: r for r in kubelet.wait_registrations(3)}
-        manager = DeviceManager(kubelet, requests["vgpu.io/gpu"])
-
-        def admitted() -> list[str] | None:
-            try:
-                return manager.admit(1)[0]
-            except grpc.RpcError as error:  # the pod source has not listed the pod yet
-                assert "no pending pod" in str(error.details()), error
-                return None
-
-        (share,) = wait_for(admitted, timeout=15)
+        made = api.put_pod("plain", resources={"vgpu.io/gpu": "1"}, phase="Pending")
+        plain = Pod("default", "plain", made["metadata"]["uid"], (Container("main", {GPU: 1}),))
+        kubelet.connect()
+        answer = kubelet.admit(plain)["main"]
+        wait_for((_host_folder(answer) / "shm").exists, timeout=30)
+        (share,) = kubelet.admitted[plain.uid].devices["main"][GPU]
         uuid = share.rsplit("-", 1)[0]
         pod = daemon.api("GET", "/api/v1/pods/default/plain").json()
         (gpu,) = [g for g in pod["gpus"] if g["uuid"].lower() == uuid.lower()]
@@ -179,26 +187,20 @@ def test_a_gpu_only_pod_is_charged_the_default_and_a_gpu_that_cannot_hold_a_pod_
         assert shown.returncode == 0, shown.stderr
         assert "Committed" in shown.stdout and "25%" in shown.stdout, shown.stdout
 
-        api.put_pod(
-            "late",
-            resources={"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "76", "vgpu.io/gpu-compute": "10"},
-            phase="Pending",
-        )
-        other = next(one for one in sorted(manager.free()) if one.startswith(uuid))
-
-        def refused() -> str | None:
-            try:
-                manager.allocate([other])
-            except grpc.RpcError as error:
-                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
-                details = str(error.details())
-                return details if "cannot hold it" in details else None
-            raise AssertionError("a GPU that cannot hold the pod was given it")
-
-        why = wait_for(refused, timeout=15)
-        assert why.startswith(f"pod default/late: GPU {uuid} cannot hold it: it asks 76 GiB")
+        asks = {GPU: "1", "vgpu.io/gpu-memory": "76", "vgpu.io/gpu-compute": "10"}
+        made = api.put_pod("late", resources=asks, phase="Pending")
+        counts = {name: int(count) for name, count in asks.items()}
+        late = Pod("default", "late", made["metadata"]["uid"], (Container("main", counts),))
+        other = next(d for d in kubelet.devices[GPU] if d.startswith(uuid) and d != share)
+        refused = kubelet.admit(late, {("main", GPU): [other]})["main"]
         events = wait_for(
-            lambda: [e for e in list(api.events) if e["reason"] == "GpuDoesNotFit"], timeout=15
+            lambda: [e for e in list(api.events) if e["reason"] == "GpuDoesNotFit"], timeout=30
         )
-        assert events[0]["involvedObject"]["name"] == "late" and events[0]["message"] == why
-    assert "pod default/late: GPU " in daemon.log_file.read_text()
+        (event,) = events
+        assert event["involvedObject"]["name"] == "late" and event["type"] == "Warning"
+        why = event["message"]
+        assert why.startswith(f"pod default/late: GPU {uuid} cannot hold it: it asks 76 GiB")
+        time.sleep(1)  # the binder's next passes
+        assert not (_host_folder(refused) / "shm").exists()  # its container sees no region
+    log = daemon.log_file.read_text()
+    assert log.count("refused, no region linked: pod default/late: GPU ") == 1

@@ -2,7 +2,9 @@
 
 import dataclasses
 import json
+import logging
 import subprocess
+from pathlib import Path
 
 import grpc
 import pytest
@@ -12,9 +14,18 @@ from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
 from vgpu_limiter import sim
 
-from tests.device_plugin.conftest import SHARES, GiB, Node, gpu_pod
+from tests.device_plugin.conftest import (
+    SHARES,
+    GiB,
+    Node,
+    admit,
+    allocation_of,
+    gpu_pod,
+    kubelet_pod,
+    wait_bound,
+)
 from tests.device_plugin.kubelet import Watch
-from tests.hypervisor.conftest import clean_environment
+from tests.hypervisor.conftest import clean_environment, wait_for
 
 RESOURCES = {"vgpu.io/gpu", "vgpu.io/gpu-memory", "vgpu.io/gpu-compute"}
 
@@ -116,30 +127,31 @@ def test_allocate_leaves_the_limits_to_the_region_it_made(
     only TF_REGION_REQUIRED, so that a process never makes a missing region of its own."""
     uuid = str(snapshot.devices[0].uuid)
     node.store.create("team", "lowered", {uuid: GpuLimits(memory=1 * GiB, compute=2000)})
-    node.pods[:] = [gpu_pod("lowered", 1, "2026-01-01T00:00:00Z", memory=4, compute=50)]
-    envs = dict(allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"]).envs)
+    answers = admit(
+        node, plugin, gpu_pod("lowered", 1, "2026-01-01T00:00:00Z", memory=4, compute=50)
+    )
+    envs = dict(answers["main"].envs)
     assert not set(LIMIT_VARIABLES) & set(envs)
     assert envs["TF_REGION_REQUIRED"] == "1"
     assert region_limits(node, "lowered") == {uuid.lower(): (1 * GiB, 20.0)}
 
 
-def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
+def test_allocate_answers_with_a_folder_of_its_own_bound_to_the_pod_later(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
+    """Allocate names no pod: the container mounts its allocation's folder as its pod folder,
+    and the pod's region is linked into it once the kubelet lists the devices under the pod."""
     uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [
-        gpu_pod("running", 1, "2026-01-01T00:00:00Z", memory=8, phase="Running"),
-        gpu_pod("two-gpus", 2, "2026-01-01T00:00:01Z"),
-        gpu_pod("younger", 1, "2026-01-01T00:00:09Z", memory=4, compute=50),
-        gpu_pod("older", 1, "2026-01-01T00:00:05Z", memory=2, compute=30),
-    ]
-    request = registered(node)["vgpu.io/gpu"]
-    answer = allocate(node, request, [f"{uuid}-0"])
+    node.kubelet.connect()
+    node.kubelet.pod_resources_down = True  # the binder cannot learn the pod yet
+    trainer = gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=30)
+    node.pods.append(trainer)
+    answer = node.kubelet.admit(kubelet_pod(trainer))["main"]
     envs = dict(answer.envs)
-    assert envs["POD_NAME"] == "older" and envs["POD_NAMESPACE"] == "team"
-    assert envs["CONTAINER_NAME"] == "main"
+    assert not {"POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME"} & set(envs)
     assert envs["NVIDIA_VISIBLE_DEVICES"] == uuid
-    assert envs["SHM_PATH"] == "/run/tensor-fusion/shm/team/older"
+    assert envs["SHM_PATH"] == "/run/tensor-fusion/shm/pod"
+    assert envs["TF_REGION_WAIT"] == "60"
     assert not set(LIMIT_VARIABLES) & set(envs)
     assert envs["LD_PRELOAD"].split(":") == [
         "/usr/local/vgpu/lib/libadd_path.so",
@@ -148,26 +160,37 @@ def test_allocate_gives_the_oldest_matching_pending_pod_its_limits(
     assert envs["TF_LD_PRELOAD"] == "/usr/local/vgpu/lib/libcuda_limiter.so"
     mounts = {m.container_path: (m.host_path, m.read_only) for m in answer.mounts}
     base = node.layout.host_base
-    assert mounts["/run/tensor-fusion/shm/team/older"] == (str(base / "team" / "older"), False)
+    folder = Path(mounts["/run/tensor-fusion/shm/pod"][0])
+    assert folder.parent == base / ".allocations"
+    assert mounts["/run/tensor-fusion/shm/pod"][1] is False
+    assert (folder.stat().st_uid, folder.stat().st_mode & 0o777) == (0, 0o755)
     assert mounts["/run/tensor-fusion/shm/.node"] == (str(base / ".node"), True)
     assert mounts["/usr/local/vgpu/lib/libcuda_limiter.so"][1] is True
     # Nothing else of the base path: no other pod's folder, not the base itself.
     writable = [path for path, (_, read_only) in mounts.items() if not read_only]
-    assert writable == ["/run/tensor-fusion/shm/team/older"]  # no lease file to truncate
+    assert writable == ["/run/tensor-fusion/shm/pod"]  # no lease file to truncate
     devices = {d.container_path: d.host_path for d in answer.devices}
-    assert set(devices) == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}
-    assert plugin.assigned("uid-older") == (uuid,)
-    assert plugin.assigned("uid-younger") == ()
-    # The region exists with those limits before the container starts.
-    assert region_limits(node, "older") == {uuid.lower(): (2 * GiB, 30.0)}
+    assert set(devices) == {
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia0",
+    }
+    assert allocation_of(plugin, answer).pod is None
+    assert not (folder / "shm").exists()
+    assert plugin.assigned("uid-trainer") == ()
 
-    # The next single-GPU container is the younger pod's; then none is left.
-    assert dict(allocate(node, request, [f"{uuid}-1"]).envs)["POD_NAME"] == "younger"
-    with pytest.raises(grpc.RpcError) as caught:
-        allocate(node, request, [f"{uuid}-2"])
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "no pending pod on this node" in str(caught.value.details())
-    assert "asking for 1 vgpu.io/gpu" in str(caught.value.details())
+    node.kubelet.pod_resources_down = False
+    allocation = wait_bound(plugin, {"main": answer})["main"]
+    assert (allocation.pod, allocation.uid, allocation.container) == (
+        ("team", "trainer"),
+        "uid-trainer",
+        "main",
+    )
+    region = node.store.get("team", "trainer").path
+    assert (folder / "shm").stat().st_ino == region.stat().st_ino
+    assert region_limits(node, "trainer") == {uuid.lower(): (2 * GiB, 30.0)}
+    assert plugin.assigned("uid-trainer") == (uuid,)
 
 
 def test_allocate_gives_a_pod_asking_only_for_a_gpu_that_whole_gpu(
@@ -176,8 +199,7 @@ def test_allocate_gives_a_pod_asking_only_for_a_gpu_that_whole_gpu(
     """Not no limit: the GPU's memory and all its time, as the pod source resolves it."""
     uuid, total = str(snapshot.devices[0].uuid), snapshot.devices[0].memory_total
     assert isinstance(total, int)
-    node.pods[:] = [gpu_pod("whole", 1, "2026-01-01T00:00:00Z")]
-    allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    admit(node, plugin, gpu_pod("whole", 1, "2026-01-01T00:00:00Z"))
     assert region_limits(node, "whole") == {uuid.lower(): (total, None)}  # 100 %: no limit
 
 
@@ -195,25 +217,30 @@ def test_allocate_holds_annotations_to_the_resources_on_the_gpus_given(
             "tensor-fusion.ai/gpu-ids": "1",
         },
     )
-    node.pods[:] = [greedy]
-    allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    admit(node, plugin, greedy)
     assert region_limits(node, "greedy") == {uuid.lower(): (2 * GiB, 10.0)}
 
 
-def test_allocate_with_no_matching_pod_is_an_error_naming_why(
-    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
-) -> None:
+def test_an_unknown_device_is_an_error_naming_it(node: Node, plugin: DevicePlugin) -> None:
     request = registered(node)["vgpu.io/gpu"]
-    with pytest.raises(grpc.RpcError) as caught:
-        allocate(node, request, [f"{snapshot.devices[0].uuid}-0"])
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert caught.value.details() == (
-        "no pending pod on this node has a container asking for 1 vgpu.io/gpu "
-        "(0 pending container(s) ask for another count or none is known yet)"
-    )
     with pytest.raises(grpc.RpcError) as unknown:
         allocate(node, request, ["GPU-nope-0"])
+    assert unknown.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "unknown vgpu.io/gpu device(s) ['GPU-nope-0']" in str(unknown.value.details())
+
+
+def test_a_pod_the_pod_source_does_not_know_yet_is_bound_once_it_does(
+    node: Node, plugin: DevicePlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet lists the pod before the API server's watch brought it: the binder waits."""
+    pod = gpu_pod("early", 1, "2026-01-01T00:00:00Z", memory=2)
+    node.kubelet.connect()
+    with caplog.at_level(logging.WARNING, "vgpu_hypervisor.device_plugin"):
+        answer = node.kubelet.admit(kubelet_pod(pod))["main"]
+        wait_for(lambda: "held by pod team/early, not known yet: not bound yet" in caplog.text)
+    assert allocation_of(plugin, answer).pod is None
+    node.pods.append(pod)
+    assert wait_bound(plugin, {"main": answer})["main"].pod == ("team", "early")
 
 
 def test_kubelet_restart_makes_the_plugin_register_again(node: Node, plugin: DevicePlugin) -> None:
@@ -259,10 +286,9 @@ def run_workload(environment: dict[str, str], size: str) -> dict[str, object]:
 def test_a_workload_with_the_allocated_environment_is_limited(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
 ) -> None:
-    uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
-    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
-    environment = container_environment(answer, sim_state)
+    pod = gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)
+    answers = admit(node, plugin, pod)
+    environment = container_environment(answers["main"], sim_state)
     assert environment["LD_PRELOAD"].startswith(str(node.layout.host_lib_dir))
 
     fits = run_workload(environment, "1GiB")
@@ -278,61 +304,56 @@ def test_a_limit_lifted_after_allocate_is_not_put_back_by_the_container(
     Allocate, and a process the container starts later finds them so. (With the limits in the
     env, it seeded 40 % again into the region, where no limit reads as unset.)"""
     uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
-    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    pod = gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)
+    answers = admit(node, plugin, pod)
     node.store.update("team", "trainer", {uuid: GpuLimits.change(memory=4 * GiB, compute=None)})
-    report = run_workload(container_environment(answer, sim_state), "3GiB")
+    report = run_workload(container_environment(answers["main"], sim_state), "3GiB")
     assert report.get("error") is None, report
     assert report["total_bytes"] == 4 * GiB
     assert "differs from the pod region" not in str(report["stderr"])
     assert region_limits(node, "trainer") == {uuid.lower(): (4 * GiB, None)}
 
 
-def test_a_region_gone_before_the_container_starts_fails_it_closed(
+def test_a_region_gone_after_binding_fails_the_containers_next_processes_closed(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, sim_state: object
 ) -> None:
-    """The region removed after Allocate (a node rebooted under the kubelet's saved answer, an
-    admin's delete) and the folder made again empty, as a runtime makes a missing mount
-    source: the container's processes fail CUDA's initialization and make no region, which
-    would hold no limit; the daemon's next region for the pod is the one they use."""
+    """The region removed after the binding (an admin's delete): the binder unlinks it from
+    the container's folder, so its next processes wait and then fail CUDA's initialization,
+    making no region (which would hold no limit); the daemon's next region for the pod is
+    linked again and is the one they use."""
     uuid = str(snapshot.devices[0].uuid)
-    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)]
-    answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
-    folder = node.store.get("team", "trainer").path.parent
+    pod = gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)
+    answers = admit(node, plugin, pod)
+    folder = plugin.bindings.path(allocation_of(plugin, answers["main"]).id)
     node.store.delete("team", "trainer")
-    folder.mkdir(mode=0o755, parents=True)
-    environment = container_environment(answer, sim_state)
+    wait_for(lambda: not (folder / "shm").exists())
+    environment = container_environment(answers["main"], sim_state) | {"TF_REGION_WAIT": "1"}
 
     refused = run_workload(environment, "1GiB")
     assert str(refused["error"]).startswith("CUDA_ERROR_NOT_INITIALIZED"), refused
-    assert "no such pod region (TF_REGION_REQUIRED" in str(refused["stderr"])
+    assert "no pod region after 1 s" in str(refused["stderr"])
     assert not (folder / "shm").exists()
 
     node.store.create("team", "trainer", {uuid: GpuLimits(memory=2 * GiB, compute=4000)})
+    wait_for((folder / "shm").exists)
     assert run_workload(environment, "3GiB")["error"] == "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc_v2"
 
 
-def test_allocate_fails_when_the_region_cannot_be_made(
-    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
+def test_a_region_that_cannot_be_made_leaves_the_allocation_unbound_with_one_line(
+    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """No answer without a region: the kubelet starts no container that would find none."""
-    uuid = str(snapshot.devices[0].uuid)
+    """No region, no link: the container's processes wait, then fail; the daemon says why."""
     (node.layout.host_base / "team").write_text("not a folder")
-    node.pods[:] = [gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2)]
-    with pytest.raises(grpc.RpcError) as caught:
-        allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert str(caught.value.details()).startswith("pod team/trainer: cannot prepare its region:")
-
-
-def test_a_failing_pod_source_is_a_one_line_grpc_error(
-    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
-) -> None:
-    node.pods[:] = [gpu_pod("odd", 1, "2026-01-01T00:00:00Z")]
-    node.pods[0] = dataclasses.replace(node.pods[0], containers=None)  # type: ignore[arg-type]
-    with pytest.raises(grpc.RpcError) as caught:
-        allocate(node, registered(node)["vgpu.io/gpu"], [f"{snapshot.devices[0].uuid}-0"])
-    assert caught.value.code() == grpc.StatusCode.INTERNAL
-    assert caught.value.details() == (
-        "Allocate failed: TypeError: 'NoneType' object is not iterable"
-    )
+    pod = gpu_pod("trainer", 1, "2026-01-01T00:00:00Z", memory=2)
+    node.pods.append(pod)
+    node.kubelet.connect()
+    with caplog.at_level(logging.WARNING, "vgpu_hypervisor.device_plugin"):
+        answer = node.kubelet.admit(kubelet_pod(pod))["main"]
+        line = wait_for(
+            lambda: next(
+                (r.getMessage() for r in caplog.records if "cannot bind" in r.getMessage()), None
+            )
+        )
+    assert "pod team/trainer: cannot bind: cannot prepare its region:" in line
+    assert "\n" not in line
+    assert allocation_of(plugin, answer).pod is None

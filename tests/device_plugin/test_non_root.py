@@ -1,5 +1,6 @@
-"""A container that does not run as root uses the region Allocate made for it: the region
-belongs to the pod's runAsUser (or its fsGroup), the pod folder stays the daemon's. The
+"""A container that does not run as root uses the region bound to its allocation: the region
+belongs to the pod's runAsUser (or its fsGroup), the pod folder and the container's allocation
+folder stay the daemon's. The
 workload runs as a real unprivileged user (`nobody`) with exactly the env and mounts Allocate
 returned, its container paths mapped onto the host paths of its mounts."""
 
@@ -14,8 +15,15 @@ from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_hypervisor.kubernetes.model import UserGroup
 
-from tests.device_plugin.conftest import GiB, Node, gpu_pod, running_node, serving
-from tests.device_plugin.test_device_plugin import allocate, registered
+from tests.device_plugin.conftest import (
+    GiB,
+    Node,
+    admit,
+    allocation_of,
+    gpu_pod,
+    running_node,
+    serving,
+)
 from tests.hypervisor.conftest import clean_environment
 from tests.support.tenant import NOBODY, TenantTools, needs_root, tenant_tools
 
@@ -87,16 +95,17 @@ def test_a_non_root_container_runs_under_its_limit_with_exactly_allocates_answer
 ) -> None:
     pod_ids, fs_group, groups, owner = case
     node, state = readable_node
-    uuid = str(snapshot.devices[0].uuid)
     tenant = gpu_pod("tenant", 1, "2026-01-01T00:00:00Z", memory=2, compute=40)
-    node.pods[:] = [dataclasses.replace(tenant, run_as=pod_ids, fs_group=fs_group)]
-    with serving(node, snapshot):
-        answer = allocate(node, registered(node)["vgpu.io/gpu"], [f"{uuid}-0"])
+    with serving(node, snapshot) as plugin:
+        pod = dataclasses.replace(tenant, run_as=pod_ids, fs_group=fs_group)
+        answer = admit(node, plugin, pod)["main"]
+        folder = plugin.bindings.path(allocation_of(plugin, answer).id)
 
     region = node.layout.host_base / "team" / "tenant" / "shm"
-    info, folder = region.stat(), region.parent.stat()
+    info, pod_folder = region.stat(), region.parent.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (*owner, 0o660)
-    assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o755)  # the daemon's: not replaced
+    assert (pod_folder.st_uid, pod_folder.st_mode & 0o777) == (0, 0o755)  # not replaceable
+    assert (folder / "shm").stat().st_ino == info.st_ino  # the container's folder holds it
 
     fits = _as_tenant(tools, answer, state, "1GiB", groups)
     assert fits.get("error") is None, fits

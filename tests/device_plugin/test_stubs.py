@@ -1,4 +1,4 @@
-"""The committed gRPC stubs are what the vendored api.proto generates."""
+"""The committed gRPC stubs are what the vendored kubelet protos generate."""
 
 import importlib.util
 import sys
@@ -19,9 +19,8 @@ def test_committed_stubs_match_the_proto() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules["generate_stubs"] = module
     spec.loader.exec_module(module)
-    target = module.SOURCE_ROOT / module.PROTO.parent
     with tempfile.TemporaryDirectory() as scratch:
         stubs = module.generate(Path(scratch))
-    assert set(stubs) == set(module.OUTPUTS)
-    for name, text in stubs.items():
-        assert (target / name).read_text() == text, f"{name} is stale: nox -s protos"
+    assert set(stubs) == {proto.parent / name for proto in module.PROTOS for name in module.OUTPUTS}
+    for path, text in stubs.items():
+        assert (module.SOURCE_ROOT / path).read_text() == text, f"{path} is stale: nox -s protos"

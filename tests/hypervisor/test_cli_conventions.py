@@ -2,15 +2,17 @@
 -o forms, pods get/describe, and the compute range shared with the limiter."""
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
 import yaml
 from vgpu_hypervisor import cli
 
-from tests.hypervisor.conftest import Daemon, clean_environment, wait_for
+from tests.hypervisor.conftest import TF_HYPERVISOR, Daemon, clean_environment, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +67,100 @@ def test_a_gpu_the_node_lacks_is_named_by_its_flag(node: Daemon) -> None:
     assert node.cli("pods", "list", "--json").stdout.strip() == "[]"
 
 
-def test_other_refusals_of_the_daemon_name_the_apis_field(node: Daemon) -> None:
-    result = node.cli("pods", "create", "train", "--mem", "0=1000GiB")
-    assert result.returncode == 1
-    assert _error(result).startswith("error: gpus.0.memory: 1000 GiB is more than the GPU's")
+@pytest.mark.parametrize(
+    ("args", "code", "line"),
+    [
+        (
+            ["pods", "create", "train", "--mem", "0=1000GiB"],
+            1,
+            "error: --mem 0=1000GiB: 1000 GiB is more than GPU 0's 80 GiB",
+        ),
+        (
+            ["pods", "create", "train", "--compute", "0=30", "--burst", "0=5"],
+            2,
+            "error: --burst 0=5: below --compute 0=30",
+        ),
+        (
+            ["pods", "update", "held", "--burst", "0=5"],
+            1,
+            "error: --burst 0=5: below the pod's compute limit 30 %",
+        ),
+        (
+            ["pods", "update", "held", "--compute", "0=90"],
+            1,
+            "error: --compute 0=90: above the pod's burst 80 %; give --burst too",
+        ),
+        (
+            ["pods", "freeze", "held", "--gpu", "7"],
+            1,
+            "error: --gpu 7: no such GPU on this node (2 GPU(s))",
+        ),
+        (
+            ["pods", "freeze", "held", "--gpu", "1"],
+            1,
+            "error: --gpu 1: pod default/held has no limits on it",
+        ),
+        (["workers", "--pod", "nosuch"], 1, "error: --pod nosuch: no pod default/nosuch"),
+        (
+            ["pods", "update", "held"],
+            2,
+            "error: nothing to change: give one of --mem, --compute, --burst, --oversubscribe,"
+            " --no-oversubscribe, --qos or --weight",
+        ),
+    ],
+)
+def test_refusals_name_the_flag_typed(node: Daemon, args: list[str], code: int, line: str) -> None:
+    """What the daemon would refuse is checked against the node and the pod first, so the
+    line names the flag and value typed, and sizes as sizes."""
+    if node.cli("pods", "get", "held").returncode != 0:
+        made = node.cli("pods", "create", "held", "--compute", "0=30", "--burst", "0=80")
+        assert made.returncode == 0, made.stderr
+    result = node.cli(*args)
+    assert (result.returncode, _error(result)) == (code, line)
+    assert "train" not in node.cli("pods", "list", "-o", "name").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["pods", "list", "-o", "jsn"],
+            "error: -o jsn: expected one of 'table', 'wide', 'json', 'yaml', 'name'"
+            " (see 'tf-hypervisor pods list --help')",
+        ),
+        (
+            ["pods", "list", "--output=jsn"],
+            "error: --output jsn: expected one of 'table', 'wide', 'json', 'yaml', 'name'"
+            " (see 'tf-hypervisor pods list --help')",
+        ),
+        (
+            ["pods", "creat"],
+            "error: creat: no such command; did you mean 'create'?"
+            " (see 'tf-hypervisor pods --help')",
+        ),
+        (
+            ["top", "--interval", "0"],
+            "error: --interval 0: should be greater than or equal to 0.1"
+            " (see 'tf-hypervisor top --help')",
+        ),
+        (
+            ["pods", "list", "--namespce", "x"],
+            "error: --namespce: no such flag; did you mean --all-namespaces or --namespace?"
+            " (see 'tf-hypervisor pods list --help')",
+        ),
+        (
+            ["pods", "get"],
+            "error: missing argument '[NAMESPACE/]NAME' (see 'tf-hypervisor pods get --help')",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], line: str) -> None:
+    """Typer's boxed usage errors in the one-line form of the others, naming what was typed."""
+    result = subprocess.run(
+        [*TF_HYPERVISOR, *args], env=clean_environment(), capture_output=True, text=True,
+        check=False, timeout=60,
+    )  # fmt: skip
+    assert (result.returncode, _error(result)) == (2, line)
 
 
 def test_the_cli_sends_the_numbers_it_parsed() -> None:
@@ -125,7 +217,7 @@ def test_output_forms_and_describe(daemon: Daemon) -> None:
     assert as_json == json.loads(daemon.cli("pods", "get", "team/train", "--json").stdout)
     assert yaml.safe_load(daemon.cli("pods", "get", "team/train", "-o", "yaml").stdout) == as_json
     assert as_json["gpus"][0]["compute_limit"] == 12.5
-    wide = daemon.cli("pods", "list", "-o", "wide").stdout
+    wide = daemon.cli("pods", "list", "-n", "team", "-o", "wide").stdout
     assert as_json["gpus"][0]["uuid"] in wide and as_json["path"] in wide
     assert "UUID" not in daemon.cli("pods", "list").stdout
     described = daemon.cli("pods", "describe", "team/train").stdout
@@ -137,8 +229,19 @@ def test_output_forms_and_describe(daemon: Daemon) -> None:
         "Flags:      none",
         "Created:",
         "Worker processes: (none)",
+        "QoS:        medium (weight 2)",
+        "Burst limit:    none",
+        "Oversubscribe:  off (0 B in host memory)",
+        "Throttled:      0.0 s",
+        "OOM refusals:   0",
     ):
         assert words in described, described
+    names = daemon.cli("pods", "list", "-A", "-o", "name")
+    assert names.stdout == "team/train\n", names
+    assert daemon.cli("pods", "list", "-o", "name").stdout == ""  # the default namespace
+    assert daemon.cli("pods", "list", "-n", "team", "-o", "name").stdout == "team/train\n"
+    both = daemon.cli("pods", "list", "-n", "team", "-A")
+    assert both.returncode == 2 and "--all-namespaces" in _error(both)
     gpus = yaml.safe_load(daemon.cli("gpus", "-o", "yaml").stdout)
     assert [gpu["index"] for gpu in gpus] == [0, 1]
     conflict = daemon.cli("pods", "list", "--json", "-o", "yaml")
@@ -176,3 +279,25 @@ def test_compute_range_is_the_limiters(node: Daemon, value: str, accepted: bool)
     if not accepted:
         assert f"--compute 0={value}" in _error(hypervisor)
         assert f"--compute 0={value}" in _error(limiter)
+
+
+def test_watch_prints_the_listing_again_when_it_changes(daemon: Daemon) -> None:
+    watching = subprocess.Popen(
+        [*TF_HYPERVISOR, "pods", "list", "-w", "-o", "name", *daemon.flags],
+        env=daemon.environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        stdout = watching.stdout
+        assert stdout is not None
+        seen: list[str] = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")))
+        reader.start()
+        assert daemon.cli("pods", "create", "first", "--mem", "0=1GiB").returncode == 0
+        wait_for(lambda: "default/first\n" in seen, timeout=30)
+        assert daemon.cli("pods", "create", "second", "--mem", "0=1GiB").returncode == 0
+        wait_for(lambda: seen.count("default/first\n") == 2 and "default/second\n" in seen, 30)
+    finally:
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(timeout=30) == 0
+        reader.join(timeout=10)
+    assert watching.stderr is not None and watching.stderr.read() == ""

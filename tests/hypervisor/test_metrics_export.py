@@ -10,7 +10,7 @@ import pynvml  # type: ignore[import-untyped]
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from vgpu_hypervisor import models
+from vgpu_hypervisor import models, package_version
 from vgpu_hypervisor.daemon.metrics import (
     GPU_LABELS,
     HOSTNAME,
@@ -183,6 +183,20 @@ def test_what_the_driver_did_not_give_is_left_out() -> None:
     assert "tf_gpu_energy_joules_total" not in series
     assert "tf_gpu_xid_errors_total" not in series
     assert series["tf_gpu_memory_total_bytes"][0].labels["device"] == ""
+
+
+def test_build_burst_and_scheduling_policy_are_exported() -> None:
+    node = view(device())
+    pod = node.pods[0]
+    burst = pod.gpus[0].model_copy(update={"compute_burst": 80.0})
+    policy = pod.model_copy(update={"gpus": [burst, pod.gpus[1]], "qos": "high", "weight": 4})
+    series = scrape(NodeView(node.taken_at, node.snapshot, node.gpus, (policy,), node.workers))
+    (build,) = series["tf_build_info"]
+    assert (build.labels, build.value) == ({"version": package_version()}, 1)
+    (burst_limit,) = series["tf_pod_burst_limit_percent"]  # none on the other GPU: absent
+    assert (burst_limit.labels["UUID"], burst_limit.value) == (UUID, 80.0)
+    (weight,) = series["tf_pod_scheduling_weight"]
+    assert (weight.labels["qos"], weight.labels["pod"], weight.value) == ("high", "train", 4)
 
 
 def test_tf_gpu_pods_says_what_it_counts() -> None:

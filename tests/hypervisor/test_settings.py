@@ -96,7 +96,7 @@ def test_every_setting_s_declaration_is_its_flag_and_help_in_config_show() -> No
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     for name, setting in SETTINGS.items():
-        flag = setting.flag if setting.metavar else f"{setting.flag} --no-"
+        flag = setting.flag if setting.metavar else f"{setting.flag} / --no-"
         assert flag in text, name
         assert " ".join(setting.help.split()[:4]) in text, name
 
@@ -519,6 +519,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 "device_plugin = true",
                 'device_plugin_dir = "/var/lib/kubelet/plugins"',
                 'device_plugin_lib_dir = "/opt/vgpu/lib"',
+                'pod_resources_socket = "/var/lib/kubelet/pr/kubelet.sock"',
                 'gpu_resource = "example.com/gpu"',
                 'gpu_memory_resource = "example.com/gpu-memory"',
                 'gpu_compute_resource = "example.com/gpu-compute"',
@@ -556,6 +557,7 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.device_plugin is True
     assert settings.device_plugin_dir == Path("/var/lib/kubelet/plugins")
     assert settings.device_plugin_lib_dir == Path("/opt/vgpu/lib")
+    assert settings.pod_resources_socket == Path("/var/lib/kubelet/pr/kubelet.sock")
     assert settings.gpu_resource == "example.com/gpu"
     assert settings.gpu_memory_resource == "example.com/gpu-memory"
     assert settings.gpu_compute_resource == "example.com/gpu-compute"

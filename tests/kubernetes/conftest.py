@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.hypervisor.conftest import workloads
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 
 __all__ = ["api", "workloads"]
 

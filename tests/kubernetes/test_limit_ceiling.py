@@ -11,7 +11,6 @@ from typing import Any
 from vgpu_limiter.region import open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
 from tests.kubernetes.test_pod_source import (
     COMPUTE,
     VRAM,
@@ -22,6 +21,7 @@ from tests.kubernetes.test_pod_source import (
     _run,
     daemon,
 )
+from tests.support.apiserver import ApiServer
 
 __all__ = ["daemon"]
 

@@ -17,9 +17,9 @@ from vgpu_hypervisor.kubernetes.model import KubePod
 from vgpu_hypervisor.kubernetes.refusals import KubernetesRefusals
 
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
 from tests.kubernetes.test_pod_cache import Clock
 from tests.kubernetes.test_pod_source import VRAM, _limits, _log, _refused, _run, daemon
+from tests.support.apiserver import ApiServer
 
 __all__ = ["daemon"]
 

@@ -10,7 +10,7 @@ from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
 
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 
 UUIDS = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
 GPUS = [NodeGpu(i, uuid, "NVIDIA H100 80GB HBM3") for i, uuid in enumerate(UUIDS)]

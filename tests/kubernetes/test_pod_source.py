@@ -1,4 +1,4 @@
-"""The daemon following a node's pods from an API server (tests/kubernetes/apiserver.py) on
+"""The daemon following a node's pods from an API server (tests/support/apiserver) on
 the simulated GPU: regions made, changed and removed from pod objects, workloads limited."""
 
 import json
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.hypervisor.conftest import WORKLOAD, Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
+from tests.support.apiserver import ApiServer
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -29,8 +29,8 @@ from vgpu_hypervisor.kubernetes.pod_book import OLD_MARKER
 from vgpu_limiter import region as regions
 
 from tests.hypervisor.conftest import Daemon, wait_for
-from tests.kubernetes.apiserver import ApiServer
 from tests.kubernetes.test_pod_source import VRAM, _limits, _log, daemon
+from tests.support.apiserver import ApiServer
 
 __all__ = ["daemon"]
 

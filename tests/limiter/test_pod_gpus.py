@@ -47,7 +47,9 @@ def pod_gpus(path: Path) -> list[str]:
 
 def test_the_library_refuses_a_gpu_outside_the_pod(limited_env: LimitedEnv, tmp_path: Path) -> None:
     path = daemon_pod(tmp_path / "base")
-    environment = pod_environment(limited_env, tmp_path / "base")
+    # A program that shows itself more GPUs than the pod's (without CUDA_VISIBLE_DEVICES the
+    # library shows it the pod's only: test_cuda_enumerates_only_the_pods_gpus).
+    environment = pod_environment(limited_env, tmp_path / "base", CUDA_VISIBLE_DEVICES="0,1")
     outside = workload(environment, "--device", "1", "--alloc", str(20 * GiB))
     assert str(outside["error"]).startswith("CUDA_ERROR_INVALID_DEVICE"), outside
     assert f"device 1 ({GPU1}) is not one of the GPUs of pod default/train" in str(
@@ -58,6 +60,23 @@ def test_the_library_refuses_a_gpu_outside_the_pod(limited_env: LimitedEnv, tmp_
     assert inside["total_bytes"] == 4 * GiB
     # Listings keep showing the pod on its GPU only.
     assert pod_gpus(path) == [GPU0]
+
+
+def test_cuda_enumerates_only_the_pods_gpus(limited_env: LimitedEnv, tmp_path: Path) -> None:
+    """A pod given the node's second GPU, its program setting no CUDA_VISIBLE_DEVICES: the library
+    shows CUDA only the pod's GPU, so CUDA ordinal 0 is that GPU (as NVML's index 0 is) and a
+    program that counts devices through NVML (PyTorch) uses its own GPU."""
+    base = tmp_path / "base"
+    path = base / "default" / "train" / "shm"
+    create_region(path, "default", "train", {GPU1: (4 * GiB, 0)}).close()
+    environment = pod_environment(limited_env, base)
+    own = workload(environment, "--device", "0", "--alloc", str(GiB))
+    assert own.get("error") is None, own
+    # The pod's view of GPU 1 (a context on GPU 0 would have been refused).
+    assert own["total_bytes"] == 4 * GiB and own["allocated_bytes"] == GiB
+    assert pod_gpus(path) == [GPU1]
+    beyond = workload(environment, "--device", "1")
+    assert str(beyond["error"]).startswith("CUDA_ERROR_INVALID_DEVICE"), beyond
 
 
 def test_tf_limiter_run_shows_only_the_pods_gpus(limited_env: LimitedEnv, tmp_path: Path) -> None:

@@ -86,12 +86,29 @@ def test_world_writable_files_and_folders_are_refused(base: Path) -> None:
 
 
 def test_a_hard_link_to_another_pods_region_is_refused(base: Path) -> None:
+    """In a folder its tenant can write (its own, or one its group may write)."""
     make(base, "ns", "victim").close()
     evil = regions.region_path(base, "ns", "evil")
     evil.parent.mkdir(parents=True)
     os.link(regions.region_path(base, "ns", "victim"), evil)
-    with pytest.raises(RegionError, match="other hard links"):
-        regions.open_region(evil)
+    for owner, group, mode in ((NOBODY, NOBODY, 0o755), (0, NOBODY, 0o775)):
+        os.chown(evil.parent, owner, group)
+        evil.parent.chmod(mode)
+        with pytest.raises(RegionError, match="other hard links"):
+            regions.open_region(evil)
+
+
+def test_the_daemons_own_links_in_folders_only_root_writes_are_used(base: Path) -> None:
+    """The device plugin's allocation folders: root's, writable by root alone, so every name in
+    them is the daemon's; there a pod's region is linked once per container bound to it."""
+    make(base, "ns", "pod").close()
+    allocation = base / ".allocations" / "a1"
+    allocation.mkdir(parents=True, mode=0o755)
+    os.link(regions.region_path(base, "ns", "pod"), allocation / "shm")
+    for folder in (allocation, regions.region_path(base, "ns", "pod").parent):
+        assert (folder.stat().st_uid, folder.stat().st_mode & 0o002) == (0, 0)  # 0770 root:root
+        with regions.open_region(folder / "shm") as region:
+            assert (region.namespace, region.pod) == ("ns", "pod")
 
 
 # Other users

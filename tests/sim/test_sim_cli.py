@@ -151,14 +151,38 @@ def test_bad_workload_options_are_one_line_and_exit_2(args: list[str], message: 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["sim", "env", "--bogus"], "No such option: --bogus"),
-        (["sim", "run"], "Missing argument"),
-        (["sim", "env", "--devices"], "Option '--devices' requires an argument"),
+        (
+            ["sim", "env", "--bogus"],
+            "error: --bogus: no such flag (see 'tf-limiter sim env --help')",
+        ),
+        (
+            ["sim", "run"],
+            "error: missing argument '-- CMD [ARG]...' (see 'tf-limiter sim run --help')",
+        ),
+        (["sim", "env", "--devices"], "error: option '--devices' requires an argument"),
     ],
 )
 def test_bad_cli_usage_exits_2(args: list[str], message: str) -> None:
-    # typer's own usage errors (a framed message, as in every tf-* command).
+    # typer's own usage errors, in one line as every tf-* command's.
     result = tf_limiter(*args)
     assert result.returncode == 2
     assert result.stdout == ""
-    assert message in result.stderr
+    assert result.stderr == message + "\n"
+
+
+def test_devices_on_an_existing_state_says_it_is_not_used(tmp_path: Path) -> None:
+    state = tmp_path / "node.state"
+    count = [
+        "--",
+        sys.executable,
+        "-c",
+        "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())",
+    ]
+    fresh = tf_limiter("sim", "run", "--devices", "count=4", "--state", str(state), *count)
+    assert (fresh.returncode, fresh.stdout, fresh.stderr) == (0, "4\n", "")
+    again = tf_limiter("sim", "run", "--devices", "count=2", "--state", str(state), *count)
+    assert again.stdout == "4\n"
+    assert again.stderr == (
+        f"warning: --devices count=2: not used: the state file {state} exists and keeps its"
+        " devices (remove it, or give another --state)\n"
+    )

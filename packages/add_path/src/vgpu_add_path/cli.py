@@ -8,7 +8,7 @@ from typing import Annotated, NoReturn
 import typer
 from vgpu_common import cli as common_cli
 from vgpu_common.cli import fail
-from vgpu_common.command_app import command_app
+from vgpu_common.command_app import command_app, run_app
 
 from vgpu_add_path._library import SEPARATORS, library_path, merge
 
@@ -105,4 +105,4 @@ def exec_command(
 
 
 def main() -> None:
-    app(prog_name="tf-add-path")
+    run_app(app, "tf-add-path")

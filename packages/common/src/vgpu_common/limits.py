@@ -352,9 +352,12 @@ class GpuLimits:
         return merged
 
     def __str__(self) -> str:
-        """The limits in words, for logs: "memory=4 GiB compute=30 % burst=none ..."."""
+        """The limits in words, for logs: "memory=4 GiB compute=30 % burst=none ..."; a change
+        names only what it changes."""
         return " ".join(
-            f"{f.name}={_shown(getattr(self, f.name), f.name)}" for f in dataclasses.fields(self)
+            f"{f.name}={_shown(getattr(self, f.name), f.name)}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not UNCHANGED
         )
 
 

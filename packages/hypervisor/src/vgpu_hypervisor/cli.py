@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from vgpu_common.cli import fail
-from vgpu_common.command_app import command_app
+from vgpu_common.cli import USAGE_ERROR, fail
+from vgpu_common.command_app import command_app, run_app, sub_app
 from vgpu_common.limits import (
     MAX_WEIGHT,
     NONE_WORD,
     QOS_NAMES,
+    format_percent,
+    format_size,
     hundredths_to_percent,
     names_gpu,
     parse_burst_limit,
@@ -51,18 +53,8 @@ REFUSED = 1  # the daemon said no, or could not be reached
 app = command_app(
     "tf-hypervisor", "vgpu-hypervisor", "The vgpu node daemon and its command-line client."
 )
-pods_app = typer.Typer(
-    help="List, create, change and delete pods.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,
-)
-shm_app = typer.Typer(
-    help="Pod region files, read directly (no daemon needed).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,
-)
+pods_app = sub_app("List, create, change and delete pods.")
+shm_app = sub_app("Pod region files, read directly (no daemon needed).")
 
 
 def _settings(flags: Mapping[str, object]) -> Settings:
@@ -85,6 +77,48 @@ def _call(
             return action(client)
         except ClientError as error:
             fail(explain(str(error)), REFUSED)
+
+
+WatchOption = Annotated[
+    bool,
+    typer.Option("--watch", "-w", help="After the listing, print it again each time it changes."),
+]
+
+
+def _list(
+    flags: Mapping[str, object],
+    take: Callable[["Client"], Any],
+    form: output.Form,
+    kind: str,
+    *,
+    watch: bool = False,
+    explain: Callable[[str], str] = lambda message: message,
+) -> None:
+    """A listing (gpus, pods, workers) in ``form``, once or, with ``watch``, at each change."""
+    from vgpu_hypervisor.client.api_client import Client, ClientError
+    from vgpu_hypervisor.client.tables import gpu_indexes
+    from vgpu_hypervisor.client.watch import watch as watching
+
+    with Client(_settings(flags)) as client:
+
+        def document() -> tuple[Any, dict[str, int] | None]:
+            try:
+                found = take(client)
+                # Workers name their GPUs by UUID; the table shows the node's indexes.
+                indexes = None
+                if kind == "workers" and form in (output.Form.table, output.Form.wide):
+                    indexes = gpu_indexes(client.get(f"{API}/gpus"))
+                return found, indexes
+            except ClientError as error:
+                fail(explain(str(error)), REFUSED)
+
+        def show(taken: tuple[Any, dict[str, int] | None]) -> None:
+            output.show(taken[0], form, kind, taken[1])
+
+        if watch:
+            watching(document, show, flush=sys.stdout.flush)
+        else:
+            show(document())
 
 
 # --- daemon and status -----------------------------------------------------------------------
@@ -130,11 +164,15 @@ def status(
 @app.command()
 @settings_flags(*CLIENT_SETTINGS)
 def gpus(
-    *, flags: Mapping[str, object], as_json: JsonFlag = False, form: OutputOption = None
+    *,
+    flags: Mapping[str, object],
+    as_json: JsonFlag = False,
+    form: OutputOption = None,
+    watch: WatchOption = False,
 ) -> None:
     """The node's GPUs with memory, utilization and the pods on each."""
-    document = _call(flags, lambda client: client.get(f"{API}/gpus"))
-    output.show(document, output.choose(form, as_json), "gpus")
+    chosen = output.choose(form, as_json)
+    _list(flags, lambda client: client.get(f"{API}/gpus"), chosen, "gpus", watch=watch)
 
 
 @app.command()
@@ -147,11 +185,25 @@ def workers(
     ] = None,
     as_json: JsonFlag = False,
     form: OutputOption = None,
+    watch: WatchOption = False,
 ) -> None:
     """Processes running in pods, with their GPU memory and utilization."""
     namespace, name = _pod_name(pod) if pod else (None, None)
-    document = _call(flags, lambda c: c.get(f"{API}/workers", namespace=namespace, pod=name))
-    output.show(document, output.choose(form, as_json), "workers")
+
+    def listing(client: "Client") -> Any:
+        if name is not None:  # a pod that is not there is an error, not an empty table
+            client.get(f"{API}/pods/{namespace}/{name}")
+        return client.get(f"{API}/workers", namespace=namespace, pod=name)
+
+    chosen = output.choose(form, as_json)
+    _list(
+        flags,
+        listing,
+        chosen,
+        "workers",
+        watch=watch,
+        explain=lambda message: f"--pod {pod}: {message}",
+    )
 
 
 @app.command()
@@ -302,10 +354,12 @@ _LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], int | None], str], ...] = (
 @dataclass
 class _GpuFlags:
     """The request's ``gpus`` as parsed from the flags (JSON numbers: bytes and percents,
-    "none" for no limit), and the flag that first named each GPU key."""
+    "none" for no limit), the flag that first named each GPU key, and what was typed for
+    each field of each key."""
 
     gpus: dict[str, dict[str, object]] = field(default_factory=dict)
     named_by: dict[str, str] = field(default_factory=dict)
+    typed: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def set(self, flag: str, typed: str, key: str, name: str, value: object) -> None:
         """The API field ``name`` of GPU ``key`` from ``flag`` (``typed``: flag and value)."""
@@ -318,6 +372,7 @@ class _GpuFlags:
             fail(f"{flag}: GPU {key} given twice")
         limits[name] = value
         self.named_by.setdefault(gpu, typed)
+        self.typed[gpu, name] = typed
 
 
 def _gpu_limits(
@@ -327,10 +382,11 @@ def _gpu_limits(
     no_oversubscribe: list[str] | None = None,
     burst: list[str] | None = None,
     *,
-    required: bool = True,
+    required: str | None = "give at least one --mem, --compute, --burst or --oversubscribe",
 ) -> _GpuFlags:
     """The request's `gpus` from --mem, --compute, --burst and --[no-]oversubscribe, each
-    value parsed here, so that a bad one is named by the flag and value typed."""
+    value parsed here, so that a bad one is named by the flag and value typed; ``required``:
+    the error when none is given."""
     parsed = _GpuFlags()
     given = {"--mem": mem, "--compute": compute, "--burst": burst}
     for flag, name, parse, example in _LIMIT_FLAGS:
@@ -356,29 +412,87 @@ def _gpu_limits(
                 fail(f"{flag} {key!r}: expected a GPU index or UUID, e.g. {flag} 0")
             parsed.set(flag, f"{flag} {key.strip()}", key.strip(), "oversubscribe", on)
     if not parsed.gpus and required:
-        fail("give at least one --mem, --compute, --burst or --oversubscribe")
+        fail(required)
+    for gpu in parsed.gpus:
+        _burst_fits(parsed, gpu, None)
     return parsed
 
 
-def _on_this_node(client: "Client", flags: _GpuFlags) -> None:
-    """Every GPU the flags name is one of the daemon's: only the daemon knows its GPUs, so
-    they are asked for first, and a GPU it lacks is named by the flag that named it (the
-    daemon checks again, naming the API's field)."""
+def _percent_of(value: object) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _burst_fits(flags: _GpuFlags, gpu: str, present: dict[str, Any] | None) -> None:
+    """A burst is at least the compute limit it goes with: the one given beside it, else the
+    pod's own on that GPU (``present``: the pod's GPU document, None before it exists)."""
+    limits = flags.gpus[gpu]
+    burst, compute = limits.get("burst"), limits.get("compute")
+    if compute is None and present is not None:
+        compute = present.get("compute_limit")
+    if burst is None and present is not None and "compute" in limits:
+        burst = present.get("compute_burst")  # a burst left as it is goes with the limit
+    burst_percent, compute_percent = _percent_of(burst), _percent_of(compute)
+    if burst_percent is None:
+        if "burst" in limits and burst != NONE_WORD and present is not None and compute is None:
+            fail(
+                f"{flags.typed[gpu, 'burst']}: a burst needs a compute limit; give --compute",
+                REFUSED,
+            )
+        return
+    if compute_percent is None or burst_percent >= compute_percent:
+        return
+    shown = format_percent(compute_percent)
+    code = USAGE_ERROR if present is None else REFUSED  # against the pod's: the daemon's no
+    if (gpu, "burst") in flags.typed and (gpu, "compute") in flags.typed:
+        fail(f"{flags.typed[gpu, 'burst']}: below {flags.typed[gpu, 'compute']}", code)
+    if (gpu, "burst") in flags.typed:
+        fail(f"{flags.typed[gpu, 'burst']}: below the pod's compute limit {shown}", code)
+    fail(
+        f"{flags.typed[gpu, 'compute']}: above the pod's burst {format_percent(burst_percent)};"
+        " give --burst too",
+        code,
+    )
+
+
+def _on_this_node(client: "Client", flags: _GpuFlags, pod: dict[str, Any] | None = None) -> None:
+    """Every GPU the flags name is one of the daemon's, a memory limit fits its GPU, and a
+    burst its compute limit (``pod``: the pod changed, None for a new one). Only the daemon
+    knows its GPUs, so they are asked for first, and a problem is named by the flag that
+    made it (the daemon checks again, naming the API's field)."""
     if not flags.named_by:
         return
     gpus = client.request("GET", f"{API}/gpus", authorized=True)  # a change's: with the token
     for key, typed in flags.named_by.items():
-        if not any(names_gpu(key, gpu.get("index"), gpu.get("uuid")) for gpu in gpus):
+        gpu = next((g for g in gpus if names_gpu(key, g.get("index"), g.get("uuid"))), None)
+        if gpu is None:
             fail(f"{typed}: no such GPU on this node ({len(gpus)} GPU(s))", REFUSED)
+        memory, total = flags.gpus[key].get("memory"), gpu.get("memory_total")
+        if isinstance(memory, int) and total and memory > total:
+            fail(
+                f"{flags.typed[key, 'memory']}: {format_size(memory)} is more than"
+                f" GPU {gpu['index']}'s {format_size(total)}",
+                REFUSED,
+            )
+        if pod is not None:
+            present: dict[str, Any] = next(
+                (g for g in pod["gpus"] or [] if g["uuid"] == gpu.get("uuid")), {}
+            )
+            _burst_fits(flags, key, present)
 
 
 def _change_gpus(
-    flags: Mapping[str, object], method: str, path: str, gpus: _GpuFlags, body: dict[str, object]
+    flags: Mapping[str, object],
+    method: str,
+    path: str,
+    gpus: _GpuFlags,
+    body: dict[str, object],
 ) -> Any:
-    """A change of a pod's limits: its GPUs checked against the node's, then the request."""
+    """A change of a pod's limits: its GPUs checked against the node's (and, for a pod that
+    exists, against its limits), then the request."""
 
     def change(client: "Client") -> Any:
-        _on_this_node(client, gpus)
+        pod = client.get(path) if method == "PATCH" and gpus.named_by else None
+        _on_this_node(client, gpus, pod)
         return client.request(method, path, authorized=True, body=body)
 
     return _call(flags, change)
@@ -401,14 +515,27 @@ def pods_list(
     *,
     flags: Mapping[str, object],
     namespace: NamespaceOption = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Pods of every namespace.")
+    ] = False,
     as_json: JsonFlag = False,
     form: OutputOption = None,
+    watch: WatchOption = False,
 ) -> None:
-    """Pods with their limits and usage per GPU."""
+    """Pods with their limits and usage per GPU, of one namespace (-n) or all (-A)."""
+    if all_namespaces and namespace is not None:
+        fail(f"--namespace {namespace} and --all-namespaces disagree: give one of them")
     if namespace is not None:
         check_pod_name("namespace", namespace, f"--namespace {namespace}")
-    document = _call(flags, lambda client: client.get(f"{API}/pods", namespace=namespace))
-    output.show(document, output.choose(form, as_json), "pods")
+    wanted = None if all_namespaces else namespace or "default"
+    chosen = output.choose(form, as_json)
+    _list(
+        flags,
+        lambda client: client.get(f"{API}/pods", namespace=wanted),
+        chosen,
+        "pods",
+        watch=watch,
+    )
 
 
 @pods_app.command("get")
@@ -492,6 +619,9 @@ def pods_create(
     output.show(document, chosen, "pods")
 
 
+UPDATE_FLAGS = "--mem, --compute, --burst, --oversubscribe, --no-oversubscribe, --qos or --weight"
+
+
 @pods_app.command("update")
 @settings_flags(*CLIENT_SETTINGS)
 def pods_update(
@@ -513,7 +643,14 @@ def pods_update(
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
     policy = _policy(qos, weight)
-    gpus = _gpu_limits(mem, compute, oversubscribe, no_oversubscribe, burst, required=not policy)
+    gpus = _gpu_limits(
+        mem,
+        compute,
+        oversubscribe,
+        no_oversubscribe,
+        burst,
+        required=None if policy else f"nothing to change: give one of {UPDATE_FLAGS}",
+    )
     body: dict[str, object] = ({"gpus": gpus.gpus} if gpus.gpus else {}) | policy
     path = f"{API}/pods/{namespace}/{name}"
     document = _change_gpus(flags, "PATCH", path, gpus, body)
@@ -541,7 +678,16 @@ def pods_freeze(
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
     params = {"gpu": gpu} if gpu is not None else None
-    document = _change(flags, "POST", f"{API}/pods/{namespace}/{name}/freeze", params=params)
+    named = _GpuFlags()
+    if gpu is not None:
+        named.set("--gpu", f"--gpu {gpu}", gpu, "freeze", True)
+
+    def freeze(client: "Client") -> Any:
+        _on_this_node(client, named)  # a GPU the node lacks is not one the pod lacks
+        path = f"{API}/pods/{namespace}/{name}/freeze"
+        return client.request("POST", path, authorized=True, params=params)
+
+    document = _call(flags, freeze, lambda message: message.replace("gpu ", "--gpu ", 1))
     output.show(document, chosen, "pods")
 
 
@@ -630,6 +776,6 @@ app.add_typer(config_app, name="config")
 
 def main() -> None:
     try:
-        app(prog_name="tf-hypervisor")
+        run_app(app, "tf-hypervisor")
     except BrokenPipeError:  # `tf-hypervisor pods list | head`
         sys.stderr.close()

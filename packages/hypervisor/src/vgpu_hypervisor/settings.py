@@ -516,6 +516,14 @@ class Settings(BaseSettings):
             "Host folder with libadd_path.so and libcuda_limiter.so, mounted into containers.",
         ),
     ] = Path("/usr/local/vgpu/lib")
+    pod_resources_socket: Annotated[
+        AbsolutePath,
+        Setting(
+            "--pod-resources-socket",
+            "PATH",
+            "The kubelet's PodResources socket: which pod holds the devices Allocate gave.",
+        ),
+    ] = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     gpu_resource: Annotated[
         str,
         BeforeValidator(_resource_name),

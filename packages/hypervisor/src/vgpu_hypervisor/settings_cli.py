@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from vgpu_common.cli import fail
+from vgpu_common.command_app import sub_app
 
 from vgpu_hypervisor.settings import (
     ENV_PREFIX,
@@ -126,10 +127,5 @@ def _show_help() -> str:
     )
 
 
-app = typer.Typer(
-    help="The daemon's configuration.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,
-)
+app = sub_app("The daemon's configuration.")
 app.command("show", help=_show_help())(show)

@@ -84,8 +84,9 @@ VGPU_REGION_API int vgpu_region_create(const char *folder, const char *pod_names
 /* A descriptor of {folder}/{name} (a region is named shm) for mapping, or VGPU_REGION_ERROR with `error`. Opened without
  * following a symbolic link or blocking on a FIFO, relative to the folder opened the same way;
  * refused unless folder and file are a directory and a regular file that not every user can
- * write, the file has no other hard link (another pod's file linked in), a caller other than
- * root owns it or root does, and its header is this layout's. */
+ * write, the file has no other hard link (another pod's file linked in) unless the folder is
+ * one only root can write (the daemon's links), a caller other than root owns it or root
+ * does, and its header is this layout's. */
 VGPU_REGION_API int vgpu_region_open_file(const char *folder, const char *name, bool writable,
                                           char *error, size_t error_size);
 

@@ -92,6 +92,8 @@ struct vgpu_config {
     char container_source[VGPU_CONFIG_SOURCE_SIZE]; /* CONTAINER_NAME, VGPU_CONTAINER_NAME; "" */
     /* TF_REGION_REQUIRED: the node daemon made the pod's region; none is made if it is missing */
     bool region_required;
+    /* TF_REGION_WAIT: seconds a required region that is missing is waited for (0: not) */
+    unsigned region_wait_s;
     char base_path[VGPU_CONFIG_PATH_SIZE];      /* SHM_BASE_PATH or the default; no trailing '/' */
     char base_source[VGPU_CONFIG_SOURCE_SIZE];  /* "SHM_BASE_PATH" or "default" */
     uint64_t context_overhead;                  /* bytes charged per CUDA context */

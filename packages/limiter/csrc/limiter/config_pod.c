@@ -13,6 +13,8 @@
 
 #define NAME_RULE "1-253 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
 #define REQUIRED "TF_REGION_REQUIRED"
+#define WAIT "TF_REGION_WAIT"
+#define MOST_WAIT_S 3600
 
 /* A name as the daemon accepts it (vgpu_valid_name). */
 static bool load_name(const char *variable, const char *value, char *out, size_t out_size,
@@ -237,6 +239,25 @@ static bool load_required(struct vgpu_config *config, char *error, size_t error_
     return true;
 }
 
+/* TF_REGION_WAIT=seconds (the device plugin's Allocate sets it): the container's folder gets its
+ * region once the daemon has bound the allocation to the pod, which may come a moment after the
+ * container starts; a required region that is missing is waited for that long. */
+static bool load_wait(struct vgpu_config *config, char *error, size_t error_size) {
+    const char *value = getenv(WAIT);
+    if (value == NULL || *value == '\0') {
+        return true;
+    }
+    struct report report = {error, error_size, WAIT, value};
+    uint64_t seconds;
+    if (!vgpu_parse_u64(value, &seconds) || seconds > MOST_WAIT_S) {
+        return vgpu_config_fail(&report, "expected a whole number of seconds, 0 to %d",
+                                MOST_WAIT_S);
+    }
+    config->region_wait_s = (unsigned)seconds;
+    return true;
+}
+
 bool vgpu_config_load_pod(struct vgpu_config *config, char *error, size_t error_size) {
-    return load_identity(config, error, error_size) && load_required(config, error, error_size);
+    return load_identity(config, error, error_size) && load_required(config, error, error_size) &&
+           load_wait(config, error, error_size);
 }

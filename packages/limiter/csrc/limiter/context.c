@@ -23,6 +23,7 @@ CUresult cuInit(unsigned int Flags) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
+    vgpu_show_only_pod_gpus(); /* before the driver reads CUDA_VISIBLE_DEVICES */
     result = VGPU_REAL(cuInit, Flags);
     return result == CUDA_SUCCESS ? vgpu_map_devices() : result;
 }

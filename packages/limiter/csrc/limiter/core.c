@@ -78,7 +78,14 @@ static void setup(void) {
         ready_result = CUDA_ERROR_NOT_INITIALIZED;
         return;
     }
-    /* A region the daemon must have made is never made here: it would hold no limit. */
+    /* A region the daemon must have made is never made here: it would hold no limit. It may
+     * come a moment after the container starts (TF_REGION_WAIT). */
+    if (config->region_required && config->region_wait_s > 0 &&
+        !vgpu_region_await(folder, config->region_wait_s, error, sizeof error)) {
+        vgpu_log(VGPU_LOG_ERROR, "%s", error);
+        ready_result = CUDA_ERROR_NOT_INITIALIZED;
+        return;
+    }
     vgpu_state.region = vgpu_region_open(folder, config->pod_namespace, config->pod_name,
                                          !config->region_required, error, sizeof error);
     if (vgpu_state.region == NULL) {

@@ -47,6 +47,10 @@ CUresult vgpu_map_devices(void);
  * private or unnamed region, or one without entries yet, is not confined. */
 bool vgpu_pod_confined(void);
 
+/* In a confined pod whose program set no CUDA_VISIBLE_DEVICES, set it to the pod's GPUs, once,
+ * before the driver's cuInit (visible.c). */
+void vgpu_show_only_pod_gpus(void);
+
 /* Region entry of a CUDA ordinal, or of the current context's device; -1 when unknown (and
  * VGPU_ENTRY_OUTSIDE, also negative, for a GPU outside a confined pod). */
 int vgpu_entry_of(int ordinal);

@@ -15,6 +15,11 @@ struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespa
                                      const char *pod_name, bool create, char *error,
                                      size_t error_size);
 
+/* Wait up to `wait_s` seconds for folder/shm to exist (the device plugin's allocation folder
+ * gets it once the daemon has bound the container to its pod). Sleeps only, with a backoff up
+ * to 200 ms; holds no lock. False with a one-line reason in `error` when it did not come. */
+bool vgpu_region_await(const char *folder, unsigned wait_s, char *error, size_t error_size);
+
 /* The entry of a GPU (lower-case UUID), added when `create`; -1 when absent or full. */
 int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create);
 

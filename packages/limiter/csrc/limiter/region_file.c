@@ -51,6 +51,15 @@ static int open_folder(const char *folder, struct stat *info, char *error, size_
     return fd;
 }
 
+/* Only root can have put a name in a folder that root owns and nobody else may write (root's
+ * group aside): the daemon's pod folders, and the device plugin's allocation folders, where the
+ * daemon links its pod's region once per container it bound to the pod. Another hard link is
+ * refused anywhere else: there a tenant could have linked another pod's file in. */
+static bool root_only(const struct stat *folder) {
+    return folder->st_uid == 0 && !(folder->st_mode & S_IWOTH) &&
+           (!(folder->st_mode & S_IWGRP) || folder->st_gid == 0);
+}
+
 bool vgpu_region_check(const struct vgpu_region *header, uint64_t file_size, char *problem,
                        size_t problem_size) {
     if (file_size < offsetof(struct vgpu_region, devices)) {
@@ -109,7 +118,7 @@ int vgpu_region_open_file(const char *folder, const char *name, bool writable, c
     const char *problem = vgpu_stat_at(fd, "", &info) != 0        ? strerror(errno)
                           : !S_ISREG(info.st_mode)   ? "not a regular file"
                           : info.st_mode & S_IWOTH   ? "writable by every user"
-                          : info.st_nlink != 1       ? "has other hard links"
+                          : info.st_nlink != 1 && !root_only(&folder_info) ? "has other hard links"
                           : geteuid() != 0 && info.st_uid != 0 && info.st_uid != geteuid()
                               ? "owned by another user"
                               : NULL;
@@ -248,6 +257,35 @@ int vgpu_region_create(const char *folder, const char *pod_namespace, const char
         return VGPU_REGION_ERROR;
     }
     return exists ? 0 : 1;
+}
+
+bool vgpu_region_await(const char *folder, unsigned wait_s, char *error, size_t error_size) {
+    char path[4096];
+    snprintf(path, sizeof path, "%.4000s/" REGION_FILE, folder);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t deadline = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + (int64_t)wait_s * 1000;
+    long pause_ms = 5;
+    /* access, not stat (glibc floor); the open that follows checks what is found. */
+    while (access(path, F_OK) != 0) {
+        if (errno != ENOENT) {
+            return true; /* the open says what is wrong */
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t left = deadline - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+        if (left <= 0) {
+            return fail(error, error_size,
+                        "%.300s: no pod region after %u s: the node daemon has not bound this "
+                        "container's GPUs to its pod (TF_REGION_WAIT=%u; is tf-hypervisor "
+                        "running, and can it reach the kubelet's PodResources socket?)",
+                        path, wait_s, wait_s);
+        }
+        long step = pause_ms < left ? pause_ms : (long)left;
+        struct timespec pause = {step / 1000, (step % 1000) * 1000000L};
+        nanosleep(&pause, NULL); /* woken early by a signal: the loop checks again */
+        pause_ms = pause_ms < 200 ? pause_ms * 2 : 200;
+    }
+    return true;
 }
 
 bool vgpu_region_private_folder(const char *path, char *error, size_t error_size) {

@@ -2,7 +2,7 @@
 
 from importlib.metadata import version as distribution_version
 
-from vgpu_common.command_app import command_app
+from vgpu_common.command_app import command_app, run_app
 
 from vgpu_limiter.config_cli import check_config
 from vgpu_limiter.coverage_cli import coverage
@@ -32,7 +32,7 @@ def version() -> None:
 
 
 def main() -> None:
-    app(prog_name="tf-limiter")
+    run_app(app, "tf-limiter")
 
 
 if __name__ == "__main__":

@@ -214,6 +214,7 @@ _FIXED = frozenset(
         "TF_LOG_LEVEL",
         "TF_LOG_PATH",
         "TF_REGION_REQUIRED",
+        "TF_REGION_WAIT",
         # Other systems' variables (config_seeds.c, config_pod.c, config_process.c).
         "CUDA_MEM_LIMIT",
         "CUDA_MEM_RATIO",

@@ -2,20 +2,19 @@
 
 import os
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from vgpu_common.cli import exec_command, fail
+from vgpu_common.command_app import sub_app
 
 from vgpu_limiter import sim
 
-app = typer.Typer(
-    help="The simulated GPU: a fake libcuda.so.1 and libnvidia-ml.so.1 sharing one node state.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,
+app = sub_app(
+    "The simulated GPU: a fake libcuda.so.1 and libnvidia-ml.so.1 sharing one node state."
 )
 
 DevicesOption = Annotated[
@@ -42,9 +41,10 @@ StateOption = Annotated[
 def planned_environment(
     environ: Mapping[str, str], devices: str | None, state: Path | None
 ) -> dict[str, str]:
-    """The variables to set so that programs (and pynvml) use the simulated GPU."""
+    """The variables to set so that programs (and pynvml) use the simulated GPU. --devices on
+    a state file that exists cannot take effect: a line on stderr says so."""
     try:
-        return sim.environment(
+        planned = sim.environment(
             devices=devices,
             # Absolute, so the variable still names the same file after a program changes folder.
             state=None if state is None else state.absolute(),
@@ -52,6 +52,14 @@ def planned_environment(
         )
     except FileNotFoundError as error:
         fail(str(error))
+    existing = sim.state_path({**environ, **planned})
+    if devices is not None and existing.exists():
+        print(
+            f"warning: --devices {devices}: not used: the state file {existing} exists and keeps"
+            " its devices (remove it, or give another --state)",
+            file=sys.stderr,
+        )
+    return planned
 
 
 @app.command()

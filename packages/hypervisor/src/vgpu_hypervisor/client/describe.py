@@ -61,6 +61,7 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
         f"Region:     {pod.get('path') or NA}",
         f"Status:     {'error: ' + pod['error'] if pod.get('error') else 'ok'}",
         f"Flags:      {region_flags(pod.get('path'))}",
+        f"QoS:        {pod.get('qos', 'medium')} (weight {pod.get('weight', 2)})",
         f"Workers:    {pod.get('workers', 0)}",
         "GPUs:",
     ]
@@ -68,12 +69,22 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
         index = gpu.get("index")
         limit = gpu.get("memory_limit")
         compute = gpu.get("compute_limit")
+        burst = gpu.get("compute_burst")
+        refused = gpu.get("last_refused_bytes")
         lines += [
             f"  GPU {index if index is not None else '(not on this node)'}  {gpu['uuid']}",
             f"    Memory limit:   {format_size(limit) if limit else 'none'}",
             f"    Memory used:    {format_bytes(gpu.get('memory_used') or 0)}",
+            f"    Oversubscribe:  {'on' if gpu.get('oversubscribe') else 'off'}"
+            f" ({format_bytes(gpu.get('host_memory_used') or 0)} in host memory)",
             f"    Compute limit:  {format_percent(compute) if compute else 'none'}",
+            f"    Burst limit:    {format_percent(burst) if burst else 'none'}",
             f"    Utilization:    {_utilization(gpu)}",
+            f"    GPU time:       {gpu.get('gpu_seconds', 0):.1f} s"
+            f" ({gpu.get('burst_seconds', 0):.1f} s above the limit)",
+            f"    Throttled:      {gpu.get('throttled_seconds', 0):.1f} s",
+            f"    OOM refusals:   {gpu.get('oom_refusals', 0)}"
+            + (f" (last asked for {format_bytes(refused)})" if refused else ""),
         ]
     if not pod.get("gpus"):
         lines.append("  (none)")

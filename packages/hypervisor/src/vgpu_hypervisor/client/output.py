@@ -14,6 +14,7 @@ class Form(StrEnum):
     wide = "wide"
     json = "json"
     yaml = "yaml"
+    name = "name"
 
 
 OutputOption = Annotated[
@@ -21,7 +22,7 @@ OutputOption = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="table (default), wide (every column), json or yaml.",
+        help="table (default), wide (every column), json, yaml or name (one a line).",
         show_default=False,
         case_sensitive=False,
     ),
@@ -47,23 +48,45 @@ def print_document(document: Any, form: Form) -> bool:
     return False
 
 
-def show(document: Any, form: Form, kind: str) -> None:
-    """A listing (kind: gpus, pods or workers) in the chosen form."""
+def show(document: Any, form: Form, kind: str, indexes: dict[str, int] | None = None) -> None:
+    """A listing (kind: gpus, pods or workers) in the chosen form; ``indexes``: GPU index by
+    UUID, for the workers' GPU column."""
     if print_document(document, form):
+        return
+    if form is Form.name:
+        for line in names(document, kind):
+            print(line)
         return
     from rich.console import Console
 
     from vgpu_hypervisor.client import tables
+    from vgpu_hypervisor.client.fit import print_table
 
     wide = form is Form.wide
     console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        # Off a terminal rich would fold at 80 columns; wide rows carry UUIDs and paths.
-        console = Console(width=400 if wide else 160)
+    # Off a terminal rich would fold at 80 columns: a pipe gets 160, and wide its full length.
+    off_terminal = not console.is_terminal and "COLUMNS" not in os.environ
+    width = 160 if off_terminal else console.width
+    fit = None if wide else width
     if kind == "gpus":
-        console.print(tables.gpu_table(document, wide=wide))
+        table = tables.gpu_table(document, width=fit, wide=wide)
     elif kind == "pods":
         pods = document if isinstance(document, list) else [document]
-        console.print(tables.pod_table(pods, wide=wide))
+        table = tables.pod_table(pods, width=fit, wide=wide)
     else:
-        console.print(tables.worker_table(document, wide=wide))
+        table = tables.worker_table(document, width=fit, wide=wide, indexes=indexes)
+    print_table(table, width)
+    if kind == "pods" and not wide:
+        for line in tables.pod_errors(document if isinstance(document, list) else [document]):
+            print(f"error: {line}")
+
+
+def names(document: Any, kind: str) -> list[str]:
+    """`-o name`: what names each item to the other commands, one a line: pods as
+    NAMESPACE/NAME, GPUs by UUID, workers by pid."""
+    items = document if isinstance(document, list) else [document]
+    if kind == "pods":
+        return [f"{item['namespace']}/{item['name']}" for item in items]
+    if kind == "gpus":
+        return [str(item.get("uuid") or item["index"]) for item in items]
+    return [str(item["pid"]) for item in items]

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vgpu_hypervisor import models
+from vgpu_hypervisor import models, package_version
 from vgpu_hypervisor.daemon.node import NodeView
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, DeviceSnapshot, Value
 
@@ -116,6 +116,12 @@ _POD_GAUGES: tuple[tuple[str, str, Callable[[models.PodGpu], float | None]], ...
         lambda g: g.compute_limit,
     ),
     (
+        "tf_pod_burst_limit_percent",
+        "The pod's soft (burst) limit on the GPU, its share while no other pod wants it "
+        "(absent: none).",
+        lambda g: g.compute_burst,
+    ),
+    (
         "tf_pod_utilization_percent",
         "SM utilization of the pod's workers on the GPU.",
         lambda g: g.utilization,
@@ -168,6 +174,11 @@ class ViewCollector(Collector):
         )
         info.add_metric([], view.taken_at)
         yield info
+        build = GaugeMetricFamily(
+            "tf_build_info", "Always 1: the daemon's version.", labels=("version",)
+        )
+        build.add_metric([package_version()], 1)
+        yield build
 
     def _gpu_labels(self, row: _GpuRow) -> list[str]:
         device = row.device
@@ -239,6 +250,14 @@ class ViewCollector(Collector):
         for pod in pods:
             frozen.add_metric([pod.namespace, pod.name, "", HOSTNAME], 1 if pod.frozen else 0)
         yield frozen
+        weight = GaugeMetricFamily(
+            "tf_pod_scheduling_weight",
+            "The pod's scheduling weight in effect, with its class (qos).",
+            labels=(*POD_LABELS, "qos"),
+        )
+        for pod in pods:
+            weight.add_metric([pod.namespace, pod.name, "", HOSTNAME, pod.qos], pod.weight)
+        yield weight
         for name, text, count_of in _POD_COUNTERS:
             counter = CounterMetricFamily(name, text, labels=POD_GPU_LABELS)
             for pod in pods:

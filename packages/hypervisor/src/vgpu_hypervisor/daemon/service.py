@@ -53,7 +53,7 @@ from vgpu_hypervisor.settings import Settings
 if TYPE_CHECKING:  # the device plugin (gRPC) and the pod source load only when they run
     from vgpu_limiter.lease_broker import LeaseBroker
 
-    from vgpu_hypervisor.device_plugin.allocation import PendingPods
+    from vgpu_hypervisor.device_plugin.allocation import NodePods
     from vgpu_hypervisor.device_plugin.server import DevicePlugin
     from vgpu_hypervisor.kubernetes.pod_source import PodSource
 
@@ -172,10 +172,10 @@ class Daemon:
         settings: Settings,
         *,
         listener: socket.socket | None = None,
-        pending_pods: "PendingPods | None" = None,
+        pending_pods: "NodePods | None" = None,
     ) -> None:
         """``pending_pods``: this node's pods from the API server, for the device plugin's
-        Allocate (the pod source gives it; without one Allocate says so)."""
+        bindings (the pod source gives them; without one Allocate says so)."""
         self.settings = settings
         self._listener = listener
         self._pending_pods = pending_pods
@@ -253,6 +253,7 @@ class Daemon:
             running=lambda: not self._failing,
             reviewer=self._reviewer,
             open_reads=frozenset(settings.api_open_reads),
+            cluster_problem=None if source is None else lambda: source.problem,
         )
         listener = self._listener or _listen_socket(settings)
         server = _Server(server_config(create_app(context)))
@@ -336,13 +337,14 @@ class Daemon:
         self, snapshot: NodeSnapshot | None, store: PodStore, source: "PodSource | None"
     ) -> None:
         """TokenReview and the device plugin, where the settings ask for them. With the pod
-        source, Allocate finds its pod among the source's pending pods and the source sets the
-        pod's limits (annotations and resources) on the GPUs Allocate gave."""
+        source, an allocation bound to its pod (the kubelet's PodResources) finds the pod among
+        the source's pods and the source sets the pod's limits (annotations and resources) on
+        the GPUs Allocate gave."""
         settings = self.settings
         self._reviewer = _token_reviewer(settings)
         if not settings.device_plugin or snapshot is None:
             return
-        pending = source.pending if source is not None else self._pending_pods
+        pods = source.pods if source is not None else self._pending_pods
         assign = source.assign if source is not None else None
         live = source.live_uids if source is not None else None
         events = source.events if source is not None else None
@@ -354,7 +356,7 @@ class Daemon:
                 settings,
                 snapshot,
                 store,
-                pending,
+                pods,
                 assign,
                 live=live,
                 events=None if events is None else events.post,

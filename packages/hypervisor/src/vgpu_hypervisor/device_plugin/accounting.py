@@ -1,5 +1,5 @@
 """Per-GPU accounting: what each GPU has committed to pods, where a pod's GPU shares should go
-(GetPreferredAllocation) and the check Allocate makes before it answers.
+(GetPreferredAllocation) and the check made when a pod is bound to its allocation.
 
 The kubelet counts the memory and compute resources for the whole node, and any share of the
 GPU resource is as good as another to it; so without this, one GPU could be promised more
@@ -11,8 +11,10 @@ keeps, per GPU, what it charged each pod there:
   (``default_gpu_memory``, ``default_gpu_compute``), else the whole GPU. Annotations that
   lower its limits do not lower the charge (the tenant may remove them again); an admin's
   change through the API does not change it either (the admin oversees the node);
-- a pod is charged once per GPU (its containers share one region), when Allocate gives it a
-  share of that GPU, and only if the GPU still holds the charge: otherwise Allocate refuses;
+- a pod is charged once per GPU (its containers share one region), when the binder learns
+  that the kubelet gave it a share of that GPU (binding.py: Allocate does not know the pod),
+  and only if the GPU still holds the charge: otherwise the binding is refused (no region is
+  linked, the pod gets an event);
 - a charge is released when its pod has ended (Succeeded or Failed) or left the node, as the
   kubelet frees its devices then.
 
@@ -186,19 +188,6 @@ class Ledger:
                 self._pods[uid] = _Charged(key, {**held, **new})
                 self._save()
             return tuple(sorted(new))
-
-    def release(self, uid: str, gpus: Collection[str]) -> None:
-        """Take back pod ``uid``'s charges on ``gpus`` (an Allocate that failed after)."""
-        with self._lock:
-            found = self._pods.get(uid)
-            if found is None:
-                return
-            kept = {uuid: one for uuid, one in found.gpus.items() if uuid not in gpus}
-            if kept:
-                self._pods[uid] = _Charged(found.key, kept)
-            else:
-                del self._pods[uid]
-            self._save()
 
     # Under the lock
 

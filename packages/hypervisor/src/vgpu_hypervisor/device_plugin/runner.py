@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.accounting import LivePods
-from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, PendingPods
+from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, NodePods
 from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
 from vgpu_hypervisor.device_plugin.resources import ResourceError
 from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, PostEvent, inventory
@@ -17,8 +17,8 @@ from vgpu_hypervisor.settings import Settings
 
 def _no_pod_source() -> Sequence[KubePod]:
     raise AllocationError(
-        "the daemon does not watch this node's pods (--kubernetes), so no container can be "
-        "matched to its pod"
+        "the daemon does not watch this node's pods (--kubernetes), so no container's limits "
+        "can be known"
     )
 
 
@@ -54,7 +54,7 @@ def build_plugin(
     settings: Settings,
     snapshot: NodeSnapshot,
     store: PodStore,
-    pending: PendingPods | None,
+    pods: NodePods | None,
     assign: Assign | None = None,
     *,
     live: LivePods | None = None,
@@ -76,11 +76,12 @@ def build_plugin(
         folder=settings.device_plugin_dir,
         shares=settings.gpu_shares,
         placement=settings.gpu_placement,
+        pod_resources=settings.pod_resources_socket,
     )
     return DevicePlugin(
         config,
         gpus,
-        pending or _no_pod_source,
+        pods or _no_pod_source,
         store_preparer(store, assign),
         minor_numbers(snapshot),
         live=live,

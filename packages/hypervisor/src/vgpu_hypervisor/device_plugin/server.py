@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 import grpc
+from vgpu_common.limits import parse_quantity
 
 from vgpu_hypervisor.device_plugin.accounting import (
     FOLDER,
@@ -30,20 +31,19 @@ from vgpu_hypervisor.device_plugin.accounting import (
 from vgpu_hypervisor.device_plugin.allocation import (
     AllocationError,
     Layout,
-    PendingPods,
-    PodMatcher,
+    NodePods,
     PreparePod,
     container_response,
     pod_region,
-    requested,
 )
+from vgpu_hypervisor.device_plugin.binding import BindingError, Bindings, Refused
+from vgpu_hypervisor.device_plugin.pod_resources import DEFAULT_SOCKET, PodResources
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
     KINDS,
     Gpu,
     check_inventory,
     device_ids,
-    gpu_of,
     health_of,
 )
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
@@ -57,7 +57,7 @@ DEFAULT_FOLDER: Final = Path("/var/lib/kubelet/device-plugins")
 _ASSIGNED_KEPT: Final = 4096
 # Posts a Warning event on a pod: (pod, reason, message).
 PostEvent = Callable[[KubePod, str, str], object]
-REFUSED: Final = "GpuDoesNotFit"  # the reason of the event of a refused Allocate
+REFUSED: Final = "GpuDoesNotFit"  # the reason of the event of a pod refused at binding
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ class PluginConfig:
     poll_s: float = 1.0
     register_timeout_s: float = 5.0
     placement: Placement = "binpack"  # GetPreferredAllocation's rule (accounting.place)
+    # The kubelet's PodResources socket, and how the allocations are bound (binding.py).
+    pod_resources: Path = DEFAULT_SOCKET
+    bind_poll_s: float = 1.0  # while an allocation is unbound
+    bind_idle_s: float = 10.0  # else: links follow regions, allocations of gone pods go
+    forget_s: float = 60.0
+    region_wait_s: int = 60  # TF_REGION_WAIT: how long a container's process waits for it
 
 
 # XIDs a program causes itself (a fault in its kernel, a watchdog on its own work): they say
@@ -187,6 +193,11 @@ def _options(kind: Kind) -> api_pb2.DevicePluginOptions:
     )
 
 
+def _asked(quantity: str | None) -> int:
+    """The whole number a container's resource asks for (0 when none); ValueError if bad."""
+    return 0 if quantity is None else parse_quantity(quantity)
+
+
 class DevicePlugin:
     """Serves and registers the three resources; ``start`` then ``stop``."""
 
@@ -194,7 +205,7 @@ class DevicePlugin:
         self,
         config: PluginConfig,
         gpus: Sequence[Gpu],
-        pending: PendingPods,
+        pods: NodePods,
         prepare: PreparePod,
         minors: Mapping[str, int] | None = None,
         *,
@@ -202,7 +213,7 @@ class DevicePlugin:
         events: PostEvent | None = None,
     ) -> None:
         """``live``: the pods of the node still holding their devices (their charges are
-        released when they are not); ``events``: where a refused Allocate is told."""
+        released when they are not); ``events``: where a pod refused at binding is told."""
         layout = config.layout
         check_inventory(gpus, config.shares, layout.names.memory_unit)
         self.config = config
@@ -213,11 +224,19 @@ class DevicePlugin:
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = False
-        self._pending = pending
-        self._matcher = PodMatcher(pending, layout.names)
+        self._pods = pods
         self.ledger = Ledger(gpus, layout.host_base / FOLDER, live)
         self._events = events
         self._prepare = prepare
+        self.bindings = Bindings(
+            layout.host_base,
+            PodResources(config.pod_resources, layout.names.gpu),
+            self._find,
+            self._bind,
+            poll_s=config.bind_poll_s,
+            idle_s=config.bind_idle_s,
+            forget_s=config.forget_s,
+        )
         self._minors = dict(minors or {})
         self._servers: dict[Kind, grpc.Server] = {}
         self._kubelet_inode: int | None = None
@@ -227,6 +246,9 @@ class DevicePlugin:
         # pod UID → the GPUs its containers were given, newest last (bounded).
         self._assigned: dict[str, tuple[str, ...]] = {}
         self._assigned_lock = threading.Lock()
+        for kept in self.bindings.all():  # bound by an earlier daemon
+            if kept.uid and not kept.refused:
+                self._remember(kept.uid, kept.gpus)
 
     def resource(self, kind: Kind) -> str:
         return self.config.layout.names.of(kind)
@@ -255,49 +277,69 @@ class DevicePlugin:
     # Allocate
 
     def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
-        layout = self.config.layout
+        """Each container its own allocation: a folder the pod's region is linked into once
+        the kubelet says which pod holds its devices (binding.py)."""
+        self._pods()  # AllocationError when the daemon does not know the node's pods
         responses = []
         for one in request.container_requests:
             ids = list(one.devices_ids)
             unknown = sorted(set(ids) - set(self.ids["gpu"]))
             if unknown:
                 raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
-            uuids = sorted({gpu_of(d) for d in ids})
-            pod, container = self._matcher.match(len(ids))
-            charged = self._charge(pod, ids, uuids)
-            asked, owner = pod_region(pod, layout, uuids)
             try:
-                folder, limits = self._prepare(pod, asked, owner)
-            except Exception as error:
-                self.ledger.release(pod.uid, charged)
-                raise AllocationError(
-                    f"pod {pod.key}: cannot prepare its region: {error}"
-                ) from None
-            self._remember(pod.uid, uuids)
+                allocation = self.bindings.allocate(ids)
+            except BindingError as error:
+                raise AllocationError(str(error)) from None
             responses.append(
                 container_response(
-                    layout,
-                    pod,
-                    container,
+                    self.config.layout,
                     device_ids=ids,
-                    host_folder=folder,
+                    host_folder=self.bindings.path(allocation.id),
                     minors=self._minors,
+                    region_wait_s=self.config.region_wait_s,
                 )
             )
             log.info(
-                "Allocate: pod %s container %s gets %s (memory %s, compute %s)",
-                pod.key,
-                container.name,
-                ",".join(uuids),
-                {u: limits[u].memory for u in uuids},
-                {u: limits[u].compute for u in uuids},
+                "Allocate: allocation %s gets %s (its pod's region once the kubelet lists it)",
+                allocation.id,
+                ",".join(allocation.gpus),
             )
         return api_pb2.AllocateResponse(container_responses=responses)
 
+    def _find(self, namespace: str, name: str) -> KubePod | None:
+        """The pod of that name the pod source knows (the newest, when an old one of the name
+        is still being deleted)."""
+        pods = [p for p in self._pods() if (p.namespace, p.name) == (namespace, name)]
+        pods.sort(key=lambda p: (not p.deleting, p.created))
+        return pods[-1] if pods else None
+
+    def _bind(self, pod: KubePod, container: str, uuids: Sequence[str], allocation: str) -> None:
+        """The pod charged on ``uuids`` (Refused when they cannot hold it), then its region with
+        its limits there (made when missing), as the pod source resolves them; the binder then
+        links it into the allocation's folder. A charge stays when the region cannot be made
+        (the kubelet gave the pod those GPUs; the binder tries again)."""
+        found = self.bindings.get(allocation)
+        self._charge(pod, found.devices if found is not None else uuids, uuids)
+        asked, owner = pod_region(pod, self.config.layout, uuids)
+        try:
+            _, limits = self._prepare(pod, asked, owner)
+        except Exception as error:
+            raise AllocationError(f"cannot prepare its region: {error}") from None
+        self._remember(pod.uid, uuids)
+        log.info(
+            "allocation %s: pod %s container %s gets %s (memory %s, compute %s)",
+            allocation,
+            pod.key,
+            container,
+            ",".join(uuids),
+            {u: limits[u].memory for u in uuids},
+            {u: limits[u].compute for u in uuids},
+        )
+
     def _charge(self, pod: KubePod, ids: Sequence[str], uuids: Sequence[str]) -> tuple[str, ...]:
         """Charge the pod on the GPUs the kubelet gave it (accounting.py); the GPUs charged
-        now. A refusal (two shares of one GPU, a GPU that cannot hold the pod) is an
-        AllocationError and an event on the pod, so that its owner sees why it failed."""
+        now. A refusal (two shares of one GPU, a GPU that cannot hold the pod) is Refused and
+        an event on the pod, so that its owner sees why its processes fail."""
         if len(uuids) < len(ids):
             why = (
                 f"pod {pod.key}: the kubelet gave one container {len(ids)} shares of "
@@ -312,8 +354,12 @@ class DevicePlugin:
 
     def _refuse(self, pod: KubePod, why: str) -> NoReturn:
         if self._events is not None:
-            self._events(pod, REFUSED, why)
-        raise AllocationError(why)
+            try:
+                self._events(pod, REFUSED, why)
+            except Exception as error:  # the refusal stands; the log still says why
+                kind = type(error).__name__
+                log.warning("pod %s: event not posted: %s: %s", pod.key, kind, error)
+        raise Refused(why)
 
     # GetPreferredAllocation
 
@@ -321,7 +367,7 @@ class DevicePlugin:
         self, request: api_pb2.PreferredAllocationRequest
     ) -> api_pb2.PreferredAllocationResponse:
         """Per container, the GPU shares the placement rule takes for the pods that may be
-        the one being admitted (none: no preference, the kubelet picks; Allocate checks)."""
+        the one being admitted (none: no preference, the kubelet picks; the binding checks)."""
         return api_pb2.PreferredAllocationResponse(
             container_responses=[
                 api_pb2.ContainerPreferredAllocationResponse(deviceIDs=self._preference(one))
@@ -354,12 +400,12 @@ class DevicePlugin:
         """Pending pods with a container asking for ``size`` GPUs, less charged than asked."""
         gpu = self.config.layout.names.gpu
         found = []
-        for pod in sorted(self._pending(), key=lambda p: (p.created, p.key)):
+        for pod in sorted(self._pods(), key=lambda p: (p.created, p.key)):
             if pod.phase != "Pending" or pod.deleting:
                 continue
             try:
-                counts = [requested(pod, c, gpu) for c in pod.containers]
-            except AllocationError:
+                counts = [_asked(c.resources.get(gpu)) for c in pod.containers]
+            except ValueError:
                 continue  # the pod source reports it
             if size in counts and len(self.ledger.charged(pod.uid)) < sum(counts):
                 found.append(pod)
@@ -383,6 +429,7 @@ class DevicePlugin:
     def start(self) -> None:
         """Serve every resource and watch the kubelet's socket (registering when it is there)."""
         self.config.folder.mkdir(parents=True, exist_ok=True)
+        self.bindings.start()
         self._serve()
         self._watcher = threading.Thread(target=self._watch, name="device-plugin", daemon=True)
         self._watcher.start()
@@ -395,6 +442,7 @@ class DevicePlugin:
         if self._watcher is not None:
             self._watcher.join(timeout=10)
         self._shutdown()
+        self.bindings.stop()
 
     def registered(self) -> bool:
         return self._registered

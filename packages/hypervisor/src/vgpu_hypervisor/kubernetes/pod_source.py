@@ -157,6 +157,8 @@ class PodSource:
         self._reported: dict[str, tuple[str, ...]] = {}  # problems last logged, by UID
         self._assigned: dict[str, tuple[str, ...]] = {}  # GPUs the device plugin gave, by UID
         self.synced = asyncio.Event()  # set after each successful list
+        # Why the API server cannot be followed now (the daemon is not ready), None while it is.
+        self.problem: str | None = "the pods not listed yet"
         store.admin_listeners.append(self._admin_changed)
 
     def _admin_changed(self, namespace: str, name: str) -> None:
@@ -239,6 +241,7 @@ class PodSource:
                 await self._pause(f"API server: {type(error).__name__}: {error}")
 
     async def _pause(self, why: str) -> None:
+        self.problem = " ".join(why.split())
         pause = self._backoff.next()
         log.warning("%s; listing the pods again in %g s", " ".join(why.split()), pause)
         await asyncio.sleep(pause)
@@ -254,6 +257,7 @@ class PodSource:
             self._assigned.pop(uid, None)
         await asyncio.to_thread(self._reconcile, list(self._pods.values()))
         log.info("%d pod(s) on node %s (resourceVersion %s)", len(pods), self.node_name, version)
+        self.problem = None
         self.synced.set()
         return version
 

@@ -24,6 +24,15 @@ def workload_path() -> Path:
     return path
 
 
+def state_path(environ: Mapping[str, str]) -> Path:
+    """The state file the simulated libraries use in ``environ``: VGPU_SIM_STATE, else the
+    libraries' own default, $TMPDIR/vgpu-sim-UID.state (sim_state.c)."""
+    configured = environ.get("VGPU_SIM_STATE")
+    if configured:
+        return Path(configured)
+    return Path(environ.get("TMPDIR") or "/tmp") / f"vgpu-sim-{os.getuid()}.state"
+
+
 def environment(
     devices: str | None = None,
     state: str | os.PathLike[str] | None = None,

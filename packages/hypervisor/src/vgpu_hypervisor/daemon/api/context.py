@@ -29,6 +29,9 @@ class ApiContext:
     running: Callable[[], bool] = lambda: True
     # Cluster tokens accepted through TokenReview (--token-review); None: the token file only.
     reviewer: TokenReviewer | None = None
+    # Why the pods cannot be followed from the API server now (Kubernetes on), None while they
+    # can; this getter is None without Kubernetes.
+    cluster_problem: Callable[[], str | None] | None = None
     # The read areas open without a token (the api_open_reads setting; auth.READ_AREAS).
     open_reads: frozenset[str] = frozenset()
     # Who may read and change what: made from the three above, one for every router.
@@ -55,6 +58,8 @@ def readiness(context: ApiContext) -> dict[str, str]:
     )
     checks["free_space"] = free_space_problem(base) or "ok"
     checks["tasks"] = "ok" if context.running() else "a daemon task is restarting"
+    if context.cluster_problem is not None:
+        checks["kubernetes"] = context.cluster_problem() or "ok"
     return checks
 
 

@@ -1,5 +1,6 @@
 """/healthz (the daemon answers) and /readyz (NVML answered, the base path is writable and has
-room for a pod region, every daemon task runs)."""
+room for a pod region, every daemon task runs, and in Kubernetes the API server answered the
+last list or watch of the node's pods)."""
 
 from typing import Any
 
@@ -22,7 +23,8 @@ def router(context: ApiContext) -> APIRouter:
         "/readyz", response_model=models.Readiness, responses={503: {"model": models.Readiness}}
     )
     async def ready() -> Any:
-        """NVML answered, the base path is writable and has room, the daemon's tasks run."""
+        """NVML answered, the base path is writable and has room, the daemon's tasks run, the
+        API server answers (in Kubernetes)."""
         checks = readiness(context)
         document = models.Readiness(ready=all(v == "ok" for v in checks.values()), checks=checks)
         if document.ready:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
-from vgpu_common.limits import GpuLimits, format_size, names_gpu, normalize_uuid
+from vgpu_common.limits import GpuLimits, Qos, format_size, names_gpu, normalize_uuid
 
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.api.content_type import JsonBodyRoute
@@ -50,8 +50,16 @@ def resolve_gpus(
     return resolved
 
 
-def _limits_text(limits: Mapping[str, GpuLimits]) -> str:
-    return "; ".join(f"{uuid} {wanted}" for uuid, wanted in limits.items())
+def _change_text(
+    limits: Mapping[str, GpuLimits], qos: Qos | None = None, weight: int | None = None
+) -> str:
+    """A change in words for the log: each GPU's limits given, then the class and weight."""
+    parts = [f"{uuid} {wanted}" for uuid, wanted in limits.items()]
+    policy = " ".join(
+        f"{name}={value}" for name, value in (("qos", qos and qos.label), ("weight", weight))
+        if value is not None
+    )  # fmt: skip
+    return "; ".join(parts + ([policy] if policy else []))
 
 
 def router(context: ApiContext) -> APIRouter:
@@ -104,7 +112,12 @@ def router(context: ApiContext) -> APIRouter:
                 store.set_policy(request.namespace, request.name, qos, request.weight)
 
         await change(create)
-        log.info("pod %s/%s created: %s", request.namespace, request.name, _limits_text(limits))
+        log.info(
+            "pod %s/%s created: %s",
+            request.namespace,
+            request.name,
+            _change_text(limits, qos, request.weight),
+        )
         return found(request.namespace, request.name)
 
     @routes.get(
@@ -138,7 +151,9 @@ def router(context: ApiContext) -> APIRouter:
                 store.set_policy(namespace, name, qos, request.weight)
 
         await change(update)
-        log.info("pod %s/%s updated: %s", namespace, name, _limits_text(limits))
+        log.info(
+            "pod %s/%s updated: %s", namespace, name, _change_text(limits, qos, request.weight)
+        )
         return found(namespace, name)
 
     @routes.delete(

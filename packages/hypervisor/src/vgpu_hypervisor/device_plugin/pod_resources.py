@@ -1,0 +1,80 @@
+"""A client of the kubelet's PodResources API v1 (``List``): which pod and container the kubelet
+gave which devices of a resource.
+
+The kubelet serves it on a unix socket (``/var/lib/kubelet/pod-resources/kubelet.sock``) to
+node agents; a device's ID is held by one pod at a time. It lists every pod the kubelet has,
+with its containers and, for each, the devices of each resource it was given; a sidecar
+(an init container with ``restartPolicy: Always``) is listed as a container, a plain init
+container is not (its devices show under the pod's later containers, which the kubelet gives
+them first).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import grpc
+
+from vgpu_hypervisor.device_plugin.podresources import api_pb2, api_pb2_grpc
+
+DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+# The kubelet answers List for the whole node in one message: well above gRPC's 4 MiB default.
+_MOST_BYTES: Final = 64 << 20
+
+
+class PodResourcesError(Exception):
+    """The kubelet's PodResources API did not answer; one line."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One container the kubelet lists, and the devices of the resource it holds."""
+
+    namespace: str
+    pod: str
+    container: str
+    devices: frozenset[str]
+
+
+class PodResources:
+    """``holders()`` of one resource, through one channel kept open (thread-safe, as gRPC's)."""
+
+    def __init__(self, socket: Path, resource: str, timeout_s: float = 10.0) -> None:
+        self.socket = socket
+        self.resource = resource
+        self._timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(
+            f"unix://{socket}", options=[("grpc.max_receive_message_length", _MOST_BYTES)]
+        )
+        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+
+    def holders(self) -> list[Holder]:
+        """Every container of every pod the kubelet lists (those holding none of the
+        resource's devices too); PodResourcesError when the kubelet does not answer."""
+        try:
+            answer = self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
+        except grpc.RpcError as error:
+            code = error.code().name if isinstance(error, grpc.Call) else "error"
+            detail = error.details() if isinstance(error, grpc.Call) else str(error)
+            line = " ".join(str(detail).split())
+            raise PodResourcesError(
+                f"the kubelet's PodResources API at {self.socket}: {code}: {line}"
+            ) from None
+        return [
+            Holder(
+                pod.namespace,
+                pod.name,
+                container.name,
+                frozenset(
+                    one
+                    for devices in container.devices
+                    if devices.resource_name == self.resource
+                    for one in devices.device_ids
+                ),
+            )
+            for pod in answer.pod_resources
+            for container in pod.containers
+        ]
+
+    def close(self) -> None:
+        self._channel.close()

@@ -1,0 +1,1 @@
+"""Generated kubelet PodResources v1 messages and services (see api.proto)."""

@@ -1,0 +1,673 @@
+"""The HTTP side: routes, discovery, watches, tables, and the server's life.
+
+Plain HTTP/1.1 on 127.0.0.1 (kubectl, the official Python client and lightkube all take an
+``http://`` server from a kubeconfig), JSON only (a client asking for protobuf alone gets 406),
+keep-alive for ordinary answers and chunked transfer for watches, so a watch that ends (its
+``timeoutSeconds``, or the test cutting it) ends as upstream's do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.support.apiserver import patch as patches
+from tests.support.apiserver import selectors
+from tests.support.apiserver.errors import ApiError
+from tests.support.apiserver.kinds import BUILTIN, EVENT, NAMESPACE, POD, Kind
+from tests.support.apiserver.schemas import Schemas
+from tests.support.apiserver.store import Object, Store
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_DEFAULT_WATCH_S = 1800  # upstream picks between 30 and 60 minutes
+_TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    api: ApiServer
+
+    def __init__(self, address: tuple[str, int], api: ApiServer) -> None:
+        self.api = api
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def cut_connections(self) -> None:
+        with self.connections_lock:
+            for connection in list(self.connections):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+
+
+class _Route:
+    """What a path names: a kind, maybe a namespace, a name and a subresource."""
+
+    def __init__(self, kind: Kind, namespace: str | None, name: str | None, sub: str | None):
+        self.kind, self.namespace, self.name, self.sub = kind, namespace, name, sub
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    # Answers
+
+    def _send(
+        self,
+        code: int,
+        document: Any,
+        content_type: str = "application/json",
+        warnings: list[str] | None = None,
+    ) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for warning in warnings or []:
+            self.send_header("Warning", f'299 - "{warning}"')
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            raise ApiError(400, "BadRequest", "the request has no body")
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body is not JSON") from None
+
+    def _handle(self) -> None:
+        api = self.server.api
+        api.requests.append(f"{self.command} {self.path}")
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        accept = self.headers.get("Accept", "application/json")
+        try:
+            if not any(
+                t.split(";")[0].strip() in ("application/json", "*/*", "application/*")
+                for t in accept.split(",")
+            ):
+                raise ApiError(
+                    406, "NotAcceptable", f"only application/json is served, not {accept}"
+                )
+            if self.command == "GET" and self._discovery(url.path):
+                return
+            route = api.route(url.path)
+            getattr(self, f"_{self.command.lower()}")(route, query, accept)
+        except ApiError as error:
+            self._send(error.code, error.status())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+    # Discovery
+
+    def _discovery(self, path: str) -> bool:
+        api = self.server.api
+        document = api.discovery(path.rstrip("/") or "/")
+        if document is None:
+            return False
+        self._send(200, document)
+        return True
+
+    # Verbs
+
+    def _get(self, route: _Route, query: dict[str, str], accept: str) -> None:
+        api = self.server.api
+        table = "as=Table" in accept.replace(" ", "")
+        if route.name is not None and query.get("watch") not in ("true", "1"):
+            obj = api.store.get(route.kind, route.namespace, route.name)
+            if table:
+                self._send(200, _table(route.kind, [obj], query), _TABLE)
+            else:
+                self._send(200, obj)
+            return
+        selector = selectors.Selector(
+            selectors.labels(query.get("labelSelector", "")),
+            selectors.fields(query.get("fieldSelector", ""), route.kind.selectable),
+        )
+        if route.name is not None:  # a watch of one object, as upstream's deprecated path
+            selector = selectors.Selector(
+                selector.labels, (*selector.fields, ("metadata.name", True, route.name))
+            )
+        if query.get("watch") in ("true", "1"):
+            self._watch(route, selector, query, table)
+            return
+        items, version = api.store.select(route.kind, route.namespace, selector)
+        items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        if table:
+            self._send(200, _table(route.kind, items, query, version), _TABLE)
+            return
+        for item in items:
+            item.pop("kind", None)
+            item.pop("apiVersion", None)
+        self._send(
+            200,
+            {
+                "kind": f"{route.kind.kind}List",
+                "apiVersion": route.kind.group_version,
+                "metadata": {"resourceVersion": str(version)},
+                "items": items,
+            },
+        )
+
+    def _watch(
+        self, route: _Route, selector: selectors.Selector, query: dict[str, str], table: bool
+    ) -> None:
+        api = self.server.api
+        version = query.get("resourceVersion", "")
+        if version and not version.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resource version {version!r}")
+        initial = query.get("sendInitialEvents") == "true"
+        timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_S)
+        events = api.store.changes(
+            route.kind,
+            route.namespace,
+            selector,
+            None if initial or not version else int(version),
+            deadline=time.monotonic() + timeout,
+            bookmark_s=api.bookmark_s if query.get("allowWatchBookmarks") == "true" else None,
+            initial_end_bookmark=initial,
+            gone=self._client_gone,
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", _TABLE if table else "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self._chunk(b"")  # headers out at once: clients wait for them
+            try:
+                for event in events:
+                    if table and event["type"] != "BOOKMARK":
+                        row = _table(route.kind, [event["object"]], query)
+                        self._chunk(
+                            json.dumps({"type": event["type"], "object": row}).encode() + b"\n"
+                        )
+                    else:
+                        self._chunk(json.dumps(event).encode() + b"\n")
+            except ApiError as error:  # a version compacted away: upstream says so in the stream
+                self._chunk(
+                    json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n"
+                )
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (a watch it no longer reads)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _post(self, route: _Route, query: dict[str, str], accept: str) -> None:
+        if route.name is not None:
+            raise ApiError(405, "MethodNotAllowed", f"POST is not allowed on {self.path}")
+        api = self.server.api
+        obj, warnings = api.store.create(
+            route.kind,
+            route.namespace,
+            self._body(),
+            strict=query.get("fieldValidation") == "Strict",
+            dry_run="dryRun" in query,
+        )
+        self._send(201, obj, warnings=warnings)
+
+    def _put(self, route: _Route, query: dict[str, str], accept: str) -> None:
+        body = self._body()
+        self._update(route, query, lambda _: body)
+
+    def _patch(self, route: _Route, query: dict[str, str], accept: str) -> None:
+        content = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        body = self._body()
+        api = self.server.api
+        if content == "application/merge-patch+json":
+            self._update(route, query, lambda current: patches.merge_patch(current, body))
+        elif content == "application/json-patch+json":
+            self._update(route, query, lambda current: patches.json_patch(current, body))
+        elif content == "application/strategic-merge-patch+json":
+            schema = api.schemas.root(route.kind)
+            self._update(
+                route,
+                query,
+                lambda current: patches.strategic_merge(current, body, schema, api.schemas.resolve),
+            )
+        else:
+            raise ApiError(
+                415, "UnsupportedMediaType", f"the patch type {content!r} is not supported"
+            )
+
+    def _update(self, route: _Route, query: dict[str, str], change: Any) -> None:
+        if route.name is None:
+            raise ApiError(405, "MethodNotAllowed", f"{self.command} needs an object's name")
+        if route.sub not in (None, "status"):
+            raise ApiError(404, "NotFound", f"no subresource {route.sub!r}")
+
+        def apply(current: Object) -> Object:
+            try:
+                result: Object = change(current)
+            except patches.PatchError as error:
+                raise ApiError(422, "Invalid", f"the patch does not apply: {error}") from None
+            return result
+
+        obj, warnings = self.server.api.store.update(
+            route.kind,
+            route.namespace,
+            route.name,
+            apply,
+            subresource=route.sub,
+            strict=query.get("fieldValidation") == "Strict",
+            dry_run="dryRun" in query,
+        )
+        self._send(200, obj, warnings=warnings)
+
+    def _delete(self, route: _Route, query: dict[str, str], accept: str) -> None:
+        store = self.server.api.store
+        options: Object = {}
+        if int(self.headers.get("Content-Length") or 0):
+            options = self._body()
+        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        preconditions = options.get("preconditions") or {}
+        dry_run = "dryRun" in query or bool(options.get("dryRun"))
+        if route.name is None:  # deletecollection
+            selector = selectors.Selector(
+                selectors.labels(query.get("labelSelector", "")),
+                selectors.fields(query.get("fieldSelector", ""), route.kind.selectable),
+            )
+            items, _ = store.select(route.kind, route.namespace, selector)
+            for item in items:
+                with contextlib.suppress(ApiError):
+                    store.delete(
+                        route.kind,
+                        item["metadata"].get("namespace"),
+                        item["metadata"]["name"],
+                        grace=None if grace is None else int(grace),
+                        dry_run=dry_run,
+                    )
+            self._send(
+                200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+            )
+            return
+        obj = store.delete(
+            route.kind,
+            route.namespace,
+            route.name,
+            grace=None if grace is None else int(grace),
+            uid=preconditions.get("uid"),
+            version=preconditions.get("resourceVersion"),
+            dry_run=dry_run,
+        )
+        self._send(200, obj)
+
+
+def _table(
+    kind: Kind, items: list[Object], query: dict[str, str], version: int | None = None
+) -> Object:
+    """The server-side printing kubectl asks for: name, a pod's phase, age."""
+    columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name"}]
+    if kind is POD:
+        columns.append({"name": "Status", "type": "string", "format": "", "description": "Phase"})
+    columns.append({"name": "Age", "type": "string", "format": "", "description": "Age"})
+    include = query.get("includeObject", "PartialObjectMetadata")
+    rows = []
+    for obj in items:
+        cells: list[Any] = [obj["metadata"]["name"]]
+        if kind is POD:
+            cells.append(
+                "Terminating"
+                if obj["metadata"].get("deletionTimestamp")
+                else obj.get("status", {}).get("phase", "")
+            )
+        cells.append(_age(obj["metadata"].get("creationTimestamp", "")))
+        row: Object = {"cells": cells}
+        if include == "Object":
+            row["object"] = obj
+        elif include == "PartialObjectMetadata":
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj["metadata"],
+            }
+        rows.append(row)
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {} if version is None else {"resourceVersion": str(version)},
+        "columnDefinitions": columns,
+        "rows": rows,
+    }
+
+
+def _age(created: str) -> str:
+    try:
+        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").timestamp()
+    except ValueError:
+        return "<unknown>"
+    seconds = max(0, int(time.time() - then))
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+
+
+class ApiServer:
+    """A Kubernetes API server for tests, on a free port of 127.0.0.1.
+
+    ``version`` is the Kubernetes version it says it is, whose published schemas check what
+    clients create and update. ``stop_pods_s`` is how long its nodes take to stop a deleted
+    pod (at most the pod's grace period; None: never, as a node that is gone). Watches that
+    ask for bookmarks get one after ``bookmark_s`` without a change.
+    """
+
+    def __init__(
+        self,
+        *,
+        version: str = "1.34.0",
+        stop_pods_s: float | None = 0.5,
+        bookmark_s: float = 1.0,
+        namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public", "kube-node-lease"),
+    ) -> None:
+        self.version = version
+        self.bookmark_s = bookmark_s
+        self.schemas = Schemas(version)
+        self.requests: list[str] = []
+        self.kinds: list[Kind] = []
+        self.store = Store(self._validate, stop_pods_s=stop_pods_s)
+        for kind in BUILTIN:
+            self.register(kind)
+        for name in namespaces:
+            self.store.create(
+                NAMESPACE, None, {"metadata": {"name": name}}, strict=True, dry_run=False
+            )
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        self._server: _Server | None = None
+
+    def register(self, kind: Kind) -> None:
+        """Serve another kind (its group version appears in discovery)."""
+        if self.schemas.definition(kind) is None:
+            raise ValueError(
+                f"Kubernetes {self.version} publishes no schema of {kind.group_version} {kind.kind}"
+            )
+        if any(
+            (k.group, k.version, k.plural) == (kind.group, kind.version, kind.plural)
+            for k in self.kinds
+        ):
+            raise ValueError(f"{kind.group_version} {kind.plural} is served already")
+        self.kinds.append(kind)
+
+    def _validate(self, obj: Object, strict: bool) -> list[str]:
+        return self.schemas.validate(obj, strict=strict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
+        """A kubeconfig for any client (kubectl, the Python client, lightkube)."""
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+                    "users": [{"name": "test", "user": {"token": "test-token"}}],
+                    "contexts": [
+                        {
+                            "name": "test",
+                            "context": {"cluster": "test", "user": "test", "namespace": namespace},
+                        }
+                    ],
+                }
+            )
+        )
+        return path
+
+    # Life
+
+    def up(self) -> None:
+        server = _Server(("127.0.0.1", self.port), self)
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        """Stop answering: the port closed, every connection (watches among them) cut."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server.cut_connections()
+            self._server = None
+        self.store.cut()
+
+    def expire(self) -> None:
+        """Compact the history: a watch resumed from an older version gets 410 Gone."""
+        self.store.compact()
+
+    def __enter__(self) -> ApiServer:
+        self.up()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.down()
+
+    # Routing and discovery
+
+    def _served(self, group: str, version: str) -> list[Kind]:
+        return [k for k in self.kinds if (k.group, k.version) == (group, version)]
+
+    def route(self, path: str) -> _Route:
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        kinds = {k.plural: k for k in self._served(group, version)}
+        namespace: str | None = None
+        namespace_sub = (
+            len(rest) == 3 and rest[0] == "namespaces" and rest[2] in ("status", "finalize")
+        )
+        if len(rest) >= 3 and rest[0] == "namespaces" and not namespace_sub:
+            namespace, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in kinds or len(rest) > 3:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        kind = kinds[rest[0]]
+        if kind.namespaced != (namespace is not None) and not (kind.namespaced and len(rest) == 1):
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        sub = rest[2] if len(rest) == 3 else None
+        if sub is not None and not (sub == "status" and kind.status):
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        return _Route(kind, namespace, rest[1] if len(rest) > 1 else None, sub)
+
+    def discovery(self, path: str) -> Object | None:
+        """The document of a discovery or OpenAPI path, None for any other path."""
+        major, minor = self.version.split(".")[:2]
+        groups = sorted({(k.group, k.version) for k in self.kinds if k.group})
+        names = list(dict.fromkeys(g for g, _ in groups))
+        documents: dict[str, Callable[[], Object]] = {
+            "/version": lambda: {"major": major, "minor": minor, "platform": "linux/amd64",
+                                 "gitVersion": f"v{self.version}"},
+            "/healthz": lambda: {"status": "ok"},
+            "/readyz": lambda: {"status": "ok"},
+            "/livez": lambda: {"status": "ok"},
+            "/api": lambda: {"kind": "APIVersions", "versions": ["v1"],
+                             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                                             "serverAddress": self.url[7:]}]},
+            "/apis": lambda: {"kind": "APIGroupList", "apiVersion": "v1",
+                              "groups": [self._group(g) for g in names]},
+            "/api/v1": lambda: self._resources("", "v1"),
+            "/openapi/v3": lambda: {"paths": {
+                gv: {"serverRelativeURL": f"/openapi/v3/{gv}"}
+                for gv in ["api/v1", *(f"apis/{g}/{v}" for g, v in groups)]}},
+            "/openapi/v3/api/v1": lambda: self.schemas.openapi(self._served("", "v1"), "v1"),
+        }  # fmt: skip
+        for group, version in groups:
+            documents[f"/apis/{group}"] = partial(self._group_document, group)
+            documents[f"/apis/{group}/{version}"] = partial(self._resources, group, version)
+            documents[f"/openapi/v3/apis/{group}/{version}"] = partial(
+                self.schemas.openapi, self._served(group, version), f"{group}/{version}"
+            )
+        make = documents.get(path)
+        return None if make is None else make()
+
+    def _group_document(self, group: str) -> Object:
+        return {"kind": "APIGroup", "apiVersion": "v1", **self._group(group)}
+
+    def _group(self, group: str) -> Object:
+        versions = [
+            {"groupVersion": f"{group}/{k.version}", "version": k.version}
+            for k in self.kinds
+            if k.group == group
+        ]
+        unique = list({v["version"]: v for v in versions}.values())
+        return {"name": group, "versions": unique, "preferredVersion": unique[0]}
+
+    def _resources(self, group: str, version: str) -> Object:
+        resources = []
+        for kind in self._served(group, version):
+            entry: Object = {
+                "name": kind.plural,
+                "singularName": kind.singular,
+                "namespaced": kind.namespaced,
+                "kind": kind.kind,
+                "verbs": VERBS,
+            }
+            if kind.short_names:
+                entry["shortNames"] = list(kind.short_names)
+            if kind.categories:
+                entry["categories"] = list(kind.categories)
+            resources.append(entry)
+            if kind.status:
+                resources.append(
+                    {
+                        "name": f"{kind.plural}/status",
+                        "singularName": "",
+                        "namespaced": kind.namespaced,
+                        "kind": kind.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
+
+    # The tests' own hands (what a controller or the kubelet would do)
+
+    def put(self, obj: Object) -> Object:
+        """Create ``obj``, or write it over the one there (keeping its uid): as a controller
+        writes it, checked against the schema but not against what updates may change."""
+        kind = next(
+            k for k in self.kinds if (k.group_version, k.kind) == (obj["apiVersion"], obj["kind"])
+        )
+        namespace = obj["metadata"].get("namespace", "default") if kind.namespaced else None
+        if namespace is not None:
+            self.ensure_namespace(namespace)
+        return self.store.put(kind, namespace, obj)
+
+    def ensure_namespace(self, name: str) -> None:
+        with contextlib.suppress(ApiError):
+            self.store.create(
+                NAMESPACE, None, {"metadata": {"name": name}}, strict=True, dry_run=False
+            )
+
+    def put_pod(
+        self,
+        name: str,
+        *,
+        namespace: str = "default",
+        node: str = "node-a",
+        annotations: dict[str, str] | None = None,
+        resources: dict[str, str] | None = None,
+        phase: str = "Running",
+        security: dict[str, Any] | None = None,
+        container_security: dict[str, Any] | None = None,
+    ) -> Object:
+        """A pod of one container ``main`` bound to ``node``, made or replaced; ``security`` and
+        ``container_security`` are the pod's and its container's securityContext."""
+        container: Object = {
+            "name": "main",
+            "image": "busybox",
+            "resources": {"limits": resources or {}},
+        }
+        if container_security is not None:
+            container["securityContext"] = container_security
+        spec: Object = {"nodeName": node, "containers": [container]}
+        if security is not None:
+            spec["securityContext"] = security
+        return self.put(
+            {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "annotations": annotations or {},
+                },
+                "spec": spec,
+                "status": {"phase": phase},
+            }
+        )
+
+    def delete_pod(self, name: str, namespace: str = "default") -> None:
+        """The pod gone at once, as after its node stopped it."""
+        self.store.delete(POD, namespace, name, grace=0)
+
+    def objects(self, kind: Kind, namespace: str | None = None) -> list[Object]:
+        return self.store.select(kind, namespace, selectors.Selector())[0]
+
+    @property
+    def pods(self) -> dict[tuple[str, str], Object]:
+        return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in self.objects(POD)}
+
+    @property
+    def events(self) -> list[Object]:
+        """The core Events, oldest first."""
+        return sorted(self.objects(EVENT), key=lambda e: int(e["metadata"]["resourceVersion"]))
