@@ -24,7 +24,12 @@ from tests.device_plugin.conftest import (
     running_node,
     serving,
 )
-from tests.device_plugin.test_device_plugin import region_limits, registered
+from tests.device_plugin.test_device_plugin import (
+    container_environment,
+    region_limits,
+    registered,
+    run_workload,
+)
 
 GPU = "vgpu.io/gpu"
 
@@ -127,7 +132,11 @@ def test_a_gpu_only_pod_takes_a_whole_gpu_and_the_next_goes_to_the_other(
 
 
 def test_an_unfittable_choice_is_refused_at_binding_with_an_event_and_no_region(
-    node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot, caplog: pytest.LogCaptureFixture
+    node: Node,
+    plugin: DevicePlugin,
+    snapshot: NodeSnapshot,
+    sim_state: object,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The kubelet picks without asking (an older kubelet, or its own order): a share of a GPU
     that cannot hold the pod is refused when the binder learns the pod, saying why on the
@@ -137,7 +146,9 @@ def test_an_unfittable_choice_is_refused_at_binding_with_an_event_and_no_region(
     uuid = str(snapshot.devices[0].uuid)
     units = capacity(snapshot) // GiB
     admitted(node, plugin, "big", 1, memory=units - 8, compute=50, choose=[f"{uuid}-0"])
-    late = admitted(node, plugin, "late", 1, memory=16, compute=10, choose=[f"{uuid}-1"])
+    pod = gpu_pod("late", 1, "2026-01-01T00:00:01Z", memory=16, compute=10)
+    answer = admit(node, plugin, pod, choose={("main", GPU): [f"{uuid}-1"]})["main"]
+    late = allocation_of(plugin, answer)
     why = (
         f"pod team/late: GPU {uuid} cannot hold it: it asks 16 GiB and 10 % there, and "
         f"{units - 8} GiB and 50 % of the GPU's {units} GiB and 100 % are committed to 1 other "
@@ -151,6 +162,11 @@ def test_an_unfittable_choice_is_refused_at_binding_with_an_event_and_no_region(
     assert not (plugin.bindings.path(late.id) / "shm").exists()
     said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert said == [f"allocation {late.id} refused, no region linked: {why}"]
+    environment = container_environment(answer, sim_state) | {"TF_REGION_WAIT": "1"}
+    failed = run_workload(environment, "1GiB")
+    assert str(failed["error"]).startswith("CUDA_ERROR_NOT_INITIALIZED"), failed
+    (line,) = [one for one in str(failed["stderr"]).splitlines() if "TF_REGION_WAIT" in one]
+    assert "no pod region after 1 s" in line
 
 
 def test_two_shares_of_one_gpu_for_one_container_are_refused(
