@@ -2,7 +2,7 @@
 knows; ``admit`` has the kubelet admit one and waits until its allocations are bound."""
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.device_plugin.accounting import Placement
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.device_plugin.binding import Allocation
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
@@ -62,10 +63,21 @@ class Node:
     layout: Layout
     store: PodStore
     pods: list[KubePod] = field(default_factory=list)
+    # The events the plugin posted: (pod key, reason, message).
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def live(self) -> set[str]:
+        """The pods whose devices the kubelet still holds: those listed, not ended."""
+        return {pod.uid for pod in self.pods if pod.phase not in ("Succeeded", "Failed")}
+
+    def post(self, pod: KubePod, reason: str, message: str) -> None:
+        self.events.append((pod.key, reason, message))
 
 
 @contextmanager
-def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
+def running_node(
+    root: Path, snapshot: NodeSnapshot, names: ResourceNames | None = None
+) -> Iterator[Node]:
     """A node under ``root``: the libraries, device files, base path and a stand-in kubelet."""
     lib = root / "lib"
     lib.mkdir()
@@ -79,7 +91,7 @@ def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
         host_lib_dir=lib,
         host_base=root / "shm",
         dev_root=dev,
-        names=ResourceNames(memory_unit=GiB),
+        names=names or ResourceNames(memory_unit=GiB),
         gpus=node_gpus(snapshot),
     )
     layout.host_base.mkdir()
@@ -94,13 +106,16 @@ def running_node(root: Path, snapshot: NodeSnapshot) -> Iterator[Node]:
 
 
 @contextmanager
-def serving(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
+def serving(
+    node: Node, snapshot: NodeSnapshot, placement: Placement = "binpack"
+) -> Iterator[DevicePlugin]:
     """The plugin of ``node``, started, its pods those of ``node.pods``."""
     config = PluginConfig(
         node.layout,
         folder=node.kubelet.folder,
         shares=SHARES,
         poll_s=0.1,
+        placement=placement,
         pod_resources=node.kubelet.pod_resources,
         bind_poll_s=0.05,
         bind_idle_s=0.2,
@@ -108,7 +123,13 @@ def serving(node: Node, snapshot: NodeSnapshot) -> Iterator[DevicePlugin]:
     )
     minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}
     running = DevicePlugin(
-        config, inventory(snapshot), lambda: node.pods, store_preparer(node.store), minors
+        config,
+        inventory(snapshot),
+        lambda: node.pods,
+        store_preparer(node.store),
+        minors,
+        live=node.live,
+        events=node.post,
     )
     running.start()
     try:
@@ -147,15 +168,19 @@ def wait_bound(
 
 
 def admit(
-    node: Node, plugin: DevicePlugin, pod: KubePod, init: tuple[Container, ...] = ()
+    node: Node,
+    plugin: DevicePlugin,
+    pod: KubePod,
+    init: tuple[Container, ...] = (),
+    choose: Mapping[tuple[str, str], list[str]] | None = None,
 ) -> dict[str, api_pb2.ContainerAllocateResponse]:
     """The kubelet admits the pod (known to the pod source): each GPU container's answer, once
-    its allocation is bound."""
+    its allocation is bound (or refused). ``choose``: as FakeKubelet.admit's."""
     if pod not in node.pods:
         node.pods.append(pod)
     if not node.kubelet.plugins:
         node.kubelet.connect()
-    answers = node.kubelet.admit(kubelet_pod(pod, init))
+    answers = node.kubelet.admit(kubelet_pod(pod, init), choose)
     gpus = {n for n, a in answers.items() if a.envs}
     wait_bound(plugin, {n: answers[n] for n in gpus})
     return {n: answers[n] for n in gpus}

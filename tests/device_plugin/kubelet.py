@@ -5,9 +5,12 @@ what its admissions actually allocated; all over real gRPC on unix sockets.
 Admission follows the kubelet's device manager: a pod's containers get their devices one at a
 time, init containers first in spec order, then the others, each resource through its plugin's
 Allocate; a plain init container's devices go back to the pod for its later containers, which
-take them first; a device is held by one pod until the pod is removed. PodResources lists each
-pod's containers and sidecars (init containers with restartPolicy Always), not its plain init
-containers, as the kubelet's server does.
+take them first; a device is held by one pod until the pod is removed. Where a plugin's options
+say it has GetPreferredAllocation, the kubelet asks it with the free devices, the reused ones
+as must-include, and the count; it takes the preferred devices that are free, then any still
+missing in its own order (devicesToAllocate in pkg/kubelet/cm/devicemanager). PodResources
+lists each pod's containers and sidecars (init containers with restartPolicy Always), not its
+plain init containers, as the kubelet's server does.
 """
 
 import queue
@@ -134,6 +137,8 @@ class FakeKubelet:
         self.admitted: dict[str, _Admitted] = {}  # by pod UID, in admission order
         self.devices: dict[str, list[str]] = {}  # resource → its plugin's devices
         self.plugins: dict[str, api_pb2_grpc.DevicePluginStub] = {}
+        self.options: dict[str, api_pb2.DevicePluginOptions] = {}
+        self.preferred: list[list[str]] = []  # what GetPreferredAllocation answered, in order
         self.pod_resources_down = False  # PodResources answers UNAVAILABLE meanwhile
 
     @property
@@ -160,11 +165,18 @@ class FakeKubelet:
             self.devices[request.resource_name] = [d.ID for d in watch.next().devices]
             watch.cancel()
             self.plugins[request.resource_name] = stub
+            self.options[request.resource_name] = stub.GetDevicePluginOptions(
+                api_pb2.Empty(), timeout=10
+            )
 
-    def admit(self, pod: Pod) -> dict[str, api_pb2.ContainerAllocateResponse]:
+    def admit(
+        self, pod: Pod, choose: Mapping[tuple[str, str], list[str]] | None = None
+    ) -> dict[str, api_pb2.ContainerAllocateResponse]:
         """Allocate the pod's containers' devices as the kubelet's device manager does; each
         container's answer (the GPU resource's, which carries envs and mounts) by name. A
-        plugin's error fails the admission (its devices are given back)."""
+        plugin's error fails the admission (its devices are given back). ``choose``: by
+        (container, resource), the devices taken without asking the plugin (an older kubelet,
+        or its own order)."""
         admitted = _Admitted(pod)
         with self.lock:
             self.admitted[pod.uid] = admitted
@@ -173,7 +185,9 @@ class FakeKubelet:
         try:
             for container in pod.containers:
                 for resource, count in container.resources.items():
-                    ids = self._take(pod, resource, count, reusable)
+                    ids = (choose or {}).get((container.name, resource)) or self._take(
+                        pod, resource, count, reusable
+                    )
                     answer = self.plugins[resource].Allocate(
                         api_pb2.AllocateRequest(
                             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
@@ -206,6 +220,22 @@ class FakeKubelet:
             }
         mine = reusable.get(resource, [])[:count]
         free = [d for d in self.devices[resource] if d not in held and d not in mine]
+        options = self.options.get(resource)
+        if len(mine) < count and options is not None and options.get_preferred_allocation_available:
+            request = api_pb2.PreferredAllocationRequest(
+                container_requests=[
+                    api_pb2.ContainerPreferredAllocationRequest(
+                        available_deviceIDs=sorted([*free, *mine]),
+                        must_include_deviceIDs=mine,
+                        allocation_size=count,
+                    )
+                ]
+            )
+            answer = self.plugins[resource].GetPreferredAllocation(request, timeout=10)
+            preferred = list(answer.container_responses[0].deviceIDs)
+            self.preferred.append(preferred)
+            first = [d for d in dict.fromkeys(preferred) if d in free]
+            free = first + [d for d in free if d not in first]
         taken = mine + free[: count - len(mine)]
         if len(taken) < count:
             raise AssertionError(f"pod {pod.name}: {count} {resource} asked, {len(taken)} free")

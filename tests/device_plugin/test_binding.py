@@ -74,9 +74,11 @@ def test_a_daemon_restart_between_allocations_binds_each_to_its_own_pod(
     """Pod a is bound by one daemon; pod b is admitted after it restarted, and pod c while the
     kubelet's PodResources was down, so that the next daemon binds it. (The guess matched a
     new pod to an old pending one after a restart, and gave it that pod's limits.)"""
-    pod_a = gpu_pod("a", 1, "2026-01-01T00:00:01Z", memory=2)
-    pod_b = gpu_pod("b", 1, "2026-01-01T00:00:02Z", memory=3)
-    pod_c = gpu_pod("c", 1, "2026-01-01T00:00:03Z", memory=5)
+    # Each asks 30 % of compute, so that one GPU holds the three (asking none, each would be
+    # charged the GPU's whole time).
+    pod_a = gpu_pod("a", 1, "2026-01-01T00:00:01Z", memory=2, compute=30)
+    pod_b = gpu_pod("b", 1, "2026-01-01T00:00:02Z", memory=3, compute=30)
+    pod_c = gpu_pod("c", 1, "2026-01-01T00:00:03Z", memory=5, compute=30)
     node.pods[:] = [pod_a, pod_b, pod_c]  # all pending: the guess could take any
     with serving(node, snapshot) as first:
         answer_a = admit(node, first, pod_a)["main"]

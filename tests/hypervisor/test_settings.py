@@ -377,6 +377,9 @@ BAD_FLAGS = [
     ("api_open_reads", "pods,secrets", "--api-open-reads=pods,secrets: 'secrets' is not a read"),
     ("gpu_resource", "gpu", "--gpu-resource=gpu: expected an extended resource name DOMAIN/NAME"),
     ("gpu_memory_resource", "k8s.io/mem", "--gpu-memory-resource=k8s.io/mem: the kubernetes.io"),
+    ("gpu_placement", "pack", "--gpu-placement=pack: expected binpack or spread"),
+    ("default_gpu_memory", "lots", "--default-gpu-memory=lots: expected whole or a size such"),
+    ("default_gpu_compute", "250", "--default-gpu-compute=250: expected whole or a percent"),
 ]
 
 
@@ -526,6 +529,10 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
                 'gpu_compute_resource = "example.com/gpu-compute"',
                 "gpu_shares = 4",
                 'gpu_memory_unit = "256MiB"',
+                'gpu_placement = "spread"',
+                'default_gpu_memory = "8GiB"',
+                "default_gpu_compute = 12.5",
+                "tenant_raise = true",
                 "token_review = true",
                 'token_review_url = "https://10.0.0.1:6443/apis/authentication.k8s.io/v1/tokenreviews"',
                 'token_review_allow = ["ops", "system:masters"]',
@@ -563,6 +570,10 @@ def test_all_keys_in_a_config_file(tmp_path: Path) -> None:
     assert settings.gpu_compute_resource == "example.com/gpu-compute"
     assert settings.gpu_shares == 4
     assert settings.gpu_memory_unit == 256 * MiB
+    assert settings.gpu_placement == "spread"
+    assert settings.default_gpu_memory == 8192 * MiB
+    assert settings.default_gpu_compute == 12.5
+    assert settings.tenant_raise is True
     assert settings.token_review is True
     assert settings.token_review_url is not None
     assert settings.token_review_allow == ("ops", "system:masters")

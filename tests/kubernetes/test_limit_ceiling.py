@@ -5,6 +5,7 @@ resources are the ceiling (a whole GPU where it asks only for `vgpu.io/gpu`), an
 through the API becomes the ceiling, and a pod with annotations alone keeps the limits it
 started with. End to end: the daemon following the API-server stand-in on the simulated GPU."""
 
+from pathlib import Path
 from typing import Any
 
 from vgpu_limiter.region import open_region
@@ -94,6 +95,28 @@ def test_a_pod_with_annotations_alone_keeps_the_limits_it_started_with(
     api.put_pod("self")  # every annotation removed: the region stays, with its first limits
     assert wait_for(lambda: _limits(daemon, "self") == (2 * GiB, 10.0), timeout=15)
     assert _refused(_run(daemon, "self", "--alloc", "2GiB"))
+
+
+def test_with_tenant_raise_a_pod_with_annotations_alone_may_raise_its_limits(
+    tmp_path: Path, api: ApiServer
+) -> None:
+    """The setting off (the default) is the test above; on, the tenant's edit applies."""
+    flags = (
+        "--kubernetes",
+        "--node-name", "node-a",
+        "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")),
+        "--tenant-raise",
+    )  # fmt: skip
+    daemon = Daemon(tmp_path, extra=flags)
+    daemon.start()
+    try:
+        api.put_pod("self", annotations={VRAM: "2Gi", COMPUTE: "10", GPU_IDS: "0"})
+        assert wait_for(lambda: _limits(daemon, "self") == (2 * GiB, 10.0), timeout=15)
+        api.put_pod("self", annotations={VRAM: "4Gi", COMPUTE: "30", GPU_IDS: "0"})
+        assert wait_for(lambda: _limits(daemon, "self") == (4 * GiB, 30.0), timeout=15)
+        assert not _refusals(api, "self")
+    finally:
+        daemon.close()
 
 
 def test_an_admins_change_is_the_ceiling_annotations_may_only_lower(

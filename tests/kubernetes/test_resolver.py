@@ -31,6 +31,31 @@ def test_a_pod_asking_only_for_a_gpu_gets_that_whole_gpu_not_no_limit() -> None:
     assert found.from_resources
 
 
+def test_a_pod_asking_only_for_a_gpu_gets_the_default_limits_where_set() -> None:
+    """The defaults are ceilings like resources: an annotation lowers them, never raises them;
+    a default above a GPU's memory is that GPU; a pod with annotations alone keeps the whole
+    GPU (no scheduler counted it, and the pod source holds it to what it started with)."""
+    names = a.ResourceNames(default_memory=8 * GiB, default_compute=2500)
+    found = r.resolve(pod({}, {"vgpu.io/gpu": "1"}), GPUS, names, assigned=("0",))
+    assert found.gpus == {UUID0: GpuLimits(memory=8 * GiB, compute=2500)}
+    asking = pod({}, {"vgpu.io/gpu": "1", "vgpu.io/gpu-compute": "50"})
+    found = r.resolve(asking, GPUS, names, assigned=("0",))
+    assert found.gpus == {UUID0: GpuLimits(memory=8 * GiB, compute=5000)}
+    greedy = pod({a.VRAM_LIMIT: "16Gi", a.COMPUTE_LIMIT: "10"}, {"vgpu.io/gpu": "1"})
+    found = r.resolve(greedy, GPUS, names, assigned=("0",))
+    assert found.gpus == {UUID0: GpuLimits(memory=8 * GiB, compute=1000)}
+    (refused,) = found.refused
+    assert (
+        "vram-limit='16Gi': asks more than 8 GiB, the ceiling from the default memory 8 GiB "
+        "(no vgpu.io/gpu-memory asked)"
+    ) in refused
+    huge = a.ResourceNames(default_memory=100 * GiB)
+    found = r.resolve(pod({}, {"vgpu.io/gpu": "1"}), GPUS, huge, assigned=("0",))
+    assert found.gpus == {UUID0: GpuLimits(memory=80 * GiB, compute=None)}
+    alone = r.resolve(pod({a.GPU_IDS: "0"}, {}), GPUS, names)
+    assert alone.gpus == {UUID0: GpuLimits(memory=80 * GiB, compute=None)}
+
+
 def test_fractional_resources_are_exactly_the_limits() -> None:
     found = r.resolve(
         pod({}, {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "4", "vgpu.io/gpu-compute": "25"}),

@@ -183,6 +183,16 @@ class Gpu(_Document):
     )
     pods: int
     workers: int
+    memory_committed: int | None = Field(
+        default=None,
+        description="Bytes the device plugin has charged pods on this GPU; null: no device "
+        "plugin accounts for it.",
+    )
+    compute_committed: float | None = Field(
+        default=None,
+        description="Percent of its time the device plugin has charged pods on this GPU; "
+        "null: no device plugin accounts for it.",
+    )
 
 
 class PodGpu(_Document):

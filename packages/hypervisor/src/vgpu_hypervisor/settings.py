@@ -37,7 +37,14 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BeforeValidator, PlainSerializer, PlainValidator, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from vgpu_common.limits import format_size, parse_size, parse_switch
+from vgpu_common.limits import (
+    format_percent,
+    format_size,
+    hundredths_to_percent,
+    parse_percent,
+    parse_size,
+    parse_switch,
+)
 from vgpu_common.paths import DEFAULT_BASE
 
 from vgpu_hypervisor.listen_address import (
@@ -52,6 +59,7 @@ DEFAULT_CONFIG_FILE: Final = Path("/etc/tensor-fusion/hypervisor.toml")
 ENV_PREFIX: Final = "TF_HYPERVISOR_"
 LogLevel = Literal["error", "warning", "info", "debug"]
 LogFormat = Literal["text", "json"]
+Placement = Literal["binpack", "spread"]
 
 
 class SettingsError(ValueError):
@@ -193,6 +201,43 @@ def _memory_unit(value: object) -> int:
     if size < 1 << 20:
         raise ValueError("must be at least 1MiB")
     return size
+
+
+def _placement(value: object) -> str:
+    kind = value.strip().lower() if isinstance(value, str) else None
+    if kind not in get_args(Placement):
+        raise ValueError("expected binpack or spread")
+    return str(kind)
+
+
+_WHOLE = "whole"  # a default limit that is the whole GPU
+
+
+def _whole(value: object) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() == _WHOLE)
+
+
+def _default_memory(value: object) -> int | None:
+    if _whole(value):
+        return None
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise ValueError(f"expected {_WHOLE} or a size such as 8GiB") from None
+
+
+def _default_compute(value: object) -> float | None:
+    """In percent (as the API's limits), so that the value checked again reads the same."""
+    if _whole(value):
+        return None
+    try:
+        return hundredths_to_percent(parse_percent(value))
+    except ValueError:
+        raise ValueError(f"expected {_WHOLE} or a percent from 0.01 to 100") from None
+
+
+def _percent_text(percent: float) -> str:
+    return format_percent(percent, "%")
 
 
 def _url(value: object) -> str | None:
@@ -532,6 +577,51 @@ class Settings(BaseSettings):
             show=format_size,
         ),
     ] = 1 << 30
+    gpu_placement: Annotated[
+        Placement,
+        BeforeValidator(_placement),
+        Setting(
+            "--gpu-placement",
+            "POLICY",
+            "Where the device plugin prefers a pod's GPU shares: binpack (the fullest GPU that "
+            "holds the pod) or spread (the emptiest).",
+        ),
+    ] = "binpack"
+    default_gpu_memory: Annotated[
+        int | None,
+        BeforeValidator(_default_memory),
+        Setting(
+            "--default-gpu-memory",
+            "SIZE",
+            "Memory limit of a pod that asks for the GPU resource but no memory: whole, or a "
+            "size (at most the GPU's).",
+            none_text=_WHOLE,
+            show=format_size,
+        ),
+    ] = None
+    default_gpu_compute: Annotated[
+        float | None,
+        BeforeValidator(_default_compute),
+        Setting(
+            "--default-gpu-compute",
+            "PERCENT",
+            "Compute limit of a pod that asks for the GPU resource but no compute: whole, or "
+            "a percent.",
+            none_text=_WHOLE,
+            show=_percent_text,
+        ),
+    ] = None
+    tenant_raise: Annotated[
+        bool,
+        BeforeValidator(parse_switch),
+        Setting(
+            "--tenant-raise",
+            None,
+            "Let a pod limited by annotations alone raise its limits by editing them after "
+            "it started. Default: off (raises are the admin's, through the API).",
+            show=_yes_no,
+        ),
+    ] = False
     token_review: Annotated[
         bool,
         BeforeValidator(parse_switch),

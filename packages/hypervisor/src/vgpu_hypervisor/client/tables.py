@@ -38,8 +38,20 @@ _GPU_COLUMNS = (
 _GPU_WIDE = (Column("UUID"), Column("Mem util", right=True), Column("SM clock", right=True))
 
 
+def _committed(gpu: dict[str, Any]) -> str:
+    """What the device plugin charged pods on the GPU: memory and compute."""
+    memory, compute = gpu.get("memory_committed"), gpu.get("compute_committed")
+    return f"{size(memory)}, {percent(compute)}"
+
+
+_COMMITTED = Column("Committed", drop=2)
+
+
 def gpu_table(gpus: list[dict[str, Any]], *, width: int | None = 80, wide: bool = False) -> Table:
-    """``width``: the terminal's; ``wide`` adds the UUID, memory utilization and clock."""
+    """``width``: the terminal's; ``wide`` adds the UUID, memory utilization and clock. With
+    the device plugin, a Committed column says what it charged pods on each GPU."""
+    accounted = any(gpu.get("memory_committed") is not None for gpu in gpus)
+    columns = _GPU_COLUMNS[:3] + (_COMMITTED,) * accounted + _GPU_COLUMNS[3:]
     rows = []
     for gpu in gpus:
         used, total = gpu.get("memory_used"), gpu.get("memory_total")
@@ -49,6 +61,7 @@ def gpu_table(gpus: list[dict[str, Any]], *, width: int | None = 80, wide: bool 
                 str(gpu["index"]),
                 gpu.get("name") or NA,
                 f"{size(used)} / {size(total)}",
+                *[_committed(gpu)] * accounted,
                 percent(gpu.get("utilization")),
                 NA if gpu.get("temperature_c") is None else f"{gpu['temperature_c']} °C",
                 NA if gpu.get("power_draw_w") is None else f"{gpu['power_draw_w']:.0f} W",
@@ -60,7 +73,7 @@ def gpu_table(gpus: list[dict[str, Any]], *, width: int | None = 80, wide: bool 
                 NA if clock is None else f"{clock} MHz",
             ]
         )
-    return _table(_GPU_COLUMNS, _GPU_WIDE, rows, width, wide=wide)
+    return _table(columns, _GPU_WIDE, rows, width, wide=wide)
 
 
 def _table(

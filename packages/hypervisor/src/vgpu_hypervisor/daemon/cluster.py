@@ -10,6 +10,26 @@ from typing import Protocol
 
 
 @dataclass(frozen=True)
+class Charge:
+    """What pods are charged on one GPU (or what one pod is): bytes of memory and hundredths
+    of a percent of its time. The device plugin keeps them (device_plugin/accounting.py); the
+    node's view shows each GPU's total."""
+
+    memory: int
+    compute: int
+
+    def __add__(self, other: "Charge") -> "Charge":
+        return Charge(self.memory + other.memory, self.compute + other.compute)
+
+    def __sub__(self, other: "Charge") -> "Charge":
+        return Charge(self.memory - other.memory, self.compute - other.compute)
+
+    def holds(self, other: "Charge") -> bool:
+        """Whether ``other`` fits in what this is (memory and compute both)."""
+        return other.memory <= self.memory and other.compute <= self.compute
+
+
+@dataclass(frozen=True)
 class PodOfProcess:
     namespace: str
     pod: str

@@ -17,7 +17,7 @@ from vgpu_common.limits import hundredths_to_percent, qos_of
 from vgpu_limiter.region import ProcessInfo, process_alive
 
 from vgpu_hypervisor import models
-from vgpu_hypervisor.daemon.cluster import ClusterPods
+from vgpu_hypervisor.daemon.cluster import Charge, ClusterPods
 from vgpu_hypervisor.daemon.demand import DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import (
@@ -72,6 +72,8 @@ class Node:
         # Called with every new view, in the refreshing thread, one at a time (under the lock):
         # what reacts to the regions' counters (events on Kubernetes pods). Must not block.
         self.watchers: list[Callable[[NodeView], None]] = []
+        # What the device plugin has charged pods on each GPU, by UUID, when it runs.
+        self.committed: Callable[[], Mapping[str, Charge]] | None = None
 
     def sample(self) -> NodeSnapshot:
         """One NVML pass (blocking)."""
@@ -143,7 +145,10 @@ class Node:
             workers = [self._with_container(worker, self.cluster) for worker in workers]
             workers += self._unlimited(devices, self.cluster, workers)
         boosts = {uuid.lower(): boost for uuid, boost in self._boosts().items()}
-        gpus = tuple(self._gpu(device, pods, workers, boosts) for device in devices)
+        committed = None
+        if self.committed is not None:
+            committed = {uuid.lower(): one for uuid, one in self.committed().items()}
+        gpus = tuple(self._gpu(device, pods, workers, boosts, committed) for device in devices)
         return NodeView(time.time(), snapshot, gpus, tuple(pods), tuple(workers))
 
     def _worker(self, record: PodRecord, process: ProcessInfo) -> models.Worker:
@@ -282,12 +287,15 @@ class Node:
         pods: Iterable[models.Pod],
         workers: Iterable[models.Worker],
         boosts: Mapping[str, float],
+        committed: Mapping[str, Charge] | None,
     ) -> models.Gpu:
-        """A GPU with the pods that have an entry for it and the workers holding memory on it."""
+        """A GPU with the pods that have an entry for it and the workers holding memory on it,
+        and what the device plugin charged pods on it (when it runs)."""
         uuid = device.uuid if isinstance(device.uuid, str) else None
         key = uuid.lower() if uuid else None
         users = [p for p in pods if any(g.uuid.lower() == key for g in p.gpus)]
         power = device.power_draw_mw
+        charged = committed.get(key) if committed is not None and key else None
         return models.Gpu(
             index=device.index,
             uuid=uuid,
@@ -304,4 +312,6 @@ class Node:
             workers=sum(
                 1 for w in workers if any(g.uuid.lower() == key and g.memory_used for g in w.gpus)
             ),
+            memory_committed=None if charged is None else charged.memory,
+            compute_committed=None if charged is None else hundredths_to_percent(charged.compute),
         )

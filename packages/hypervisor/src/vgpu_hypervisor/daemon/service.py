@@ -243,6 +243,8 @@ class Daemon:
         )
         source = await self._kubernetes(node)
         await self._start_cluster_parts(view.snapshot, store, source)
+        if self._plugin is not None:
+            node.committed = self._plugin.ledger.committed
         await self._start_dra(view.snapshot, observer, store)
         context = ApiContext(
             node=node,
@@ -349,11 +351,21 @@ class Daemon:
             return
         pods = source.pods if source is not None else self._pending_pods
         assign = source.assign if source is not None else None
+        live = source.live_uids if source is not None else None
+        events = source.events if source is not None else None
         from vgpu_hypervisor.device_plugin.resources import ResourceError
         from vgpu_hypervisor.device_plugin.runner import build_plugin
 
         try:
-            self._plugin = build_plugin(settings, snapshot, store, pods, assign)
+            self._plugin = build_plugin(
+                settings,
+                snapshot,
+                store,
+                pods,
+                assign,
+                live=live,
+                events=None if events is None else events.post,
+            )
             await asyncio.to_thread(self._plugin.start)
         except (ResourceError, OSError, RuntimeError) as error:  # RuntimeError: gRPC's bind
             raise DaemonError(f"device plugin: {error}") from None

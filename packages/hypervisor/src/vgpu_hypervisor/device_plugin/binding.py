@@ -18,6 +18,10 @@ their own folder and all share the pod's one region.
   processes fail after the wait, with one line) and is logged.
 - The allocations are kept in ``{base}/.kubernetes/allocations.json`` (private_file.py), so a
   daemon that restarts binds what the last one could not and keeps what it bound.
+- A pod the ``bind`` callback refuses (``Refused``: the GPUs the kubelet gave cannot hold it,
+  device_plugin/accounting.py) is never linked: the allocation is kept as refused, with the pod,
+  and not tried again, so that its container's processes fail after the wait and the refusal
+  is told once.
 - A bound allocation whose pod no longer holds its devices (the pod is gone) for ``forget_s``
   is removed with its folder; one never bound, after ``stale_s`` (its pod was refused after
   Allocate). The link follows the pod's region: made again, it is linked again; removed (an
@@ -69,6 +73,11 @@ class BindingError(Exception):
     """An allocation cannot be made or linked; one line."""
 
 
+class Refused(Exception):
+    """Raised by ``bind``: the pod must not have the allocation's GPUs (one line, why); the
+    allocation is left without a region for good."""
+
+
 @dataclass
 class Allocation:
     id: str
@@ -77,6 +86,7 @@ class Allocation:
     pod: tuple[str, str] | None = None  # (namespace, name) once bound
     uid: str = ""
     container: str = ""
+    refused: str = ""  # why its pod was refused (no region is linked), else ""
     absent_since: float | None = None  # not kept: since when the pod no longer holds it
     said: str = ""  # not kept: the last problem logged
 
@@ -190,7 +200,8 @@ class Bindings:
                 changed |= self._try_bind(allocation, holding, holders, now)
             elif allocation.pod in holding:
                 allocation.absent_since = None
-                self._follow_region(allocation)
+                if not allocation.refused:
+                    self._follow_region(allocation)
             else:
                 allocation.absent_since = allocation.absent_since or now
                 if now - allocation.absent_since >= self._forget_s:
@@ -229,18 +240,25 @@ class Bindings:
         try:
             self._bind(pod, container, allocation.gpus, allocation.id)
             self._link(allocation.id, namespace, name)
+        except Refused as error:  # final: kept with its pod, never linked, not tried again
+            refused = _one_line(error)
         except Exception as error:  # said once, tried again at the next pass
             self._say(allocation, f"pod {pod.key}: cannot bind: {_one_line(error)}")
             return False
+        else:
+            refused = ""
         allocation.pod, allocation.uid, allocation.container = (namespace, name), pod.uid, container
-        allocation.said = ""
-        log.info(
-            "allocation %s is pod %s container %s (%s)",
-            allocation.id,
-            pod.key,
-            container,
-            ",".join(allocation.gpus),
-        )
+        allocation.refused, allocation.said = refused, ""
+        if refused:
+            log.warning("allocation %s refused, no region linked: %s", allocation.id, refused)
+        else:
+            log.info(
+                "allocation %s is pod %s container %s (%s)",
+                allocation.id,
+                pod.key,
+                container,
+                ",".join(allocation.gpus),
+            )
         return True
 
     def _say(self, allocation: Allocation, problem: str) -> None:
@@ -346,8 +364,14 @@ class Bindings:
                     log.warning("allocation %s dropped: %s", allocation.id, error)
                     del self._allocations[allocation.id]
         if self._allocations:
-            bound = sum(a.pod is not None for a in self._allocations.values())
-            log.info("allocations: %d kept, %d of them bound", len(self._allocations), bound)
+            bound = sum(a.pod is not None and not a.refused for a in self._allocations.values())
+            refused = sum(bool(a.refused) for a in self._allocations.values())
+            log.info(
+                "allocations: %d kept, %d of them bound, %d refused",
+                len(self._allocations),
+                bound,
+                refused,
+            )
 
     def _save(self) -> None:
         self._book.save({"allocations": [_encode(a) for a in self._allocations.values()]})
@@ -408,6 +432,7 @@ def _encode(allocation: Allocation) -> dict[str, Any]:
         "pod": list(allocation.pod) if allocation.pod else None,
         "uid": allocation.uid,
         "container": allocation.container,
+        "refused": allocation.refused,
     }
 
 
@@ -416,6 +441,7 @@ def _decode(entry: Any) -> Allocation | None:
         return None
     allocation_id, devices, made = entry.get("id"), entry.get("devices"), entry.get("made")
     pod, uid, container = entry.get("pod"), entry.get("uid", ""), entry.get("container", "")
+    refused = entry.get("refused", "")
     if (
         not isinstance(allocation_id, str)
         or not _ID.fullmatch(allocation_id)
@@ -424,6 +450,7 @@ def _decode(entry: Any) -> Allocation | None:
         or not isinstance(made, int | float)
         or not isinstance(uid, str)
         or not isinstance(container, str)
+        or not isinstance(refused, str)
         or not (
             pod is None
             or (isinstance(pod, list) and len(pod) == 2 and all(isinstance(p, str) for p in pod))
@@ -431,7 +458,7 @@ def _decode(entry: Any) -> Allocation | None:
     ):
         return None
     bound = (pod[0], pod[1]) if pod else None
-    return Allocation(allocation_id, tuple(devices), float(made), bound, uid, container)
+    return Allocation(allocation_id, tuple(devices), float(made), bound, uid, container, refused)
 
 
 def _one_line(error: BaseException) -> str:

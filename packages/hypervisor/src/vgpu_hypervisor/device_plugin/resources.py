@@ -10,7 +10,8 @@ A kubelet counts whole devices, so every unit a pod can ask for is one plugin de
   ``{uuid}-c{k}``.
 
 Memory and compute devices only count capacity: the kubelet picks them from any GPU, and the
-pod's limits apply to the GPUs its GPU devices name (allocation.py).
+pod's limits apply to the GPUs its GPU devices name (allocation.py), each GPU kept within what
+it has by the plugin's own accounting (accounting.py).
 """
 
 from collections.abc import Mapping, Sequence

@@ -3,13 +3,15 @@
 from collections.abc import Sequence
 
 from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.device_plugin.accounting import LivePods
 from vgpu_hypervisor.device_plugin.allocation import AllocationError, Layout, NodePods
 from vgpu_hypervisor.device_plugin.prepare import Assign, store_preparer
 from vgpu_hypervisor.device_plugin.resources import ResourceError
-from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
+from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, PostEvent, inventory
 from vgpu_hypervisor.gpu import NodeSnapshot, NotAvailable, nvml
-from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.kubernetes.setup import resource_names
 from vgpu_hypervisor.settings import Settings
 
 
@@ -54,26 +56,26 @@ def build_plugin(
     store: PodStore,
     pods: NodePods | None,
     assign: Assign | None = None,
+    *,
+    live: LivePods | None = None,
+    events: PostEvent | None = None,
 ) -> DevicePlugin:
-    """The plugin (not started); ResourceError (one line) when it cannot advertise this node."""
+    """The plugin (not started); ResourceError (one line) when it cannot advertise this node.
+    ``live`` and ``events`` come from the pod source (DevicePlugin says what for)."""
     gpus = inventory(snapshot)
     if not gpus:
         raise ResourceError("the device plugin found no GPU to advertise")
     layout = Layout(
         host_lib_dir=settings.device_plugin_lib_dir,
         host_base=settings.shm_base_path,
-        names=ResourceNames(
-            settings.gpu_resource,
-            settings.gpu_memory_resource,
-            settings.gpu_compute_resource,
-            memory_unit=settings.gpu_memory_unit,
-        ),
+        names=resource_names(settings),
         gpus=node_gpus(snapshot),
     )
     config = PluginConfig(
         layout,
         folder=settings.device_plugin_dir,
         shares=settings.gpu_shares,
+        placement=settings.gpu_placement,
         pod_resources=settings.pod_resources_socket,
     )
     return DevicePlugin(
@@ -82,4 +84,6 @@ def build_plugin(
         pods or _no_pod_source,
         store_preparer(store, assign),
         minor_numbers(snapshot),
+        live=live,
+        events=events,
     )

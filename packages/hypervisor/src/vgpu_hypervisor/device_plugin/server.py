@@ -9,14 +9,25 @@ the same pace. gRPC runs on its own threads; the daemon calls ``update_health`` 
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 import grpc
+from vgpu_common.limits import parse_quantity
 
+from vgpu_hypervisor.device_plugin.accounting import (
+    FOLDER,
+    DoesNotFit,
+    Ledger,
+    LivePods,
+    Placement,
+    largest,
+    place,
+    pod_asks,
+)
 from vgpu_hypervisor.device_plugin.allocation import (
     AllocationError,
     Layout,
@@ -25,7 +36,7 @@ from vgpu_hypervisor.device_plugin.allocation import (
     container_response,
     pod_region,
 )
-from vgpu_hypervisor.device_plugin.binding import BindingError, Bindings
+from vgpu_hypervisor.device_plugin.binding import BindingError, Bindings, Refused
 from vgpu_hypervisor.device_plugin.pod_resources import DEFAULT_SOCKET, PodResources
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
@@ -44,6 +55,9 @@ API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 DEFAULT_FOLDER: Final = Path("/var/lib/kubelet/device-plugins")
 _ASSIGNED_KEPT: Final = 4096
+# Posts a Warning event on a pod: (pod, reason, message).
+PostEvent = Callable[[KubePod, str, str], object]
+REFUSED: Final = "GpuDoesNotFit"  # the reason of the event of a pod refused at binding
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,7 @@ class PluginConfig:
     shares: int = 10
     poll_s: float = 1.0
     register_timeout_s: float = 5.0
+    placement: Placement = "binpack"  # GetPreferredAllocation's rule (accounting.place)
     # The kubelet's PodResources socket, and how the allocations are bound (binding.py).
     pod_resources: Path = DEFAULT_SOCKET
     bind_poll_s: float = 1.0  # while an allocation is unbound
@@ -104,7 +119,7 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(pre_start_required=False)
+        return _options(self._kind)
 
     def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
@@ -157,8 +172,30 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation (not advertised)")
-        raise AssertionError("unreachable")
+        if self._kind != "gpu":
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation (not advertised)")
+        try:
+            return self._plugin.preferred(request)
+        except Exception as error:  # the pod source failed: no preference, the kubelet picks
+            log.warning("GetPreferredAllocation: %s: %s", type(error).__name__, error)
+            return api_pb2.PreferredAllocationResponse(
+                container_responses=[
+                    api_pb2.ContainerPreferredAllocationResponse()
+                    for _ in request.container_requests
+                ]
+            )
+
+
+def _options(kind: Kind) -> api_pb2.DevicePluginOptions:
+    """Only the GPU resource's shares are placed (memory and compute devices only count)."""
+    return api_pb2.DevicePluginOptions(
+        pre_start_required=False, get_preferred_allocation_available=kind == "gpu"
+    )
+
+
+def _asked(quantity: str | None) -> int:
+    """The whole number a container's resource asks for (0 when none); ValueError if bad."""
+    return 0 if quantity is None else parse_quantity(quantity)
 
 
 class DevicePlugin:
@@ -171,7 +208,12 @@ class DevicePlugin:
         pods: NodePods,
         prepare: PreparePod,
         minors: Mapping[str, int] | None = None,
+        *,
+        live: LivePods | None = None,
+        events: PostEvent | None = None,
     ) -> None:
+        """``live``: the pods of the node still holding their devices (their charges are
+        released when they are not); ``events``: where a pod refused at binding is told."""
         layout = config.layout
         check_inventory(gpus, config.shares, layout.names.memory_unit)
         self.config = config
@@ -183,6 +225,8 @@ class DevicePlugin:
         self.changed = threading.Condition()
         self.stopping = False
         self._pods = pods
+        self.ledger = Ledger(gpus, layout.host_base / FOLDER, live)
+        self._events = events
         self._prepare = prepare
         self.bindings = Bindings(
             layout.host_base,
@@ -203,7 +247,7 @@ class DevicePlugin:
         self._assigned: dict[str, tuple[str, ...]] = {}
         self._assigned_lock = threading.Lock()
         for kept in self.bindings.all():  # bound by an earlier daemon
-            if kept.uid:
+            if kept.uid and not kept.refused:
                 self._remember(kept.uid, kept.gpus)
 
     def resource(self, kind: Kind) -> str:
@@ -270,8 +314,12 @@ class DevicePlugin:
         return pods[-1] if pods else None
 
     def _bind(self, pod: KubePod, container: str, uuids: Sequence[str], allocation: str) -> None:
-        """The pod's region with its limits on ``uuids`` (made when missing), as the pod source
-        resolves them; the binder then links it into the allocation's folder."""
+        """The pod charged on ``uuids`` (Refused when they cannot hold it), then its region with
+        its limits there (made when missing), as the pod source resolves them; the binder then
+        links it into the allocation's folder. A charge stays when the region cannot be made
+        (the kubelet gave the pod those GPUs; the binder tries again)."""
+        found = self.bindings.get(allocation)
+        self._charge(pod, found.devices if found is not None else uuids, uuids)
         asked, owner = pod_region(pod, self.config.layout, uuids)
         try:
             _, limits = self._prepare(pod, asked, owner)
@@ -287,6 +335,81 @@ class DevicePlugin:
             {u: limits[u].memory for u in uuids},
             {u: limits[u].compute for u in uuids},
         )
+
+    def _charge(self, pod: KubePod, ids: Sequence[str], uuids: Sequence[str]) -> tuple[str, ...]:
+        """Charge the pod on the GPUs the kubelet gave it (accounting.py); the GPUs charged
+        now. A refusal (two shares of one GPU, a GPU that cannot hold the pod) is Refused and
+        an event on the pod, so that its owner sees why its processes fail."""
+        if len(uuids) < len(ids):
+            why = (
+                f"pod {pod.key}: the kubelet gave one container {len(ids)} shares of "
+                f"{len(uuids)} GPU(s) ({', '.join(uuids)}); each GPU asked for must be another"
+            )
+            self._refuse(pod, why)
+        asks = pod_asks(pod, self.config.layout.gpus, self.config.layout.names)
+        try:
+            return self.ledger.charge(pod.uid, pod.key, {u: asks[u] for u in uuids if u in asks})
+        except DoesNotFit as error:
+            self._refuse(pod, str(error))
+
+    def _refuse(self, pod: KubePod, why: str) -> NoReturn:
+        if self._events is not None:
+            try:
+                self._events(pod, REFUSED, why)
+            except Exception as error:  # the refusal stands; the log still says why
+                kind = type(error).__name__
+                log.warning("pod %s: event not posted: %s: %s", pod.key, kind, error)
+        raise Refused(why)
+
+    # GetPreferredAllocation
+
+    def preferred(
+        self, request: api_pb2.PreferredAllocationRequest
+    ) -> api_pb2.PreferredAllocationResponse:
+        """Per container, the GPU shares the placement rule takes for the pods that may be
+        the one being admitted (none: no preference, the kubelet picks; the binding checks)."""
+        return api_pb2.PreferredAllocationResponse(
+            container_responses=[
+                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=self._preference(one))
+                for one in request.container_requests
+            ]
+        )
+
+    def _preference(self, request: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
+        """The request names devices, never the pod: the kubelet admits one pod at a time,
+        and the one it admits is among the pending pods with a container asking for
+        ``allocation_size`` GPUs that are not charged yet. The shares go where the largest
+        of their asks fits (right for whichever it is), else where the oldest one's that
+        fits does."""
+        size = request.allocation_size
+        asks = [
+            pod_asks(pod, self.config.layout.gpus, self.config.layout.names)
+            for pod in self._candidates(size)
+        ]
+        free = self.ledger.free()
+        available = list(request.available_deviceIDs)
+        must = list(request.must_include_deviceIDs)
+        policy = self.config.placement
+        for ask in [largest(asks), *asks] if asks else []:
+            chosen = place(free, ask, available, must, size=size, policy=policy)
+            if chosen is not None:
+                return chosen
+        return []
+
+    def _candidates(self, size: int) -> list[KubePod]:
+        """Pending pods with a container asking for ``size`` GPUs, less charged than asked."""
+        gpu = self.config.layout.names.gpu
+        found = []
+        for pod in sorted(self._pods(), key=lambda p: (p.created, p.key)):
+            if pod.phase != "Pending" or pod.deleting:
+                continue
+            try:
+                counts = [_asked(c.resources.get(gpu)) for c in pod.containers]
+            except ValueError:
+                continue  # the pod source reports it
+            if size in counts and len(self.ledger.charged(pod.uid)) < sum(counts):
+                found.append(pod)
+        return found
 
     def assigned(self, pod_uid: str) -> tuple[str, ...]:
         """The GPU UUIDs Allocate gave the pod's containers (the pod source's default GPUs
@@ -384,7 +507,7 @@ class DevicePlugin:
                             version=API_VERSION,
                             endpoint=self.socket_path(kind).name,
                             resource_name=self.resource(kind),
-                            options=api_pb2.DevicePluginOptions(pre_start_required=False),
+                            options=_options(kind),
                         ),
                         timeout=self.config.register_timeout_s,
                     )

@@ -62,7 +62,8 @@ Kind = Literal["gpu", "memory", "compute"]
 
 @dataclass(frozen=True)
 class ResourceNames:
-    """The extended resources a pod asks for (the settings name them), for the pod source and
+    """The extended resources a pod asks for (the settings name them), and what a pod asking
+    for the GPU resource gets where it asks for no memory or no compute, for the pod source and
     the device plugin alike."""
 
     gpu: str = "vgpu.io/gpu"
@@ -70,6 +71,10 @@ class ResourceNames:
     compute: str = "vgpu.io/gpu-compute"
     # Bytes of one unit of the memory resource: the device plugin's (settable) unit.
     memory_unit: int = 1 << 30
+    # The default_gpu_memory and default_gpu_compute settings: bytes (at most the GPU's) and
+    # hundredths of a percent; None: the whole GPU.
+    default_memory: int | None = None
+    default_compute: int | None = None
 
     def of(self, kind: Kind) -> str:
         name: str = getattr(self, kind)

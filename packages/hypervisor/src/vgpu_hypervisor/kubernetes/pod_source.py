@@ -134,9 +134,12 @@ class PodSource:
         changed: Callable[[], object] = lambda: None,  # called in a worker thread
         backoff: Backoff | None = None,
         book: PodBook | None = None,
+        tenant_raise: bool = False,
     ) -> None:
         """``book``: what the pod source made, by default under the store's base path
-        (BookError when that folder is not the daemon's own)."""
+        (BookError when that folder is not the daemon's own). ``tenant_raise`` (a setting):
+        a pod with annotations alone may raise its limits by editing them; off, the limits it
+        started with are its ceiling."""
         self._client = client
         self.node_name = node_name
         self._store = store
@@ -146,6 +149,7 @@ class PodSource:
         self._changed = changed
         self._backoff = backoff or Backoff()
         self._book = book or PodBook(store.base)
+        self._tenant_raise = tenant_raise
         # One change of the store and the book at a time: the watch's worker thread and the
         # device plugin's Allocate (assign) both apply pods.
         self._lock = threading.RLock()
@@ -175,6 +179,17 @@ class PodSource:
 
     def pods(self) -> list[KubePod]:
         return list(self._pods.values())
+
+    def live_uids(self) -> set[str] | None:
+        """The UIDs of this node's pods that have not ended, whose devices the kubelet still
+        holds for them; None before the first list (not known yet)."""
+        if not self.synced.is_set():
+            return None
+        return {uid for uid, pod in tuple(self._pods.items()) if pod.phase not in _FINISHED}
+
+    @property
+    def events(self) -> EventPoster | None:
+        return self._events
 
     def by_uid(self, uid: str) -> KubePod | None:
         return self._pods.get(uid)
@@ -368,9 +383,10 @@ class PodSource:
                 written[uuid] = Written(
                     device.memory_limit, device.compute_limit, device.compute_soft_limit
                 )
-            if not found.from_resources and uuid not in ceilings:
+            if not found.from_resources and uuid not in ceilings and not self._tenant_raise:
                 # Annotations alone: no scheduler charged anything, and the tenant may edit
-                # them; the limits it starts with are its ceiling (raising is the admin's).
+                # them; the limits it starts with are its ceiling (raising is the admin's,
+                # unless the tenant_raise setting leaves it to the tenant).
                 ceilings[uuid] = GpuCeiling(
                     Ceiling(known(gpu.memory), _STARTED), Ceiling(known(gpu.compute), _STARTED)
                 )

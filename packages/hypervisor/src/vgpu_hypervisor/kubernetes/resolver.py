@@ -6,11 +6,15 @@ plugin's Allocate (device_plugin/allocation.py) both call :func:`resolve`.
 The ceiling of each GPU of a pod is what the scheduler charged for it:
 
 - memory: ``vgpu.io/gpu-memory`` units (summed over the pod's containers, which share one
-  region) when the pod asks for them, else the GPU's whole memory;
-- compute: ``vgpu.io/gpu-compute`` percent (summed) when asked, else 100 %.
+  region) when the pod asks for them, else the default (``default_gpu_memory``, at most the
+  GPU's memory), else the GPU's whole memory;
+- compute: ``vgpu.io/gpu-compute`` percent (summed) when asked, else the default
+  (``default_gpu_compute``), else 100 %.
 
-So a pod asking only ``vgpu.io/gpu: 1`` gets one whole GPU, bounded by that GPU's memory, as
-the NVIDIA device plugin gives one; a pod asking for memory or compute gets exactly that. A pod
+So with the defaults unset a pod asking only ``vgpu.io/gpu: 1`` gets one whole GPU, bounded by
+that GPU's memory, as the NVIDIA device plugin gives one; a pod asking for memory or compute
+gets exactly that. The device plugin charges each GPU of a pod these ceilings
+(device_plugin/accounting.py), so a default is charged as well as enforced. A pod
 with no vgpu resource at all (annotations alone) has no resource ceiling; the pod source holds
 it to the limits it started with, and a limit an admin changed through the API becomes that
 GPU's ceiling: both come in as ``ceilings`` and take the resources' place.
@@ -271,9 +275,13 @@ def _memory_ceiling(gpu: NodeGpu, resources: _Resources, names: ResourceNames) -
             resources.memory_units * names.memory_unit,
             f"resource {names.memory}={resources.memory_units} (units of {unit})",
         )
-    if resources.any:
-        return Ceiling(gpu.memory_total, f"the whole GPU {gpu.index} (no {names.memory} asked)")
-    return Ceiling(gpu.memory_total, f"the whole GPU {gpu.index}")
+    if not resources.any:
+        return Ceiling(gpu.memory_total, f"the whole GPU {gpu.index}")
+    default = names.default_memory
+    if default is not None and (gpu.memory_total is None or default < gpu.memory_total):
+        why = f"the default memory {format_size(default)} (no {names.memory} asked)"
+        return Ceiling(default, why)
+    return Ceiling(gpu.memory_total, f"the whole GPU {gpu.index} (no {names.memory} asked)")
 
 
 def _compute_ceiling(resources: _Resources, names: ResourceNames) -> Ceiling:
@@ -282,6 +290,9 @@ def _compute_ceiling(resources: _Resources, names: ResourceNames) -> Ceiling:
             resources.compute * HUNDREDTHS_PER_PERCENT,
             f"resource {names.compute}={resources.compute}",
         )
+    if resources.any and names.default_compute is not None:
+        why = f"the default compute {_shown(names.default_compute)} (no {names.compute} asked)"
+        return Ceiling(names.default_compute, why)
     return Ceiling(None, "the whole GPU")
 
 

@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from vgpu_common.limits import parse_percent
+
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu, ResourceNames
 from vgpu_hypervisor.settings import Settings
 
@@ -51,6 +53,19 @@ def open_client(settings: Settings) -> AsyncClient:
         ) from None
 
 
+def resource_names(settings: Settings) -> ResourceNames:
+    """The resources and their defaults as the settings give them (pod source and plugin)."""
+    compute = settings.default_gpu_compute
+    return ResourceNames(
+        settings.gpu_resource,
+        settings.gpu_memory_resource,
+        settings.gpu_compute_resource,
+        memory_unit=settings.gpu_memory_unit,
+        default_memory=settings.default_gpu_memory,
+        default_compute=None if compute is None else parse_percent(compute),
+    )
+
+
 def node_gpus(node: Node) -> list[NodeGpu]:
     """The node's GPUs as the last NVML pass saw them."""
     return [
@@ -78,12 +93,7 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
     except BookError as error:
         raise KubernetesSetupError(str(error)) from None
     client = open_client(settings)
-    names = ResourceNames(
-        settings.gpu_resource,
-        settings.gpu_memory_resource,
-        settings.gpu_compute_resource,
-        memory_unit=settings.gpu_memory_unit,
-    )
+    names = resource_names(settings)
     events = EventPoster(client, settings.node_name, asyncio.get_running_loop())
     source = PodSource(
         client,
@@ -97,6 +107,7 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
             first=min(0.5, settings.kube_backoff_max_s), most=settings.kube_backoff_max_s
         ),
         book=book,
+        tenant_raise=settings.tenant_raise,
     )
     node.watchers.append(RefusalReporter(KubernetesRefusals(source, events, RefusalLog())).observe)
     return source
