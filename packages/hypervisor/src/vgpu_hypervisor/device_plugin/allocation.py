@@ -79,6 +79,39 @@ def _same(uuid: str, limits: Mapping[str, GpuLimits]) -> str:
     return next((key for key in limits if key.lower() == uuid.lower()), uuid)
 
 
+def preload(layout: Layout, folder: Path) -> tuple[dict[str, str], list[tuple[Path, Path, bool]]]:
+    """What every container given a GPU share gets, whichever way it was given (Allocate here, a
+    DRA claim's CDI spec): the env that preloads the two libraries and names the pod's region
+    folder ``folder`` (the container's path), and the read-only mounts (host, container) of the
+    libraries and the node's lease folder. AllocationError when a library is not on the host.
+    TF_REGION_REQUIRED: the region is the daemon's to make; a process that finds none fails
+    rather than make one that would hold no limit."""
+    for library in LIBRARIES:
+        if not (layout.host_lib_dir / library).is_file():
+            raise AllocationError(
+                f"{layout.host_lib_dir / library} is missing: install the libraries on the "
+                "node (--device-plugin-lib-dir)"
+            )
+    inside = [layout.container_lib_dir / library for library in LIBRARIES]
+    env = {
+        # add-path first: it keeps the limiter in LD_PRELOAD (TF_LD_PRELOAD) for children
+        # whose environment another preload rewrote.
+        "LD_PRELOAD": ":".join(map(str, inside)),
+        "TF_LD_PRELOAD": str(inside[1]),
+        "SHM_BASE_PATH": str(layout.container_base),
+        "SHM_PATH": str(folder),
+        "TF_REGION_REQUIRED": "1",
+    }
+    mounts = [
+        *(
+            (layout.host_lib_dir / library, at, True)
+            for library, at in zip(LIBRARIES, inside, strict=True)
+        ),
+        (layout.host_base / ".node", layout.container_base / ".node", True),
+    ]
+    return env, mounts
+
+
 def container_response(
     layout: Layout,
     *,
@@ -93,33 +126,15 @@ def container_response(
     started before that wait for it, TF_REGION_REQUIRED makes one that still finds none fail
     rather than make one that would hold no limit."""
     uuids = sorted({gpu_of(one) for one in device_ids})
-    for library in LIBRARIES:
-        if not (layout.host_lib_dir / library).is_file():
-            raise AllocationError(
-                f"{layout.host_lib_dir / library} is missing: install the libraries on the "
-                "node (--device-plugin-lib-dir)"
-            )
-    libs = [str(layout.container_lib_dir / library) for library in LIBRARIES]
     folder = layout.container_base / POD_FOLDER
-    envs = {
-        # add-path first: it keeps the limiter in LD_PRELOAD (TF_LD_PRELOAD) for children
-        # whose environment another preload rewrote.
-        "LD_PRELOAD": ":".join(libs),
-        "TF_LD_PRELOAD": libs[1],
-        "SHM_BASE_PATH": str(layout.container_base),
-        "SHM_PATH": str(folder),
-        "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
-        "TF_REGION_REQUIRED": "1",
-        "TF_REGION_WAIT": str(region_wait_s),
-    }
+    envs, shared = preload(layout, folder)
+    envs |= {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "TF_REGION_WAIT": str(region_wait_s)}
     # Read-only but for the allocation's folder; the rest of the base path (other pods, the lease
     # files any member of their group could truncate) is not mounted at all. The device leases
     # come from the daemon's arbiter, through its socket in .node (docs/security.md).
     mounts = [
-        (layout.host_lib_dir / LIBRARIES[0], Path(libs[0]), True),
-        (layout.host_lib_dir / LIBRARIES[1], Path(libs[1]), True),
+        *shared,
         (host_folder, folder, False),
-        (layout.host_base / ".node", layout.container_base / ".node", True),
         # The same GPUs as a list of mounts, for an NVIDIA container runtime that ignores
         # NVIDIA_VISIBLE_DEVICES from unprivileged containers (docs/kubernetes.md): it reads
         # the names under this folder instead, as NVIDIA's device plugin gives them.

@@ -21,7 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from vgpu_hypervisor.device_plugin.allocation import CONTROL_DEVICES, LIBRARIES, Layout
+from vgpu_hypervisor.device_plugin.allocation import (
+    CONTROL_DEVICES,
+    AllocationError,
+    Layout,
+    preload,
+)
 from vgpu_hypervisor.dra.claims import DRIVER, ClaimError
 
 CDI_VERSION: Final = "0.6.0"
@@ -49,28 +54,15 @@ def claim_spec(
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The spec, and the CDI device IDs of each GPU (by device name): ``gpus`` are the claim's
     (device name, minor number of /dev/nvidiaN or None when unknown)."""
-    for library in LIBRARIES:
-        if not (layout.host_lib_dir / library).is_file():
-            raise ClaimError(
-                f"{layout.host_lib_dir / library} is missing: install the libraries on the "
-                "node (--device-plugin-lib-dir)"
-            )
-    inside = [str(layout.container_lib_dir / library) for library in LIBRARIES]
     folder = layout.container_base / namespace / pod
-    environment = {
-        "LD_PRELOAD": ":".join(inside),  # add-path first: it keeps the limiter for children
-        "TF_LD_PRELOAD": inside[1],
-        "SHM_BASE_PATH": str(layout.container_base),
-        "SHM_PATH": str(folder),
-        "POD_NAME": pod,
-        "POD_NAMESPACE": namespace,
-        "TF_REGION_REQUIRED": "1",
-    }
-    libraries = zip(LIBRARIES, inside, strict=True)
+    try:
+        environment, shared = preload(layout, folder)
+    except AllocationError as error:
+        raise ClaimError(str(error)) from None
+    environment |= {"POD_NAME": pod, "POD_NAMESPACE": namespace}
     mounts = [
-        *((layout.host_lib_dir / lib, Path(at), "ro") for lib, at in libraries),
+        *((host, at, "ro" if read_only else "rw") for host, at, read_only in shared),
         (layout.host_base / namespace / pod, folder, "rw"),
-        (layout.host_base / ".node", layout.container_base / ".node", "ro"),
     ]
     common = {
         "name": claim_uid,
