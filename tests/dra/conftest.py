@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.dra.claims import DRIVER
+from vgpu_hypervisor.dra.inventory import NodeFacts, read_facts
 from vgpu_hypervisor.dra.kube import ApiClaims, open_client
 from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
 from vgpu_hypervisor.dra.server import DraDriver, SocketConfig
-from vgpu_hypervisor.gpu import NodeSnapshot
+from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
 
 # The simulated node's fixtures, shared with the device plugin's tests.
 from tests.device_plugin.conftest import Node, running_node
@@ -139,6 +140,13 @@ def dra_node(root: Path, snapshot: NodeSnapshot) -> Iterator[DraNode]:
             yield made
         finally:
             made.stop()
+
+
+@pytest.fixture(scope="module")
+def facts(sim_state: Path, snapshot: NodeSnapshot) -> NodeFacts:
+    """What the driver publishes of the simulated node."""
+    with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
+        return read_facts(observer.sample(), observer.backend)
 
 
 @pytest.fixture

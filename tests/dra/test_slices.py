@@ -7,20 +7,13 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from vgpu_hypervisor.dra.inventory import NodeFacts, read_facts
+from vgpu_hypervisor.dra.inventory import NodeFacts
 from vgpu_hypervisor.dra.kube import KubeError, open_client
 from vgpu_hypervisor.dra.publish import SlicePublisher
 from vgpu_hypervisor.dra.slices import node_slice, semver
-from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
 
 from tests.dra.conftest import NODE, SLICES, objects
 from tests.support.apiserver import ApiServer
-
-
-@pytest.fixture(scope="module")
-def facts(sim_state: Path, snapshot: NodeSnapshot) -> NodeFacts:
-    with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
-        return read_facts(observer.sample(), observer.backend)
 
 
 @pytest.mark.parametrize("version", ["1.34.0", "1.35.0", "1.36.0", "1.37.0"])
