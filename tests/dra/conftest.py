@@ -1,6 +1,6 @@
 """The DRA driver on a simulated node: its libraries, device files and base path (as the
-device plugin's tests make them), a small API server holding pods and claims, a stand-in
-kubelet."""
+device plugin's tests make them), the API-server stand-in holding pods, classes, claims and
+slices, a stand-in kubelet."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,31 +9,53 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from vgpu_hypervisor.device_plugin.runner import node_gpus
 from vgpu_hypervisor.dra.claims import DRIVER
+from vgpu_hypervisor.dra.inventory import NodeFacts, read_facts
 from vgpu_hypervisor.dra.kube import ApiClaims, open_client
 from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
 from vgpu_hypervisor.dra.server import DraDriver, SocketConfig
-from vgpu_hypervisor.gpu import NodeSnapshot
+from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
 
 # The simulated node's fixtures, shared with the device plugin's tests.
 from tests.device_plugin.conftest import Node, running_node
-from tests.dra.apiserver import Store, api_server
 from tests.dra.kubelet import DraKubelet, Plugin
+from tests.support.apiserver import ApiServer, Kind
+from tests.support.apiserver.kinds import BUILTIN, POD
+from tests.support.apiserver.kinds import NAMESPACE as NAMESPACES
+from tests.support.apiserver.selectors import Selector
 
 NODE = "node-1"
 NAMESPACE = "team"
 GiB = 1 << 30
-PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+
+
+def resource_kind(plural: str) -> Kind:
+    """The stand-in's resource.k8s.io/v1 kind of this plural."""
+    (kind,) = [k for k in BUILTIN if (k.group, k.plural) == ("resource.k8s.io", plural)]
+    return kind
+
+
+DEVICE_CLASSES = resource_kind("deviceclasses")
+CLAIMS = resource_kind("resourceclaims")
+CLAIM_TEMPLATES = resource_kind("resourceclaimtemplates")
+SLICES = resource_kind("resourceslices")
+
+
+def objects(api: ApiServer, kind: Kind, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The objects of ``kind`` the API server holds (in ``namespace``; None: all)."""
+    items, _ = api.store.select(kind, namespace, Selector((), ()))
+    return sorted(items, key=lambda o: o["metadata"]["name"])
+
+
+def serve_namespace(api: ApiServer, name: str = NAMESPACE) -> None:
+    api.store.create(NAMESPACES, None, {"metadata": {"name": name}}, strict=True, dry_run=False)
 
 
 @dataclass
 class DraNode:
     node: Node  # libraries, device files, base path and PodStore
-    api: Store
-    url: str
+    api: ApiServer
     config: NodeConfig
     sockets: SocketConfig
     driver: DraDriver | None = None
@@ -44,7 +66,7 @@ class DraNode:
 
     def start(self) -> DraDriver:
         """The driver, started (again, as a daemon that restarts)."""
-        client = open_client(str(kubeconfig(self.node.root, self.url)))
+        client = open_client(str(self.api.kubeconfig(self.node.root / "kubeconfig")))
         preparer = Preparer(self.config, self.node.store, ApiClaims(client))
         self.driver = DraDriver(preparer, self.sockets)
         self.driver.start()
@@ -64,7 +86,7 @@ class DraNode:
         return put_claim(self.api, name, pod, devices, **status)
 
 
-def put_pod(api: Store, name: str, **security: int) -> dict[str, Any]:
+def put_pod(api: ApiServer, name: str, **security: int) -> dict[str, Any]:
     """A pod of this node in the API server."""
     pod = {
         "apiVersion": "v1",
@@ -76,11 +98,11 @@ def put_pod(api: Store, name: str, **security: int) -> dict[str, Any]:
             "securityContext": security,
         },
     }
-    return api.put(PODS, pod)
+    return api.store.put(POD, NAMESPACE, pod)
 
 
 def put_claim(
-    api: Store, name: str, pod: dict[str, Any], devices: list[dict[str, Any]], **status: Any
+    api: ApiServer, name: str, pod: dict[str, Any], devices: list[dict[str, Any]], **status: Any
 ) -> dict[str, Any]:
     """A claim allocated ``devices`` (request, device, consumed capacity) and reserved for
     ``pod``, as the scheduler leaves it."""
@@ -98,27 +120,13 @@ def put_claim(
             "reservedFor": [consumer],
         },
     }
-    return api.put(CLAIMS, claim)
-
-
-def kubeconfig(folder: Path, url: str) -> Path:
-    """A kubeconfig of the API server at ``url``."""
-    path = folder / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": url}}],
-        "users": [{"name": "node", "user": {"token": "node-token"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "node"}}],
-        "current-context": "test",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return api.store.put(CLAIMS, NAMESPACE, claim)
 
 
 @contextmanager
 def dra_node(root: Path, snapshot: NodeSnapshot) -> Iterator[DraNode]:
-    with running_node(root, snapshot) as node, api_server() as (url, store):
+    with running_node(root, snapshot) as node, ApiServer() as api:
+        serve_namespace(api)
         gpus = node_gpus(snapshot)
         config = NodeConfig(
             node.layout,
@@ -127,11 +135,18 @@ def dra_node(root: Path, snapshot: NodeSnapshot) -> Iterator[DraNode]:
             {gpu.uuid: gpu.index for gpu in gpus},
             cdi_dir=root / "cdi",
         )
-        made = DraNode(node, store, url, config, SocketConfig(root / "registry", root / "plugins"))
+        made = DraNode(node, api, config, SocketConfig(root / "registry", root / "plugins"))
         try:
             yield made
         finally:
             made.stop()
+
+
+@pytest.fixture(scope="module")
+def facts(sim_state: Path, snapshot: NodeSnapshot) -> NodeFacts:
+    """What the driver publishes of the simulated node."""
+    with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
+        return read_facts(observer.sample(), observer.backend)
 
 
 @pytest.fixture

@@ -10,12 +10,19 @@ from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_limiter import library_path as limiter_library
 
-from tests.dra.apiserver import api_server
-from tests.dra.conftest import NAMESPACE, NODE, GiB, kubeconfig, put_claim, put_pod
+from tests.dra.conftest import (
+    NAMESPACE,
+    NODE,
+    SLICES,
+    GiB,
+    objects,
+    put_claim,
+    put_pod,
+    serve_namespace,
+)
 from tests.dra.kubelet import DraKubelet
 from tests.hypervisor.conftest import Daemon, wait_for
-
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+from tests.support.apiserver import ApiServer
 
 
 def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> None:
@@ -25,13 +32,14 @@ def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> 
     shutil.copy(limiter_library(), lib / "libcuda_limiter.so")
     registry, plugins, cdi = tmp_path / "registry", tmp_path / "plugins", tmp_path / "cdi"
     (tmp_path / "node").mkdir()
-    with api_server() as (url, store):
+    with ApiServer() as api:
+        serve_namespace(api)
         daemon = Daemon(
             tmp_path / "node",
             extra=(
                 "--dra",
                 "--node-name", NODE,
-                "--kubeconfig", str(kubeconfig(tmp_path, url)),
+                "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")),
                 "--dra-registry-dir", str(registry),
                 "--dra-plugins-dir", str(plugins),
                 "--cdi-dir", str(cdi),
@@ -40,13 +48,13 @@ def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> 
         )  # fmt: skip
         daemon.start()
         try:
-            wait_for(lambda: len(store.of(SLICES)) == 1, timeout=30)
-            (published,) = store.of(SLICES)
+            wait_for(lambda: len(objects(api, SLICES)) == 1, timeout=30)
+            (published,) = objects(api, SLICES)
             assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0", "gpu-1"]
 
-            pod = put_pod(store, "p")
+            pod = put_pod(api, "p")
             consumed = {"memory": "3Gi", "compute": "25"}
-            claim = put_claim(store, "c", pod, [{"device": "gpu-1", "consumedCapacity": consumed}])
+            claim = put_claim(api, "c", pod, [{"device": "gpu-1", "consumedCapacity": consumed}])
             kubelet = DraKubelet(registry)
             wait_for(lambda: any(p.is_socket() for p in registry.iterdir()), timeout=30)
             plugin = kubelet.register()

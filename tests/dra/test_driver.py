@@ -11,9 +11,10 @@ from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_limiter import sim
 
 from tests.device_plugin.test_device_plugin import run_workload
-from tests.dra.conftest import NAMESPACE, DraNode, GiB
+from tests.dra.conftest import CLAIMS, NAMESPACE, DraNode, GiB
 from tests.dra.kubelet import DraKubelet, Plugin
 from tests.hypervisor.conftest import clean_environment
+from tests.support.apiserver.kinds import POD
 
 
 def region_limits(dra: DraNode, pod: str) -> dict[str, GpuLimits]:
@@ -169,7 +170,9 @@ def test_a_restarted_driver_answers_and_unprepares_from_its_checkpoint(
     before = prepared(plugin, claim)
     assert before.error == ""
     dra.stop()
-    dra.api.objects.clear()  # the claim and pod are gone from the API server meanwhile
+    # The claim and pod are gone from the API server meanwhile.
+    dra.api.store.delete(CLAIMS, NAMESPACE, "kept")
+    dra.api.store.delete(POD, NAMESPACE, "kept", grace=0)
     dra.start()
     kubelet = DraKubelet(dra.sockets.registry)
     try:
@@ -232,6 +235,7 @@ def test_a_claim_that_cannot_be_prepared_gets_a_one_line_error(
     pod = dra.add_pod("bad")
     claim = dra.add_claim("bad", pod, [{"device": "gpu-0"}])
     change(claim)
+    claim = dra.api.store.put(CLAIMS, NAMESPACE, claim)
     answer = prepared(plugin, claim)
     assert error in answer.error and "\n" not in answer.error, answer.error
     assert answer.error.startswith("prepare claim team/bad: ")

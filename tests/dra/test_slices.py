@@ -7,22 +7,13 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from vgpu_hypervisor.dra.inventory import NodeFacts, read_facts
+from vgpu_hypervisor.dra.inventory import NodeFacts
 from vgpu_hypervisor.dra.kube import KubeError, open_client
 from vgpu_hypervisor.dra.publish import SlicePublisher
 from vgpu_hypervisor.dra.slices import node_slice, semver
-from vgpu_hypervisor.gpu import GpuObserver, NodeSnapshot
 
-from tests.dra.apiserver import Store, api_server
-from tests.dra.conftest import NODE, kubeconfig
-
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-
-
-@pytest.fixture(scope="module")
-def facts(sim_state: Path, snapshot: NodeSnapshot) -> NodeFacts:
-    with GpuObserver.open(simulate=True, sim_state=sim_state) as observer:
-        return read_facts(observer.sample(), observer.backend)
+from tests.dra.conftest import NODE, SLICES, objects
+from tests.support.apiserver import ApiServer
 
 
 @pytest.mark.parametrize("version", ["1.34.0", "1.35.0", "1.36.0", "1.37.0"])
@@ -61,44 +52,45 @@ def test_versions_are_written_as_semver() -> None:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Store, Path]]:
-    with api_server() as (url, store):
-        yield store, kubeconfig(tmp_path, url)
+def server(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
+    with ApiServer() as api:
+        yield api, api.kubeconfig(tmp_path / "kubeconfig")
 
 
 def test_published_once_replaced_on_change_and_never_duplicated(
-    server: tuple[Store, Path], facts: NodeFacts
+    server: tuple[ApiServer, Path], facts: NodeFacts
 ) -> None:
-    store, config = server
+    api, config = server
     uuids = [gpu.uuid for gpu in facts.gpus]
     # A slice an older daemon left under another name: it goes.
     stale = node_slice(NODE, facts, set(uuids), 1)
     stale["metadata"]["name"] = "node-1-gpu.vgpu.io-old"
-    store.put(SLICES, stale)
+    api.store.put(SLICES, None, stale)
     publisher = SlicePublisher(open_client(str(config)), NODE, facts)
     assert publisher.publish(uuids)
     assert not publisher.publish(reversed(uuids))  # nothing changed: nothing written
-    (only,) = store.of(SLICES)
+    (only,) = objects(api, SLICES)
     assert only["metadata"]["name"] == "node-1-gpu.vgpu.io"
     assert len(only["spec"]["devices"]) == 2
 
     assert publisher.publish(uuids[1:])  # the first GPU became unhealthy
-    (only,) = store.of(SLICES)
+    (only,) = objects(api, SLICES)
     assert [d["name"] for d in only["spec"]["devices"]] == ["gpu-1"]
     assert only["spec"]["pool"]["generation"] == 2
 
     restarted = SlicePublisher(open_client(str(config)), NODE, facts)
     assert restarted.publish(uuids)
-    (only,) = store.of(SLICES)
+    (only,) = objects(api, SLICES)
     assert only["spec"]["pool"]["generation"] == 3 and len(only["spec"]["devices"]) == 2
     restarted.remove()
-    assert store.of(SLICES) == []
+    assert objects(api, SLICES) == []
 
 
 def test_an_unreachable_api_server_is_one_line(tmp_path: Path, facts: NodeFacts) -> None:
-    with api_server() as (url, _):
-        pass  # stopped: nothing listens there any more
-    publisher = SlicePublisher(open_client(str(kubeconfig(tmp_path, url))), NODE, facts)
+    with ApiServer() as api:
+        config = api.kubeconfig(tmp_path / "kubeconfig")
+    # Stopped: nothing listens there any more.
+    publisher = SlicePublisher(open_client(str(config)), NODE, facts)
     with pytest.raises(KubeError, match=r"^ResourceSlice node-1-gpu.vgpu.io: ") as caught:
         publisher.publish([gpu.uuid for gpu in facts.gpus])
     assert "\n" not in str(caught.value)

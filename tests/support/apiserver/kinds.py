@@ -68,7 +68,7 @@ def _pod_defaults(pod: Object) -> None:
         container.setdefault("terminationMessagePolicy", "File")
         container.setdefault("imagePullPolicy", "IfNotPresent")
         container.setdefault("resources", {})
-        for amounts in container["resources"].values():
+        for amounts in (container["resources"].get(k, {}) for k in ("limits", "requests")):
             for name, amount in amounts.items():
                 if isinstance(amount, int | float) and not isinstance(amount, bool):
                     amounts[name] = str(amount)  # a quantity is stored as a string

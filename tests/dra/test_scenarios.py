@@ -1,0 +1,232 @@
+"""Claims from the user's objects to the pod's region, as in a cluster: the DeviceClass and
+claim templates of deploy/kubernetes/dra in the API-server stand-in, the node's ResourceSlice
+published by the driver, pods scheduled by the stand-in for the scheduler (allocator.py), and
+the stand-in kubelet preparing their claims over real gRPC, on the simulated GPU."""
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.dra.inventory import NodeFacts
+from vgpu_hypervisor.dra.kube import open_client
+from vgpu_hypervisor.dra.publish import SlicePublisher
+from vgpu_hypervisor.dra.runner import DraRunning
+from vgpu_hypervisor.gpu import NodeSnapshot
+
+from tests.dra.allocator import Scheduler, Unschedulable
+from tests.dra.conftest import (
+    CLAIM_TEMPLATES,
+    CLAIMS,
+    DEVICE_CLASSES,
+    NAMESPACE,
+    NODE,
+    SLICES,
+    DraNode,
+    GiB,
+    objects,
+)
+from tests.dra.kubelet import DraKubelet, Plugin
+from tests.dra.test_driver import region_limits
+from tests.support.apiserver import ApiServer
+from tests.support.apiserver.kinds import POD
+
+DRA = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "dra"
+MiB = 1 << 20
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DRA / name).read_text()) if d]
+
+
+@dataclasses.dataclass
+class Cluster:
+    dra: DraNode
+    running: DraRunning
+    scheduler: Scheduler
+
+    @property
+    def api(self) -> ApiServer:
+        return self.dra.api
+
+    def template(self, name: str, requests: list[dict[str, Any]], **devices: Any) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": requests, **devices}}},
+        }
+        self.api.store.create(CLAIM_TEMPLATES, NAMESPACE, body, strict=True, dry_run=False)
+
+    def pod(self, name: str, *templates: str) -> dict[str, Any]:
+        """A pending pod whose claims (named after their templates) come from ``templates``."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceClaims": [{"name": t, "resourceClaimTemplateName": t} for t in templates],
+                "containers": [
+                    {"name": "main", "image": "cuda",
+                     "resources": {"claims": [{"name": t} for t in templates]}}
+                ],
+            },
+        }  # fmt: skip
+        created, _ = self.api.store.create(POD, NAMESPACE, body, strict=True, dry_run=False)
+        return created
+
+    def claims_of(self, pod: str) -> list[dict[str, Any]]:
+        found = self.api.store.get(POD, NAMESPACE, pod)
+        names = [s["resourceClaimName"] for s in found["status"]["resourceClaimStatuses"]]
+        return [self.api.store.get(CLAIMS, NAMESPACE, n) for n in names]
+
+
+def gpu_request(name: str = "gpu", **capacity: str) -> dict[str, Any]:
+    exact: dict[str, Any] = {"deviceClassName": "gpu.vgpu.io"}
+    if capacity:
+        exact["capacity"] = {"requests": capacity}
+    return {"name": name, "exactly": exact}
+
+
+def placed(claim: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return [(r["device"], r["consumedCapacity"]) for r in results]
+
+
+def prepare_pod(plugin: Plugin, cluster: Cluster, pod: str) -> list[Any]:
+    claims = cluster.claims_of(pod)
+    refs = [(NAMESPACE, c["metadata"]["name"], c["metadata"]["uid"]) for c in claims]
+    answer = plugin.prepare(*refs)
+    answers = [answer.claims[uid] for _, _, uid in refs]
+    assert [a.error for a in answers] == [""] * len(answers), answers
+    return answers
+
+
+@pytest.fixture
+def cluster(dra: DraNode, facts: NodeFacts, snapshot: NodeSnapshot) -> Cluster:
+    api = dra.api
+    for document in documents("deviceclass.yaml"):
+        api.store.create(DEVICE_CLASSES, None, document, strict=True, dry_run=False)
+    for document in documents("examples.yaml"):
+        if document["kind"] == "ResourceClaimTemplate":
+            api.store.create(CLAIM_TEMPLATES, NAMESPACE, document, strict=True, dry_run=False)
+    assert dra.driver is not None
+    client = open_client(str(api.kubeconfig(dra.node.root / "publisher")))
+    running = DraRunning(dra.driver, SlicePublisher(client, NODE, facts), facts)
+    running.update_health(snapshot)
+    return Cluster(dra, running, Scheduler(api))
+
+
+def test_three_claims_fill_one_gpu_and_the_fourth_goes_to_the_second(
+    cluster: Cluster, plugin: Plugin, facts: NodeFacts
+) -> None:
+    first, second = facts.gpus
+    third = first.memory // 3 // MiB  # MiB: three fit, a fourth does not
+    cluster.template("third", [gpu_request(memory=f"{third}Mi", compute="30")])
+    for index in range(4):
+        cluster.pod(f"p{index}", "third")
+        assert cluster.scheduler.schedule(NAMESPACE, f"p{index}") == NODE
+    devices = [placed(c) for p in range(4) for c in cluster.claims_of(f"p{p}")]
+    share = {"memory": str(third * MiB), "compute": "30"}
+    assert devices == [[("gpu-0", share)]] * 3 + [[("gpu-1", share)]]
+    for index in range(4):
+        prepare_pod(plugin, cluster, f"p{index}")
+    gpu = [first.uuid] * 3 + [second.uuid]
+    for index in range(4):
+        assert region_limits(cluster.dra, f"p{index}") == {
+            gpu[index]: GpuLimits(memory=third * MiB, compute=3000)
+        }
+
+
+def test_a_claim_of_two_gpus(cluster: Cluster, plugin: Plugin, facts: NodeFacts) -> None:
+    cluster.pod("pair", "two-gpus-8gi")  # the example template: distinct GPUs, 8 GiB each
+    cluster.scheduler.schedule(NAMESPACE, "pair")
+    (claim,) = cluster.claims_of("pair")
+    whole = {"compute": "100"}  # no compute asked: the policy's default
+    assert placed(claim) == [
+        ("gpu-0", {"memory": str(8 * GiB), **whole}),
+        ("gpu-1", {"memory": str(8 * GiB), **whole}),
+    ]
+    ((answer,),) = [prepare_pod(plugin, cluster, "pair")]
+    assert sorted(d.device_name for d in answer.devices) == ["gpu-0", "gpu-1"]
+    assert region_limits(cluster.dra, "pair") == {
+        gpu.uuid: GpuLimits(memory=8 * GiB, compute=None) for gpu in facts.gpus
+    }
+
+
+def test_a_claim_for_an_unhealthy_gpu_cannot_be_allocated_and_says_so(
+    cluster: Cluster, snapshot: NodeSnapshot, facts: NodeFacts
+) -> None:
+    broken = facts.gpus[1]
+    devices = tuple(
+        dataclasses.replace(d, xid_errors=((79, 1),)) if d.uuid == broken.uuid else d
+        for d in snapshot.devices
+    )  # the GPU fell off the bus
+    cluster.running.update_health(dataclasses.replace(snapshot, devices=devices))
+    (published,) = objects(cluster.api, SLICES)
+    assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0"]
+
+    selector = {"cel": {"expression": f'device.attributes["gpu.vgpu.io"].uuid == "{broken.uuid}"'}}
+    request = gpu_request(memory="1Gi")
+    request["exactly"]["selectors"] = [selector]
+    cluster.template("that-gpu", [request])
+    cluster.pod("stuck", "that-gpu")
+    with pytest.raises(Unschedulable, match="cannot allocate all claims"):
+        cluster.scheduler.schedule(NAMESPACE, "stuck")
+    pod = cluster.api.store.get(POD, NAMESPACE, "stuck")
+    (condition,) = pod["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodScheduled", "False", "Unschedulable"
+    )  # fmt: skip
+    assert "spec" in pod and not pod["spec"].get("nodeName")
+    (claim,) = cluster.claims_of("stuck")
+    assert "allocation" not in claim.get("status", {})
+
+    cluster.template("any-gpu", [gpu_request(memory="1Gi")])
+    cluster.pod("fine", "any-gpu")  # one not bound to that GPU lands on the healthy one
+    assert cluster.scheduler.schedule(NAMESPACE, "fine") == NODE
+    (claim,) = cluster.claims_of("fine")
+    assert [device for device, _ in placed(claim)] == ["gpu-0"]
+
+
+def test_a_daemon_restart_between_prepare_and_unprepare(
+    cluster: Cluster, plugin: Plugin, facts: NodeFacts
+) -> None:
+    cluster.pod("kept", "gpu-4gi-30")
+    cluster.scheduler.schedule(NAMESPACE, "kept")
+    (before,) = prepare_pod(plugin, cluster, "kept")
+    assert region_limits(cluster.dra, "kept") == {
+        facts.gpus[0].uuid: GpuLimits(memory=4 * GiB, compute=3000, burst=6000)
+    }
+    cluster.dra.stop()
+    cluster.dra.start()
+    kubelet = DraKubelet(cluster.dra.sockets.registry)
+    try:
+        again = kubelet.register()
+        (claim,) = cluster.claims_of("kept")
+        ref = (NAMESPACE, claim["metadata"]["name"], claim["metadata"]["uid"])
+        assert again.prepare(ref).claims[ref[2]] == before  # answered from the checkpoint
+        assert again.unprepare(ref).claims[ref[2]].error == ""
+    finally:
+        kubelet.close()
+    assert cluster.dra.node.store.scan() == []
+    assert list(cluster.dra.cdi_dir.iterdir()) == []
+
+
+def test_two_claims_of_one_pod_share_its_quota(
+    cluster: Cluster, plugin: Plugin, facts: NodeFacts
+) -> None:
+    cluster.template("small", [gpu_request(memory="1Gi", compute="10")])
+    cluster.pod("both", "gpu-4gi-30", "small")
+    cluster.scheduler.schedule(NAMESPACE, "both")
+    claims = cluster.claims_of("both")
+    assert [placed(c)[0][0] for c in claims] == ["gpu-0", "gpu-0"]
+    uid = cluster.api.store.get(POD, NAMESPACE, "both")["metadata"]["uid"]
+    for claim in claims:
+        assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "both", "uid": uid}]
+    prepare_pod(plugin, cluster, "both")
+    assert region_limits(cluster.dra, "both") == {
+        facts.gpus[0].uuid: GpuLimits(memory=5 * GiB, compute=4000, burst=6000)
+    }
