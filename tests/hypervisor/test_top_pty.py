@@ -14,7 +14,7 @@ from pathlib import Path
 import pyte
 import pytest
 
-from tests.hypervisor.conftest import TF_HYPERVISOR, Daemon, wait_for
+from tests.hypervisor.conftest import TF_HYPERVISOR, WORKLOAD, Daemon, wait_for
 
 LONG_POD = "training-job-of-the-vision-team-resnet50-sweep-0042"
 
@@ -110,12 +110,23 @@ def _gpu_rows(lines: list[str]) -> list[str]:
     return [lines[header + 1], lines[header + 2]]
 
 
+def _history_of(terminal: Terminal, gpu: int, samples: int) -> list[str] | None:
+    """The screen once GPU ``gpu``'s history row has ``samples`` marks or more."""
+    lines = terminal.text()
+    header = next((i for i, line in enumerate(lines) if "Util over" in line), None)
+    if header is None:
+        return None
+    row = next((line for line in lines[header + 1 :] if line.split()[:1] == [str(gpu)]), "")
+    marks = sum(1 for char in row if char in "▁▂▃▄▅▆▇█")
+    return lines if marks >= 2 * samples else None
+
+
 def _without(terminal: Terminal, prefix: str) -> list[str] | None:
     lines = terminal.text()
     return None if any(line.startswith(prefix) for line in lines) else lines
 
 
-@pytest.mark.parametrize(("columns", "lines"), [(80, 24), (200, 50)])
+@pytest.mark.parametrize(("columns", "lines"), [(80, 24), (120, 40), (200, 50)])
 def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
     terminal = _top(node, columns, lines)
     try:
@@ -134,7 +145,9 @@ def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
             assert any(cell.endswith("W") for cell in cells), row  # Power
         print("\n".join(screen))
         assert "..." not in "\n".join(screen)
-        assert "…" not in "\n".join(screen)
+        # Only a command's arguments are trimmed, at the end of its row.
+        assert all("…" not in line.rstrip()[:-1] for line in screen)
+        assert not any("…" in line for line in screen if not line.startswith("default/small"))
         assert len(screen) == lines and all(len(line) == columns for line in screen)
         pod_line = next(line for line in screen if line.startswith("default/train"))
         pod = pod_line.split()[0]
@@ -147,8 +160,19 @@ def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
             assert len(head) >= 8 and len(tail) >= 8
         # The compact mode below 120 columns, the full one (with GPU names) above.
         assert "NVIDIA" in header_line or "Name" in header_line
-        if columns >= 200:
+        if columns >= 120:
             assert any("NVIDIA" in row for row in rows)
+        # The worker's row names its GPU by index and its program first.
+        header = next(line for line in screen if line.startswith("Pod") and "Command" in line)
+        gpu = header.index(" GPU ") + 1
+        worker = next(
+            line for line in screen[screen.index(header) :] if line.startswith("default/small")
+        )
+        assert worker[gpu : gpu + 2] == "1 ", worker
+        program = Path(WORKLOAD).name
+        assert worker[header.index("Command") :].startswith(program), worker
+        if columns >= 120:  # the history fills in as top refreshes (every 0.3 s)
+            screen = wait_for(lambda: _history_of(terminal, 1, 3), timeout=30)
         terminal.send("q")
         assert terminal.process.wait(timeout=15) == 0
     finally:
