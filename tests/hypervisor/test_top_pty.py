@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyte
 import pytest
+from vgpu_hypervisor.client.api_client import API
 
 from tests.hypervisor.conftest import TF_HYPERVISOR, WORKLOAD, Daemon, wait_for
 
@@ -87,7 +88,8 @@ def node(daemon: Daemon) -> Iterator[Daemon]:
         == 0
     )
     assert daemon.cli("pods", "create", "small", "--mem", "1=2GiB").returncode == 0
-    worker = daemon.workload("small", "--device", "1", "--alloc", "1GiB", "--hold", "60")
+    # The pod has GPU 1 only, which its programs see as their device 0.
+    worker = daemon.workload("small", "--device", "0", "--alloc", "1GiB", "--hold", "60")
     try:
         wait_for(lambda: "small" in daemon.cli("workers").stdout, timeout=30)
         yield daemon
@@ -145,13 +147,21 @@ def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
             assert any(cell.endswith("W") for cell in cells), row  # Power
         print("\n".join(screen))
         assert "..." not in "\n".join(screen)
-        # Only a command's arguments are trimmed, at the end of its row.
+        # Only the backend's description in the title and a command's arguments are trimmed,
+        # at the end of their line and between words.
         assert all("…" not in line.rstrip()[:-1] for line in screen)
-        assert not any("…" in line for line in screen if not line.startswith("default/small"))
+        trimmed = [line.rstrip() for line in screen if line.rstrip().endswith("…")]
+        assert all(line.startswith(("default/small", "tf-hypervisor")) for line in trimmed)
+        backend = node.api("GET", f"{API}/status").json()["backend_description"]
+        if screen[0].rstrip().endswith("…"):
+            shown = screen[0].rstrip()[:-1].split("  ")[-1]
+            assert backend.startswith(shown) and backend[len(shown)] == " ", screen[0]
+        else:
+            assert screen[0].rstrip().endswith(backend) or backend not in screen[0]
         assert len(screen) == lines and all(len(line) == columns for line in screen)
         pod_line = next(line for line in screen if line.startswith("default/train"))
         pod = pod_line.split()[0]
-        if columns >= 200:
+        if columns >= 120:
             assert pod == f"default/{LONG_POD}"
         else:  # shortened in the middle: both ends stay recognisable
             assert "~" in pod
