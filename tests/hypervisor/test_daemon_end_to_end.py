@@ -111,6 +111,26 @@ def test_a_limit_changed_live_is_obeyed(
     assert "OUT_OF_MEMORY" in out + err or "out of memory" in (out + err).lower()
 
 
+def test_a_launching_worker_is_shown_calling_the_gpu_now(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    """Its last GPU call follows its launches, not only its allocations: a worker that allocated
+    at its start and launches at 20 % since is not shown as idle since its start."""
+    _create(daemon, "paced", compute=20)
+    worker = daemon.workload("paced", "--alloc", "256MiB", "--kernels", "100000")
+    workloads.append(worker)
+    (seen,) = wait_for(lambda: _workers(daemon, "paced"), timeout=10)
+    first = seen["last_gpu_call"]
+    assert first is not None
+
+    def later() -> bool:
+        (now,) = _workers(daemon, "paced")
+        return bool(now["alive"]) and now["last_gpu_call"] >= first + 2.0
+
+    wait_for(later, timeout=20, step=0.2)
+    assert worker.poll() is None  # still launching, not done
+
+
 def test_deleting_a_pod_with_live_workers_needs_force(
     daemon: Daemon, workloads: list[subprocess.Popen[str]]
 ) -> None:

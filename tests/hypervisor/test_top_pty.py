@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pyte
 import pytest
+from vgpu_hypervisor.client.api_client import API
 
-from tests.hypervisor.conftest import TF_HYPERVISOR, Daemon, wait_for
+from tests.hypervisor.conftest import TF_HYPERVISOR, WORKLOAD, Daemon, wait_for
 
 LONG_POD = "training-job-of-the-vision-team-resnet50-sweep-0042"
 
@@ -87,7 +88,8 @@ def node(daemon: Daemon) -> Iterator[Daemon]:
         == 0
     )
     assert daemon.cli("pods", "create", "small", "--mem", "1=2GiB").returncode == 0
-    worker = daemon.workload("small", "--device", "1", "--alloc", "1GiB", "--hold", "60")
+    # The pod has GPU 1 only, which its programs see as their device 0.
+    worker = daemon.workload("small", "--device", "0", "--alloc", "1GiB", "--hold", "60")
     try:
         wait_for(lambda: "small" in daemon.cli("workers").stdout, timeout=30)
         yield daemon
@@ -110,12 +112,23 @@ def _gpu_rows(lines: list[str]) -> list[str]:
     return [lines[header + 1], lines[header + 2]]
 
 
+def _history_of(terminal: Terminal, gpu: int, samples: int) -> list[str] | None:
+    """The screen once GPU ``gpu``'s history row has ``samples`` marks or more."""
+    lines = terminal.text()
+    header = next((i for i, line in enumerate(lines) if "Util over" in line), None)
+    if header is None:
+        return None
+    row = next((line for line in lines[header + 1 :] if line.split()[:1] == [str(gpu)]), "")
+    marks = sum(1 for char in row if char in "▁▂▃▄▅▆▇█")
+    return lines if marks >= 2 * samples else None
+
+
 def _without(terminal: Terminal, prefix: str) -> list[str] | None:
     lines = terminal.text()
     return None if any(line.startswith(prefix) for line in lines) else lines
 
 
-@pytest.mark.parametrize(("columns", "lines"), [(80, 24), (200, 50)])
+@pytest.mark.parametrize(("columns", "lines"), [(80, 24), (120, 40), (200, 50)])
 def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
     terminal = _top(node, columns, lines)
     try:
@@ -134,11 +147,21 @@ def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
             assert any(cell.endswith("W") for cell in cells), row  # Power
         print("\n".join(screen))
         assert "..." not in "\n".join(screen)
-        assert "…" not in "\n".join(screen)
+        # Only the backend's description in the title and a command's arguments are trimmed,
+        # at the end of their line and between words.
+        assert all("…" not in line.rstrip()[:-1] for line in screen)
+        trimmed = [line.rstrip() for line in screen if line.rstrip().endswith("…")]
+        assert all(line.startswith(("default/small", "tf-hypervisor")) for line in trimmed)
+        backend = node.api("GET", f"{API}/status").json()["backend_description"]
+        if screen[0].rstrip().endswith("…"):
+            shown = screen[0].rstrip()[:-1].split("  ")[-1]
+            assert backend.startswith(shown) and backend[len(shown)] == " ", screen[0]
+        else:
+            assert screen[0].rstrip().endswith(backend) or backend not in screen[0]
         assert len(screen) == lines and all(len(line) == columns for line in screen)
         pod_line = next(line for line in screen if line.startswith("default/train"))
         pod = pod_line.split()[0]
-        if columns >= 200:
+        if columns >= 120:
             assert pod == f"default/{LONG_POD}"
         else:  # shortened in the middle: both ends stay recognisable
             assert "~" in pod
@@ -147,8 +170,19 @@ def test_top_fits_the_terminal(node: Daemon, columns: int, lines: int) -> None:
             assert len(head) >= 8 and len(tail) >= 8
         # The compact mode below 120 columns, the full one (with GPU names) above.
         assert "NVIDIA" in header_line or "Name" in header_line
-        if columns >= 200:
+        if columns >= 120:
             assert any("NVIDIA" in row for row in rows)
+        # The worker's row names its GPU by index and its program first.
+        header = next(line for line in screen if line.startswith("Pod") and "Command" in line)
+        gpu = header.index(" GPU ") + 1
+        worker = next(
+            line for line in screen[screen.index(header) :] if line.startswith("default/small")
+        )
+        assert worker[gpu : gpu + 2] == "1 ", worker
+        program = Path(WORKLOAD).name
+        assert worker[header.index("Command") :].startswith(program), worker
+        if columns >= 120:  # the history fills in as top refreshes (every 0.3 s)
+            screen = wait_for(lambda: _history_of(terminal, 1, 3), timeout=30)
         terminal.send("q")
         assert terminal.process.wait(timeout=15) == 0
     finally:

@@ -331,6 +331,9 @@ void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry) {
                                       memory_order_relaxed);
         }
     }
+    /* Once per epoch rather than per launch: a program that allocated at its start and has
+     * launched since is not shown as idle since its last allocation. */
+    vgpu_region_heartbeat(vgpu_state.region);
     VGPU_REAL(cuEventRecord, state->start, stream);
     state->stream = stream;
     state->open = true;

@@ -372,6 +372,13 @@ bool vgpu_region_reserve(struct vgpu_region *region, int entry, uint64_t bytes,
     return true;
 }
 
+void vgpu_region_heartbeat(struct vgpu_region *region) {
+    struct vgpu_region_process *self = vgpu_region_self(region);
+    if (self != NULL) {
+        atomic_store_explicit(&self->heartbeat_ns, realtime_ns(), memory_order_relaxed);
+    }
+}
+
 void vgpu_region_release(struct vgpu_region *region, int entry, uint64_t bytes) {
     struct vgpu_region_process *self = vgpu_region_self(region);
     if (self == NULL) {

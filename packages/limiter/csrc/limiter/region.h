@@ -39,6 +39,10 @@ void vgpu_region_read_limits(const struct vgpu_region *region, int entry,
 /* This process's slot, claimed on first use (a forked child claims its own). NULL if full. */
 struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region);
 
+/* This process made a GPU call now: its slot's heartbeat (what the daemon shows as its last GPU
+ * call). Memory reservations write it themselves; a paced launch calls this once per epoch. */
+void vgpu_region_heartbeat(struct vgpu_region *region);
+
 /* Reserve `bytes` on a device for this process without ever passing the pod's limit; dead
  * processes' slots are reclaimed first when it would not fit. A reservation the limit refuses
  * is counted in the device's refusals when `count_refusal`. */

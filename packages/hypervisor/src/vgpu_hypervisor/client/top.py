@@ -3,6 +3,7 @@
 Keys (read in cbreak mode on a terminal, as they come otherwise, so a script can send "q"):
 q quits, s/r sort, / filters, c switches compact/full, h shows the help; Ctrl-C quits too. A
 daemon that is not there (at the start or later) is shown in the view, which keeps retrying.
+Each refresh adds the GPUs' figures to the history the full mode draws.
 """
 
 import contextlib
@@ -19,7 +20,7 @@ from rich.live import Live
 from rich.text import Text
 
 from vgpu_hypervisor.client.api_client import API, Client, ClientError
-from vgpu_hypervisor.client.top_view import Snapshot, ViewState, apply_key, render
+from vgpu_hypervisor.client.top_view import History, Snapshot, ViewState, apply_key, render
 
 
 def take_snapshot(client: Client, last: Snapshot | None) -> Snapshot:
@@ -77,11 +78,13 @@ def run_top(client: Client, *, interval: float = 1.0, console: Console | None = 
     """Show the view until q or Ctrl-C."""
     console = console or Console()
     state = ViewState()
+    history = History()
     snapshot = take_snapshot(client, None)
+    history.record(snapshot)
 
     def frame() -> Text:
         width, height = console.size
-        return render(snapshot, state, width, height)
+        return render(snapshot, state, width, height, history)
 
     try:
         with (
@@ -105,6 +108,7 @@ def run_top(client: Client, *, interval: float = 1.0, console: Console | None = 
                     return
                 if time.monotonic() >= next_refresh:
                     snapshot = take_snapshot(client, snapshot)
+                    history.record(snapshot)
                     next_refresh = time.monotonic() + interval
                 live.update(frame(), refresh=True)
     except KeyboardInterrupt:

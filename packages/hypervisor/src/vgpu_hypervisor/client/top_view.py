@@ -1,19 +1,27 @@
 """The screen of `tf-hypervisor top`, laid out for the terminal's size.
 
 Rows are fitted by hand rather than by rich tables so that the view never wraps or ends in a
-cropped line: every column has a width, the one flexible column (GPU name, pod, command) takes
-what is left, and sections that do not fit the height end in "+N more". Below 120 columns the
-compact mode drops the bars, the GPU name, the boost and the host pid; the GPU index, memory,
-Util, Temp and Power always stay.
+cropped line: every column has a width, the flexible columns (GPU name, pod, command) take what
+is left, and sections that do not fit the height end in "+N more". Text is cut only between
+words. Below 120 columns the compact mode drops the bars, the history, the boost and the host
+pid; the GPU index, memory, Util, Temp and Power always stay. The full mode shows each GPU's
+utilization and memory over the last refreshes, kept by ``History`` in the client.
 """
 
+import textwrap
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from vgpu_common.limits import format_bytes, format_percent
+
+from vgpu_hypervisor.client.command_line import short_command
+from vgpu_hypervisor.client.fit import trim
+from vgpu_hypervisor.client.tables import gpu_indexes, worker_gpus
 
 FULL_WIDTH = 120  # from here on: bars, GPU names, boost, host pids
 SORT_KEYS = ("name", "memory", "util")
@@ -47,12 +55,78 @@ class Snapshot:
     taken: float = 0.0
 
 
+@dataclass
+class History:
+    """Each GPU's utilization and memory share at the last ``size`` refreshes, oldest first,
+    by GPU UUID (or index): what the daemon does not keep, the client gathers as it refreshes."""
+
+    size: int = 300
+    samples: dict[str, deque[tuple[float, float | None, float | None]]] = field(
+        default_factory=dict
+    )
+    last: float = 0.0
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Add ``snapshot``'s figures once (a failed refresh, or the same one again, adds none)."""
+        if snapshot.error is not None or snapshot.taken == self.last:
+            return
+        self.last = snapshot.taken
+        for gpu in snapshot.gpus:
+            util = gpu.get("utilization")
+            used, total = gpu.get("memory_used"), gpu.get("memory_total")
+            sample = (
+                snapshot.taken,
+                None if util is None else util / 100,
+                used / total if used is not None and total else None,
+            )
+            self.samples.setdefault(_gpu_key(gpu), deque(maxlen=self.size)).append(sample)
+
+    def of(self, gpu: dict[str, Any]) -> list[tuple[float, float | None, float | None]]:
+        return list(self.samples.get(_gpu_key(gpu), ()))
+
+
+def _gpu_key(gpu: dict[str, Any]) -> str:
+    return str(gpu.get("uuid") or gpu.get("index"))
+
+
 @dataclass(frozen=True)
 class Column:
     title: str
     width: int  # 0: the flexible column
     right: bool = False
     most: int = 1000  # the flexible column's widest
+    fit: Callable[[str, int], str] | None = None  # how a cell too long is shortened
+
+
+def words(text: str, width: int) -> str:
+    """``text`` in ``width`` cells, cut only between words and ending in "…" when cut (a
+    first word wider than ``width`` is the one thing cut inside)."""
+    if cell_len(text) <= width:
+        return text
+    head = text[: max(0, width - 1)]
+    if not text[len(head)].isspace():
+        space = head.rfind(" ")
+        if space <= 0:
+            return trim(text, width)
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` over lines of at most ``width`` cells, broken between words."""
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
+def pack(items: Sequence[str], width: int, separator: str = " · ") -> list[str]:
+    """``items`` joined by ``separator``, over as many lines as ``width`` needs; an item is
+    never split."""
+    lines: list[str] = []
+    for item in items:
+        if lines and cell_len(lines[-1] + separator + item) <= width:
+            lines[-1] += separator + item
+        else:
+            lines.append(words(item, width))
+    return lines
 
 
 def shorten(text: str, width: int) -> str:
@@ -99,7 +173,7 @@ def _line(columns: Sequence[Column], cells: Sequence[str | Text], width: int) ->
             piece.truncate(size, pad=True)
             line.append_text(piece)
         else:
-            text = shorten(cell, size)
+            text = (column.fit or shorten)(cell, size)
             line.append(text.rjust(size) if column.right else text.ljust(size))
     line.truncate(width)
     line.rstrip()
@@ -115,48 +189,116 @@ def _header(columns: Sequence[Column], width: int) -> Text:
 # --- the sections ------------------------------------------------------------------------
 
 
+def _gpu_columns(gpus: list[dict[str, Any]], width: int, compact: bool) -> list[Column]:
+    """The GPU rows' columns. Full mode: the name whole (up to 32 cells), then bars in what
+    is left; compact: the name last, in as much as fits."""
+    columns = [
+        Column("GPU", 3, right=True),
+        Column("Memory used/total", 17, right=True),
+        Column("Util", 4, right=True),
+        Column("Temp", 5, right=True),
+        Column("Power", 6, right=True),
+    ]
+    if compact:
+        return [
+            *columns,
+            Column("Pods", 4, right=True),
+            Column("Wkrs", 4, right=True),
+            Column("Name", 0, fit=words),
+        ]
+    name = min(32, max([4, *(cell_len(gpu.get("name") or NA) for gpu in gpus)]))
+    columns[1:1] = [Column("Name", name, fit=words)]
+    columns += [
+        Column("Boost", 5, right=True),
+        Column("Pods", 4, right=True),
+        Column("Wkrs", 4, right=True),
+    ]
+    left = width - sum(c.width for c in columns) - len(columns) + 1
+    memory_bar = min(16, (left - 2) // 2)
+    util_bar = min(10, left - 2 - memory_bar)
+    if util_bar >= 4:  # after memory and after Util, as nvitop shows them
+        columns.insert(3, Column("", memory_bar))
+        columns.insert(5, Column("", util_bar))
+    return columns
+
+
 def _gpu_lines(gpus: list[dict[str, Any]], width: int, compact: bool) -> list[Text]:
-    columns = [Column("GPU", 3, right=True)]
-    if not compact:
-        columns.append(Column("Name", 0, most=32))
-    columns += [Column("Memory used/total", 17, right=True)]
-    bar = 0 if compact else 16
-    if bar:
-        columns.append(Column("", bar))
-    columns += [Column("Util", 4, right=True)]
-    if bar:
-        columns.append(Column("", 10))
-    columns += [Column("Temp", 5, right=True), Column("Power", 6, right=True)]
-    if not compact:
-        columns.append(Column("Boost", 5, right=True))
-    columns += [Column("Pods", 4, right=True), Column("Wkrs", 4, right=True)]
-    if compact:  # the flexible column: the GPU name, as much as fits
-        columns.append(Column("Name", 0))
+    columns = _gpu_columns(gpus, width, compact)
     lines = [_header(columns, width)]
     for gpu in gpus:
         used, total = gpu.get("memory_used"), gpu.get("memory_total")
+        util = gpu.get("utilization")
         cells: dict[str, str | Text] = {
             "GPU": str(gpu["index"]),
             "Name": gpu.get("name") or NA,
             "Memory used/total": f"{_size(used)}/{_size(total)}",
-            "Util": _percent(gpu.get("utilization")),
+            "Util": _percent(util),
             "Temp": NA if gpu.get("temperature_c") is None else f"{gpu['temperature_c']}C",
             "Power": NA if gpu.get("power_draw_w") is None else f"{gpu['power_draw_w']:.0f}W",
             "Boost": NA if gpu.get("boost") is None else f"{gpu['boost']:.2f}",
             "Pods": str(gpu.get("pods", 0)),
             "Wkrs": str(gpu.get("workers", 0)),
         }
-        row: list[str | Text] = []
-        bars = iter(
+        shares = iter(
             [
-                _bar(used / total if used is not None and total else None, bar),
-                _bar(None if gpu.get("utilization") is None else gpu["utilization"] / 100, 10),
+                used / total if used is not None and total else None,
+                None if util is None else util / 100,
             ]
         )
-        for column in columns:
-            row.append(next(bars) if column.title == "" else cells[column.title])
+        row = [
+            _bar(next(shares), column.width) if column.title == "" else cells[column.title]
+            for column in columns
+        ]
         lines.append(_line(columns, row, width))
     return lines
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(shares: Sequence[float | None], width: int) -> str:
+    """The last ``width`` shares (0 to 1) as bars of eighths, newest on the right; a gap where
+    there was no figure."""
+    recent = shares[-width:] if width > 0 else []
+    marks = [
+        " " if share is None else SPARKS[round(max(0.0, min(1.0, share)) * (len(SPARKS) - 1))]
+        for share in recent
+    ]
+    return "".join(marks).rjust(width)
+
+
+def _history_lines(
+    gpus: list[dict[str, Any]], history: History, width: int, now: float
+) -> list[Text]:
+    """Per GPU, its utilization and memory over the refreshes kept, side by side."""
+    graph = (width - 3 - 2 * 6 - 4) // 2
+    kept = [history.of(gpu) for gpu in gpus]
+    shown = [samples[-graph:] for samples in kept if samples]
+    if graph < 8 or not shown:
+        return []
+    span = duration(now - min(samples[0][0] for samples in shown))
+    columns = [
+        Column("GPU", 3, right=True),
+        Column(f"Util over {span}, peak", graph + 6),
+        Column(f"Memory over {span}, peak", graph + 6),
+    ]
+    lines = [_header(columns, width)]
+    for gpu, samples in zip(gpus, kept, strict=True):
+        utils = [util for _, util, _ in samples]
+        memory = [share for _, _, share in samples]
+        cells = [
+            str(gpu["index"]),
+            f"{sparkline(utils, graph)} {_peak(utils)}",
+            f"{sparkline(memory, graph)} {_peak(memory)}",
+        ]
+        lines.append(_line(columns, cells, width))
+    return lines
+
+
+def _peak(shares: Sequence[float | None]) -> str:
+    """The highest share shown, as a percent in 5 cells ("max" of the graph beside it)."""
+    known = [share for share in shares if share is not None]
+    return f"{max(known) * 100:4.0f}%" if known else f"{NA:>5}"
 
 
 def _pod_rows(pods: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
@@ -205,36 +347,63 @@ def _pod_lines(pods: list[dict[str, Any]], width: int, compact: bool) -> list[Te
     return lines
 
 
-def _worker_lines(workers: list[dict[str, Any]], width: int, compact: bool) -> list[Text]:
-    columns = [
-        Column("Pod", 44 if not compact else 18),
-        Column("PID", 7, right=True),
-        Column("GPU mem", 9, right=True),
-        Column("Util", 4, right=True),
-        Column("Up", 6, right=True),
-        Column("Command", 0),
-    ]
-    if not compact:
-        columns.insert(2, Column("Host PID", 8, right=True))
-    lines = [_header(columns, width)]
+def _worker_lines(
+    workers: list[dict[str, Any]], indexes: dict[str, int], width: int, compact: bool
+) -> list[Text]:
+    """``indexes``: GPU index by UUID, to name a worker's GPUs as the GPU rows do."""
     now = time.time()
+    rows: list[list[str]] = []
+    notes: dict[str, tuple[str, str]] = {}  # a Command cell: its command and note
     for worker in workers:
         gpus = worker.get("gpus") or []
         utils = [g["utilization"] for g in gpus if g.get("utilization") is not None]
         started = worker.get("started")
-        command = (worker.get("command") or NA) + ("" if worker.get("alive", True) else " (exited)")
-        cells: list[str | Text] = [
-            f"{worker['namespace']}/{worker['pod']}",
-            str(worker["pid"]),
-            _size(sum(g.get("memory_used") or 0 for g in gpus)),
-            _percent(sum(utils)) if utils else NA,
-            NA if started is None else duration(now - started),
-            command,
-        ]
-        if not compact:
-            host = worker.get("host_pid")
-            cells.insert(2, NA if host is None else str(host))
-        lines.append(_line(columns, cells, width))
+        command = worker.get("command") or NA
+        note = "" if worker.get("alive", True) else "(exited)"
+        notes[f"{command} {note}".rstrip()] = (command, note)
+        host = worker.get("host_pid")
+        rows.append(
+            [
+                f"{worker['namespace']}/{worker['pod']}",
+                str(worker["pid"]),
+                NA if host is None else str(host),
+                worker_gpus(worker, indexes),
+                _size(sum(g.get("memory_used") or 0 for g in gpus)),
+                _percent(sum(utils)) if utils else NA,
+                NA if started is None else duration(now - started),
+                f"{command} {note}".rstrip(),
+            ]
+        )
+
+    def program_first(cell: str, room: int) -> str:
+        return short_command(*notes.get(cell, (cell, "")), width=room)
+
+    gpu = max([3, *(cell_len(row[3]) for row in rows)])
+    fixed = [
+        Column("PID", 7, right=True),
+        Column("Host PID", 8, right=True),
+        Column("GPU", gpu),
+        Column("GPU mem", 9, right=True),
+        Column("Util", 4, right=True),
+        Column("Up", 6, right=True),
+    ]
+    room = width - sum(c.width for c in fixed) - len(fixed) - 1
+    if compact or room < 40:  # the host pid only where the pod and command keep room
+        room += fixed[1].width + 1
+        del fixed[1]
+        for row in rows:
+            del row[2]
+    # The pod and the command share what is left: the pod whole where the command keeps 20
+    # cells, never less than two fifths of it.
+    pod = max([3, *(cell_len(row[0]) for row in rows)])
+    pod = max(3, min(pod, max(room - 20, room * 2 // 5)))
+    columns = [
+        Column("Pod", pod),
+        *fixed,
+        Column("Command", max(7, room - pod), fit=program_first),
+    ]
+    lines = [_header(columns, width)]
+    lines += [_line(columns, row, width) for row in rows]
     return lines
 
 
@@ -313,48 +482,79 @@ def _fit(section: list[Text], room: int, width: int) -> list[Text]:
     return [*section[:shown], more]
 
 
-def render(snapshot: Snapshot, state: ViewState, width: int, height: int) -> Text:
-    """The whole screen: at most ``height`` lines of at most ``width`` cells."""
+def _title(snapshot: Snapshot, width: int) -> Text:
+    """The first line: what fits of program, version, time, counts and backend, each whole."""
+    status = snapshot.status
+    parts = [
+        ("tf-hypervisor", "bold"),
+        (str(status.get("version", "")), ""),
+        (time.strftime("%H:%M:%S", time.localtime(snapshot.taken or time.time())), ""),
+    ]
+    if snapshot.error is None:
+        parts.append((f" {status.get('pods', 0)} pods, {status.get('workers', 0)} workers", ""))
+        parts.append((f" {status.get('backend_description', '')}", "dim"))
+    title = Text()
+    for part, style in parts:
+        if not part.strip():
+            continue
+        room = width - len(title) - (1 if title else 0)
+        text = part
+        if cell_len(part) > room:  # the backend's words that fit; anything else whole or not
+            if style != "dim" or room < 12:
+                break
+            text = " " + words(part.strip(), room - 1)
+        title.append(" " if title else "")
+        title.append(text, style=style)
+    return title
+
+
+def render(
+    snapshot: Snapshot,
+    state: ViewState,
+    width: int,
+    height: int,
+    history: History | None = None,
+) -> Text:
+    """The whole screen: at most ``height`` lines of at most ``width`` cells; ``history``
+    (full mode): each GPU's figures at the last refreshes."""
     width = max(20, width)
     height = max(3, height)
     compact = state.compact(width)
-    status = snapshot.status
-    title = Text()
-    title.append("tf-hypervisor ", style="bold")
-    title.append(f"{status.get('version', '')} ")
-    title.append(time.strftime("%H:%M:%S", time.localtime(snapshot.taken or time.time())))
-    if snapshot.error is None:
-        title.append(
-            f"  {status.get('pods', 0)} pods, {status.get('workers', 0)} workers  ", style=""
-        )
-        title.append(str(status.get("backend_description", "")), style="dim")
-    title.truncate(width)
-    lines = [title]
-    if snapshot.error is not None:
-        warning = Text(f"daemon unreachable, retrying: {snapshot.error}", style="bold red")
-        for start in range(0, len(warning), width):  # the reason in full, over a few lines
-            lines.append(warning[start : start + width])
+    lines = [_title(snapshot, width)]
+    if snapshot.error is not None:  # the reason in full, over a few lines
+        reason = f"daemon unreachable, retrying: {snapshot.error}"
+        lines += [Text(line, style="bold red") for line in wrap(reason, width)]
         if snapshot.gpus:
             lines.append(Text("(last view)", style="dim"))
     footer = _footer(state, width)
     room = height - len(lines) - len(footer)
     gpus = _gpu_lines(snapshot.gpus, width, compact)
+    trend = (
+        []
+        if compact or history is None
+        else _history_lines(snapshot.gpus, history, width, snapshot.taken or time.time())
+    )
     pods = _pod_lines(
         _arrange(snapshot.pods, state, _pod_name, _pod_memory, _pod_util), width, compact
     )
     workers = _worker_lines(
         _arrange(snapshot.workers, state, _worker_name, _worker_memory, _worker_util),
+        gpu_indexes(snapshot.gpus),
         width,
         compact,
     )
-    # GPUs first (all of them if they fit), then pods and workers share what is left.
+    # GPUs first (all of them if they fit), their history where pods and workers keep a few
+    # lines, then pods and workers share what is left.
     shown_gpus = _fit(gpus, room, width)
     room -= len(shown_gpus)
+    wanted = min(len(pods), 3) + min(len(workers), 3)
+    shown_trend = trend if len(trend) + wanted <= room else []
+    room -= len(shown_trend)
     pod_room = max(min(len(pods), room - min(len(workers), 3)), min(room, 2))
     shown_pods = _fit(pods, pod_room, width)
     room -= len(shown_pods)
     shown_workers = _fit(workers, room, width)
-    lines += shown_gpus + shown_pods + shown_workers
+    lines += shown_gpus + shown_trend + shown_pods + shown_workers
     lines += [Text()] * max(0, height - len(lines) - len(footer))
     lines += footer
     return Text("\n").join(lines[:height])
@@ -362,13 +562,17 @@ def render(snapshot: Snapshot, state: ViewState, width: int, height: int) -> Tex
 
 def _footer(state: ViewState, width: int) -> list[Text]:
     order = "↑" if state.reverse else "↓"
-    mode = state.mode
-    status = Text(f"sort: {state.sort}{order}  mode: {mode}", style="dim")
+    status = Text(f"sort: {state.sort}{order}  mode: {state.mode}", style="dim")
     if state.editing_filter or state.filter:
-        status.append(f"  filter: {state.filter}", style="bold")
+        room = width - len(status) - len("  filter: _")
+        typed = state.filter if cell_len(state.filter) <= room else "…" + state.filter[-room + 1 :]
+        status.append(f"  filter: {typed}", style="bold")
         if state.editing_filter:
             status.append("_", style="blink")
-    lines = [status] + [Text(line) for line in (HELP if state.show_help else HELP[:1])]
+    lines = [status]
+    lines += [Text(line) for line in pack(HELP[0].split(" · "), width)]
+    if state.show_help:
+        lines += [Text(line) for text in HELP[1:] for line in wrap(text, width)]
     for line in lines:
         line.truncate(width)
     return lines
