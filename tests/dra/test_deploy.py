@@ -1,7 +1,9 @@
 """deploy/kubernetes/dra: the DeviceClass and RBAC (as `kubectl kustomize` renders them) and the
-example claim templates and pod validate against the Kubernetes 1.34-1.37 schemas, the RBAC
-grants what the driver calls, and the DaemonSet patch names the base's container."""
+example claim templates and pod validate against the Kubernetes 1.34-1.37 schemas, as does
+the extended-resource component added to them; the RBAC grants what the driver calls, and the
+DaemonSet patch names the base's container."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,12 +17,13 @@ DRA = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "dra"
 VERSIONS = ("1.34.0", "1.35.0", "1.36.0", "1.37.0")
 
 
-def rendered() -> list[dict[str, Any]]:
+def rendered(folder: Path = DRA) -> list[dict[str, Any]]:
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed")
     output = subprocess.run(
-        ["kubectl", "kustomize", str(DRA)], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+        ["kubectl", "kustomize", str(folder)], capture_output=True, text=True, check=True,
+        timeout=60,
+    ).stdout  # fmt: skip
     return [d for d in yaml.safe_load_all(output) if d is not None]
 
 
@@ -57,3 +60,31 @@ def test_the_daemonset_patch_switches_dra_on_in_the_base_container() -> None:
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert mounts == {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
                       "/var/run/cdi"}  # fmt: skip
+
+
+def with_extended_resource(overlay: Path) -> list[dict[str, Any]]:
+    """The DRA objects with the extended-resource component, as a user's kustomization lists
+    them (kustomize takes relative paths only)."""
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump({
+            "resources": [os.path.relpath(DRA, overlay)],
+            "components": [os.path.relpath(DRA / "extended-resource", overlay)],
+        })
+    )  # fmt: skip
+    return rendered(overlay)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_extended_resource_component_validates(tmp_path: Path, version: str) -> None:
+    documents = with_extended_resource(tmp_path / "overlay")
+    for document in documents:
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_the_extended_resource_component_maps_vgpu_io_gpu_to_the_class(tmp_path: Path) -> None:
+    base = rendered()
+    documents = with_extended_resource(tmp_path / "overlay")
+    (device_class,) = [d for d in documents if d["kind"] == "DeviceClass"]
+    assert device_class["spec"].pop("extendedResourceName") == "vgpu.io/gpu"
+    assert documents == base  # nothing else changed; the base alone maps nothing
