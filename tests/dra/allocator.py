@@ -25,10 +25,22 @@ For a pending pod, :meth:`Scheduler.schedule`
      ``ExactCount`` (count devices, each device once per request) or ``All``; constraints
      ``matchAttribute`` and ``distinctAttribute``; devices are tried in slice order, first fit,
      with backtracking over the claim's requests;
+   a pod whose containers ask for an extended resource that a DeviceClass maps (its
+   ``extendedResourceName``, or ``deviceclass.resource.kubernetes.io/{class}`` for any class;
+   DRAExtendedResource, KEP-5004) gets one more claim, made as the scheduler makes it: one
+   ``exactly`` request per container and resource, named ``container-{i}-request-{j}`` (``i``
+   the container's index, ``j`` the resource's among the container's sorted request names),
+   ``ExactCount`` of the quantity asked and no capacity, so each device consumes its request
+   policy's defaults; a node whose ``status.allocatable`` lists the resource serves it by its
+   device plugin, which this stand-in does not follow (the pod is not placed there);
 3. writes each claim's ``status.allocation`` (``devices.results`` with ``consumedCapacity`` for
    shared devices and ``shareID``, ``devices.config`` with the class's opaque configuration
    before the claim's, ``nodeSelector`` naming the node) and ``status.reservedFor`` the pod,
-   through the status subresource; then binds the pod to the node.
+   through the status subresource; the extended resources' claim is created then, allocated
+   (``generateName`` ``{pod}-extended-resources-``, owned by the pod, annotated
+   ``resource.kubernetes.io/extended-resource-claim: "true"``) and named in the pod's
+   ``status.extendedResourceClaimStatus`` with the container-to-request mappings; then binds
+   the pod to the node.
 
 A pod whose claims fit no node stays pending with the condition ``PodScheduled`` false,
 reason ``Unschedulable`` and a message saying why, as the scheduler reports it.
@@ -60,6 +72,8 @@ from tests.support.apiserver.selectors import Selector
 Object = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # every class's implicit resource name
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # what generated names end with
 
 
@@ -71,6 +85,7 @@ def _kind(plural: str) -> Kind:
 CLASSES, CLAIMS, TEMPLATES, SLICES = map(
     _kind, ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
 )
+(NODES,) = [k for k in BUILTIN if (k.group, k.plural) == ("", "nodes")]
 
 
 def quantity(text: str) -> int:
@@ -387,6 +402,54 @@ def allocation(
     return {"devices": devices, "nodeSelector": {"nodeSelectorTerms": [term]}}
 
 
+# Extended resources backed by DRA (KEP-5004)
+
+
+def extended_resource_classes(classes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name to the DeviceClass that serves it: a class's
+    ``extendedResourceName`` (several classes naming one: the one created last, then the
+    first by name) and every class's implicit name."""
+    mapping = {IMPLICIT_PREFIX + c["metadata"]["name"]: c["metadata"]["name"] for c in classes}
+    by_name = sorted(classes, key=lambda c: str(c["metadata"]["name"]))
+    newest_first = sorted(by_name, key=lambda c: str(c["metadata"]["creationTimestamp"]),
+                          reverse=True)  # fmt: skip
+    for device_class in newest_first:
+        name = device_class.get("spec", {}).get("extendedResourceName")
+        if name is not None:
+            mapping.setdefault(name, device_class["metadata"]["name"])
+    return mapping
+
+
+def extended_requests(
+    pod: Mapping[str, Any], mapping: Mapping[str, str]
+) -> tuple[list[Object], list[Object]]:
+    """The requests of the claim the scheduler makes for ``pod``'s extended resources that
+    ``mapping`` maps to a class, and the pod's ``requestMappings`` (container, resource,
+    request); both empty when the pod asks for none."""
+    spec = pod["spec"]
+    requests: list[Object] = []
+    mappings: list[Object] = []
+    inits = len(spec.get("initContainers", []))
+    for index, container in enumerate([*spec.get("initContainers", []), *spec["containers"]]):
+        resources = container.get("resources", {})
+        asked = {**resources.get("limits", {}), **resources.get("requests", {})}
+        for at, resource in enumerate(sorted(asked)):
+            count = quantity(str(asked[resource]))
+            if resource not in mapping or count == 0:
+                continue
+            if index < inits:  # the scheduler lets later containers reuse their devices
+                raise Unsupported("extended resources of init containers are not followed")
+            name = f"container-{index}-request-{at}"
+            requests.append({"name": name, "exactly": {
+                "deviceClassName": mapping[resource], "allocationMode": "ExactCount",
+                "count": count}})  # fmt: skip
+            mappings.append(
+                {"containerName": container["name"], "resourceName": resource, "requestName": name}
+            )
+    requests.sort(key=lambda r: str(r["name"]))
+    return requests, mappings
+
+
 # The cluster side
 
 
@@ -475,9 +538,24 @@ class Scheduler:
         claims = self.claims_of(pod)
         pod = self.api.store.get(POD, namespace, name)
         classes = {c["metadata"]["name"]: c for c in self._all(CLASSES)}
+        mapping = extended_resource_classes(list(classes.values()))
+        requests, mappings = extended_requests(pod, mapping)
+        extended: Object | None = None
+        if requests:  # the claim exists only in memory until the pod is bound
+            extended = {"metadata": {"name": f"{name}-extended-resources-"},
+                        "spec": {"devices": {"requests": requests}}}  # fmt: skip
+            claims = [*claims, extended]
+        plugins = {n["metadata"]["name"]: n.get("status", {}).get("allocatable", {})
+                   for n in self._all(NODES)}  # fmt: skip
         usage = Usage.of(self._all(CLAIMS))
         reasons = []
         for node, devices in sorted(self.devices().items()):
+            advertised = plugins.get(node, {})
+            served = sorted(m["resourceName"] for m in mappings
+                            if quantity(str(advertised.get(m["resourceName"], 0))))  # fmt: skip
+            if served:
+                reasons.append(f"{node}: {served[0]} is its device plugin's (not followed)")
+                continue
             placed: list[tuple[Object, list[Pick]]] = []
             for claim in claims:
                 if "allocation" in claim.get("status", {}):
@@ -492,6 +570,8 @@ class Scheduler:
                     usage.add(pick.device.key, pick.amounts, shared=pick.device.shared)
                 placed.append((claim, picks))
             else:
+                if extended is not None:
+                    placed = self._create_extended(pod, extended, mappings, placed)
                 self._commit(pod, placed, classes, node)
                 return node
             for _, picks in placed:  # this node's tentative picks given back
@@ -503,6 +583,35 @@ class Scheduler:
                      "message": message}  # fmt: skip
         self._status(POD, namespace, name, conditions=[condition])
         raise Unschedulable(condition["message"])
+
+    def _create_extended(
+        self,
+        pod: Object,
+        extended: Object,
+        mappings: list[Object],
+        placed: list[tuple[Object, list[Pick]]],
+    ) -> list[tuple[Object, list[Pick]]]:
+        """The extended resources' claim created (as the scheduler's PreBind does) and named in
+        the pod's status; ``placed`` with the created claim in place of the in-memory one."""
+        meta = pod["metadata"]
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
+                 "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+        body: Object = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "generateName": extended["metadata"]["name"],
+                "annotations": {EXTENDED_CLAIM: "true"},
+                "ownerReferences": [owner],
+            },
+            "spec": copy.deepcopy(extended["spec"]),
+        }
+        created, _ = self.api.store.create(
+            CLAIMS, meta["namespace"], body, strict=True, dry_run=False
+        )
+        status = {"requestMappings": mappings, "resourceClaimName": created["metadata"]["name"]}
+        self._status(POD, meta["namespace"], meta["name"], extendedResourceClaimStatus=status)
+        return [(created if c is extended else c, picks) for c, picks in placed]
 
     def _commit(
         self,
@@ -520,7 +629,8 @@ class Scheduler:
                 claim["metadata"]["name"],
                 allocation=allocation(claim, picks, classes, node),
             )
-        for claim in self.claims_of(pod):
+        names = {c["metadata"]["name"] for c in [*(c for c, _ in placed), *self.claims_of(pod)]}
+        for claim in (self.api.store.get(CLAIMS, meta["namespace"], n) for n in sorted(names)):
             reserved = claim.get("status", {}).get("reservedFor", [])
             if consumer not in reserved:
                 self._status(
@@ -534,10 +644,14 @@ class Scheduler:
         self.api.store.put(POD, meta["namespace"], bound)
 
     def schedule_pending(self) -> dict[str, str | None]:
-        """Every pending pod with claims tried once: pod name to node (None: unschedulable)."""
+        """Every pending pod with claims or extended resources backed by DRA tried once: pod
+        name to node (None: unschedulable)."""
         placed: dict[str, str | None] = {}
+        mapping = extended_resource_classes(self._all(CLASSES))
         for pod in self._all(POD):
-            if pod["spec"].get("nodeName") or not pod["spec"].get("resourceClaims"):
+            if pod["spec"].get("nodeName"):
+                continue
+            if not pod["spec"].get("resourceClaims") and not extended_requests(pod, mapping)[0]:
                 continue
             meta = pod["metadata"]
             try:

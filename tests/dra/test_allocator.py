@@ -20,6 +20,8 @@ from tests.dra.allocator import (
     allocate,
     cel_matches,
     consumed_amount,
+    extended_requests,
+    extended_resource_classes,
 )
 
 DRIVER = "example.com"
@@ -272,3 +274,48 @@ def test_the_cel_subset(expression: str, matches: bool) -> None:
 def test_cel_outside_the_subset_is_refused_not_guessed() -> None:
     with pytest.raises(Unsupported, match="not in the stand-in's subset"):
         cel_matches('device.attributes["gpu.vgpu.io"].index > 0', "gpu.vgpu.io", DEVICE)
+
+
+def device_class(name: str, created: str, resource: str | None = None) -> dict[str, Any]:
+    spec = {} if resource is None else {"extendedResourceName": resource}
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": spec}
+
+
+def test_an_extended_resource_maps_to_the_newest_class_then_the_first_by_name() -> None:
+    classes = [
+        device_class("b", "2026-01-02T00:00:00Z", "example.com/gpu"),
+        device_class("a", "2026-01-02T00:00:00Z", "example.com/gpu"),
+        device_class("old", "2026-01-01T00:00:00Z", "example.com/gpu"),
+        device_class("plain", "2026-01-03T00:00:00Z"),
+    ]
+    assert extended_resource_classes(classes) == {
+        "example.com/gpu": "a",
+        **{f"deviceclass.resource.kubernetes.io/{n}": n for n in ("a", "b", "old", "plain")},
+    }
+
+
+def test_one_request_per_container_and_resource_named_by_their_indexes() -> None:
+    def container(name: str, **asked: str) -> dict[str, Any]:
+        return {"name": name, "resources": {"limits": asked}}
+
+    pod = {"spec": {"containers": [
+        container("a", **{"example.com/gpu": "2", "cpu": "1", "zz.io/x": "1"}),
+        container("b", **{"example.com/gpu": "0"}),  # nothing asked: no request
+        container("c", **{"example.com/gpu": "1", "example.com/fpga": "3"}),
+    ]}}  # fmt: skip
+    mapping = {"example.com/gpu": "gpus", "example.com/fpga": "fpgas"}
+    requests, mappings = extended_requests(pod, mapping)
+    exact = [(r["name"], r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in requests]
+    assert exact == [
+        ("container-0-request-1", "gpus", 2),  # after cpu, in name order
+        ("container-2-request-0", "fpgas", 3),
+        ("container-2-request-1", "gpus", 1),
+    ]
+    assert [(m["containerName"], m["resourceName"], m["requestName"]) for m in mappings] == [
+        ("a", "example.com/gpu", "container-0-request-1"),
+        ("c", "example.com/fpga", "container-2-request-0"),
+        ("c", "example.com/gpu", "container-2-request-1"),
+    ]
+    pod["spec"]["initContainers"] = [container("init", **{"example.com/gpu": "1"})]
+    with pytest.raises(Unsupported, match="init containers"):
+        extended_requests(pod, mapping)
