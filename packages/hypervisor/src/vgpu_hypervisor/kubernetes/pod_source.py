@@ -277,9 +277,12 @@ class PodSource:
         while True:
             # A watch has no read timeout and the server ends it after a while: one that says
             # nothing for twice that long sits on a dead connection (a partition the server
-            # never saw close), so it is given up for a fresh list.
+            # never saw close), so it is given up for a fresh list. asyncio.timeout, not
+            # wait_for: Python 3.11's wait_for returns the event and drops a cancellation that
+            # comes as the event does, and the daemon then did not stop on SIGTERM.
             try:
-                kind, obj = await asyncio.wait_for(anext(stream), 2 * _WATCH_SERVER_TIMEOUT_S)
+                async with asyncio.timeout(2 * _WATCH_SERVER_TIMEOUT_S):
+                    kind, obj = await anext(stream)
             except StopAsyncIteration:
                 return
             except TimeoutError:
