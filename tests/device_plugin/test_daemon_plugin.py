@@ -140,8 +140,11 @@ def test_with_the_pod_source_each_allocation_is_bound_to_the_pod_the_kubelet_lis
             assert (_host_folder(answer) / "shm").stat().st_ino == region.stat().st_ino
             assert (region.stat().st_uid, region.stat().st_gid) == (1000, 2000)
             pod = daemon.api("GET", f"/api/v1/pods/default/{pod_name}").json()
-            (gpu0,) = [g for g in pod["gpus"] if g["index"] == 0]
-            assert gpu0["memory_limit"] == size * GiB
+            (share,) = kubelet.admitted[pods[pod_name].uid].devices["main"][GPU]
+            # Its region holds the GPU the kubelet gave it, and only that one.
+            (gpu,) = pod["gpus"]
+            assert gpu["uuid"].lower() == share.rsplit("-", 1)[0].lower()
+            assert gpu["memory_limit"] == size * GiB
         envs = dict(old.envs)
         assert envs["TF_REGION_REQUIRED"] == "1"
         assert not {k for k in envs if k.startswith("TENSOR_FUSION_CUDA_")}

@@ -14,7 +14,7 @@ from vgpu_hypervisor.gpu.backend import simulated_library
 from tests.hypervisor.conftest import TF_HYPERVISOR, clean_environment, daemon_files
 
 
-def _driver_present() -> bool:
+def driver_present() -> bool:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -22,7 +22,10 @@ def _driver_present() -> bool:
     return True
 
 
-def _daemon(tmp_path: Path, *flags: str) -> "subprocess.CompletedProcess[str]":
+def run_daemon(
+    tmp_path: Path, *flags: str, environment: dict[str, str] | None = None
+) -> "subprocess.CompletedProcess[str]":
+    """`tf-hypervisor daemon` with ``flags`` (files under ``tmp_path``), to its end."""
     return subprocess.run(
         [
             *TF_HYPERVISOR,
@@ -30,7 +33,7 @@ def _daemon(tmp_path: Path, *flags: str) -> "subprocess.CompletedProcess[str]":
             *daemon_files(tmp_path),
             *flags,
         ],
-        env=clean_environment(),
+        env=clean_environment() | (environment or {}),
         capture_output=True,
         text=True,
         timeout=60,
@@ -38,12 +41,12 @@ def _daemon(tmp_path: Path, *flags: str) -> "subprocess.CompletedProcess[str]":
     )
 
 
-@pytest.mark.skipif(_driver_present(), reason="this machine has the NVIDIA driver")
+@pytest.mark.skipif(driver_present(), reason="this machine has the NVIDIA driver")
 @pytest.mark.parametrize("flags", [["--kubernetes"], ["--device-plugin", "--no-kubernetes"]])
 def test_a_cluster_daemon_without_the_driver_stops_naming_it(
     tmp_path: Path, flags: list[str]
 ) -> None:
-    result = _daemon(tmp_path, *flags)
+    result = run_daemon(tmp_path, *flags)
     assert result.returncode != 0
     assert result.stderr.count("\n") == 1, result.stderr
     assert "no NVIDIA driver" in result.stderr

@@ -2,8 +2,10 @@
 (what the device plugin asks), GPUs the plugin assigns, and events that do not flood."""
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from lightkube import AsyncClient, KubeConfig
 from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
@@ -127,4 +129,40 @@ def test_a_finished_pod_loses_its_region_and_a_restart_cleans_up(
         follow(lambda: not has_region(store, "job") and not has_region(store, "gone-later"))
     )
     assert has_region(store, "manual")
+    store.close()
+
+
+def test_a_cancellation_that_comes_with_a_pod_event_stops_the_pod_source(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """The daemon stops by cancelling the pod source; a pod event that arrives as it does must
+    not swallow the cancellation (Python 3.11's wait_for returned the event instead, and the
+    daemon went on watching until its stop deadline)."""
+    from lightkube.resources.core_v1 import Pod
+
+    store = PodStore(tmp_path / "shm")
+    api.put_pod("p")
+
+    async def scenario() -> None:
+        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+        pod = await client.get(Pod, "p", namespace="default")
+        watching, arrives = asyncio.Event(), asyncio.Event()
+
+        async def watch(*_: object, **__: object) -> AsyncIterator[tuple[str, Pod]]:
+            watching.set()
+            await arrives.wait()
+            yield "MODIFIED", pod
+            await asyncio.Event().wait()  # nothing more
+
+        source = PodSource(client, "node-a", store, lambda: GPUS, backoff=Backoff(0.1, 0.2))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(client, "watch", watch)
+            task = asyncio.create_task(source.run())
+            await asyncio.wait_for(watching.wait(), 10)
+            arrives.set()  # the event and the cancellation in one turn of the loop
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=5)
+        assert task in done and task.cancelled()
+
+    asyncio.run(scenario())
     store.close()

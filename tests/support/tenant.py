@@ -47,14 +47,16 @@ class TenantTools:
         command: list[str],
         environment: Mapping[str, str],
         groups: Sequence[int] = (),
+        user: int = NOBODY,
         **options: object,
     ) -> "subprocess.Popen[str]":
-        """``command`` as nobody, with ``groups`` as its only supplementary groups."""
+        """``command`` as ``user`` (its group the same number), with ``groups`` as its only
+        supplementary groups."""
         return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
             command,
             env=self.environment(environment),
-            user=NOBODY,
-            group=NOBODY,
+            user=user,
+            group=user,
             extra_groups=list(groups),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -1,8 +1,9 @@
 """Allocate's region step: the pod's region exists, with an entry for every GPU Allocate gave,
 before Allocate answers and so before its container starts.
 
-The pod source usually made it already (from the pod's annotations and resources, through
-``assign``); when Allocate comes first, or without a pod source, the region is made here through
+With the pod source, ``assign`` makes it (from the pod's annotations and resources, on the
+GPUs given and no others: the pod source waits for them); without a pod source, or where
+``assign`` made none, the region is made here through
 the PodStore (the one writer of regions) with the limits and the owner the resolver gives the
 pod. The container's environment carries no limit (the region is the truth, and the daemon
 changes it there live), so a region that cannot be made or lacks a GPU fails the Allocate: the

@@ -135,11 +135,14 @@ class PodSource:
         backoff: Backoff | None = None,
         book: PodBook | None = None,
         tenant_raise: bool = False,
+        plugin_places: bool = False,
     ) -> None:
         """``book``: what the pod source made, by default under the store's base path
         (BookError when that folder is not the daemon's own). ``tenant_raise`` (a setting):
         a pod with annotations alone may raise its limits by editing them; off, the limits it
-        started with are its ceiling."""
+        started with are its ceiling. ``plugin_places``: the daemon's device plugin gives the
+        GPUs of the pods asking for the GPU resource, so such a pod's region waits for them
+        (``assign``) and holds only them, rather than every GPU of the node."""
         self._client = client
         self.node_name = node_name
         self._store = store
@@ -150,6 +153,7 @@ class PodSource:
         self._backoff = backoff or Backoff()
         self._book = book or PodBook(store.base)
         self._tenant_raise = tenant_raise
+        self._plugin_places = plugin_places
         # One change of the store and the book at a time: the watch's worker thread and the
         # device plugin's Allocate (assign) both apply pods.
         self._lock = threading.RLock()
@@ -273,9 +277,12 @@ class PodSource:
         while True:
             # A watch has no read timeout and the server ends it after a while: one that says
             # nothing for twice that long sits on a dead connection (a partition the server
-            # never saw close), so it is given up for a fresh list.
+            # never saw close), so it is given up for a fresh list. asyncio.timeout, not
+            # wait_for: Python 3.11's wait_for returns the event and drops a cancellation that
+            # comes as the event does, and the daemon then did not stop on SIGTERM.
             try:
-                kind, obj = await asyncio.wait_for(anext(stream), 2 * _WATCH_SERVER_TIMEOUT_S)
+                async with asyncio.timeout(2 * _WATCH_SERVER_TIMEOUT_S):
+                    kind, obj = await anext(stream)
             except StopAsyncIteration:
                 return
             except TimeoutError:
@@ -326,11 +333,17 @@ class PodSource:
         if entry is not None and record is not None:
             admin = self._store.admin_limits(pod.namespace, pod.name)
             entry = _admin_changes(pod, entry, record, admin)
+        assigned = self._assigned.get(pod.uid, ())
+        if not assigned and self._plugin_places and self._asks_gpu(pod):
+            if record is None:
+                return  # its region comes when the kubelet gives it GPUs (assign)
+            # Assigned before the daemon restarted: the GPUs its region was made on.
+            assigned = tuple(device.uuid for device in record.devices)
         found = resolve(
             pod,
             self._gpus(),
             self._names,
-            self._assigned.get(pod.uid, ()),
+            assigned,
             ceilings=entry.ceilings if entry is not None else None,
         )
         self._report(pod, found)
@@ -359,6 +372,9 @@ class PodSource:
             if self._events is not None:
                 self._events.post(pod, "LimitsFailed", message)
         self._remember(pod, entry, found)
+
+    def _asks_gpu(self, pod: KubePod) -> bool:
+        return any(self._names.gpu in container.resources for container in pod.containers)
 
     def _region(self, pod: KubePod) -> PodRecord | None:
         try:

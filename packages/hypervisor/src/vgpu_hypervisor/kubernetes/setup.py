@@ -108,6 +108,7 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
         ),
         book=book,
         tenant_raise=settings.tenant_raise,
+        plugin_places=settings.device_plugin,
     )
     node.watchers.append(RefusalReporter(KubernetesRefusals(source, events, RefusalLog())).observe)
     return source
