@@ -180,9 +180,13 @@ def test_a_tenant_that_hogs_the_lease_costs_other_pods_little(
             said = results.get(timeout=60)
             hog.join(timeout=60)
         assert said[0].isdigit(), said
-        assert leases.stats().overruns >= 1
-    assert low == pytest.approx(30, abs=TOLERANCE_PP + 1)
-    assert high == pytest.approx(70, abs=TOLERANCE_PP + 1)
+        overruns = leases.stats().overruns
+        assert overruns >= 1
+    # Each overrun held the GPU one hold (100 ms) before the arbiter took it back: the most the
+    # hog can cost the pair, in points of the 4-s run, beside the pacing's own tolerance.
+    held = 100 * overruns * CONSTANTS["VGPU_LEASE_HOLD_NS"] / 4e9
+    for got, share in ((low, 30), (high, 70)):
+        assert share - TOLERANCE_PP - 1 - held <= got <= share + TOLERANCE_PP + 1
 
 
 def test_the_node_file_names_the_arbiter_and_the_socket_is_the_daemons(base: Path) -> None:
