@@ -239,7 +239,6 @@ class Bindings:
         container = _container(allocation, namespace, name, holders)
         try:
             self._bind(pod, container, allocation.gpus, allocation.id)
-            self._link(allocation.id, namespace, name)
         except Refused as error:  # final: kept with its pod, never linked, not tried again
             refused = _one_line(error)
         except Exception as error:  # said once, tried again at the next pass
@@ -249,6 +248,13 @@ class Bindings:
             refused = ""
         allocation.pod, allocation.uid, allocation.container = (namespace, name), pod.uid, container
         allocation.refused, allocation.said = refused, ""
+        # Kept before the region appears in the folder: a daemon stopped the moment a process
+        # can find its region still knows the binding when it starts again. A link that fails
+        # now is made by the next pass (_follow_region), as for any bound allocation.
+        with self._lock:
+            self._save()
+        if not refused:
+            self._follow_region(allocation)
         if refused:
             log.warning("allocation %s refused, no region linked: %s", allocation.id, refused)
         else:
