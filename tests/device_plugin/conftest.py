@@ -13,7 +13,7 @@ from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.accounting import Placement
 from vgpu_hypervisor.device_plugin.allocation import Layout
-from vgpu_hypervisor.device_plugin.binding import Allocation
+from vgpu_hypervisor.device_plugin.binding import REGION, Allocation
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.runner import node_gpus
@@ -158,11 +158,17 @@ def allocation_of(plugin: DevicePlugin, answer: api_pb2.ContainerAllocateRespons
 def wait_bound(
     plugin: DevicePlugin, answers: dict[str, api_pb2.ContainerAllocateResponse]
 ) -> dict[str, Allocation]:
-    """Each container's allocation once the binder has bound it."""
+    """Each container's allocation once the binder has bound it and, unless its pod was
+    refused, linked its pod's region into its folder (the binding is kept first, so that a
+    daemon stopped between the two still knows it: the link follows a moment later)."""
 
     def bound(answer: api_pb2.ContainerAllocateResponse) -> Allocation | None:
         allocation = allocation_of(plugin, answer)
-        return allocation if allocation.pod is not None else None
+        if allocation.pod is None:
+            return None
+        if allocation.refused or (plugin.bindings.path(allocation.id) / REGION).exists():
+            return allocation
+        return None
 
     return {name: wait_for(partial(bound, a), timeout=30) for name, a in answers.items()}
 
