@@ -142,7 +142,11 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
     ),
     (
         "limiter_pacing_test",
-        [ROOT / "tests/c/limiter_pacing_test.c", LIMITER_C / "limiter/compute_bucket.c"],
+        [
+            ROOT / "tests/c/limiter_pacing_test.c",
+            LIMITER_C / "limiter/compute_bucket.c",
+            LIMITER_C / "limiter/collectives.c",
+        ],
         [LIMITER_C / "limiter", LIMITER_C / "include"],
         {},
     ),

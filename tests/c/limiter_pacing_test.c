@@ -1,7 +1,8 @@
-/* The compute limiter's token bucket and rate choice (compute_bucket.c) alone: no driver, no
- * simulator, no clock; times are made up. Built with its source under ASan/UBSan by
+/* The compute limiter's token bucket, rate choice and gang gate (compute_bucket.c) alone: no
+ * driver, no simulator, no clock; times are made up. Built with its source under ASan/UBSan by
  * nox -s sanitize and plainly by tests/limiter/test_pacing_c.py. Prints "N passed, M failed" and
  * exits non-zero on failure. */
+#include "collectives.h"
 #include "compute_bucket.h"
 
 #include <inttypes.h>
@@ -353,7 +354,47 @@ static void pod_gets_its_limit(void) {
     CHECK_U64(atomic_load(&device.gpu_ns), used);
 }
 
+static void collective_names(void) {
+    CHECK(vgpu_collective_kernel_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+    /* As cuFuncGetName gives them: mangled. */
+    CHECK(vgpu_collective_kernel_name(
+        "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"));
+    CHECK(vgpu_collective_kernel_name("_Z35ncclKernel_AllReduce_RING_LL_Sum_fP11ncclDevComm"));
+    CHECK(!vgpu_collective_kernel_name("ampere_sgemm_128x64_nn"));
+    CHECK(!vgpu_collective_kernel_name("_Z10ncclHelperv")); /* not a collective's */
+    CHECK(!vgpu_collective_kernel_name("_Z5ncclDevKernel_x")); /* length cut: "nccl" only */
+    CHECK(!vgpu_collective_kernel_name("_Zx"));
+    CHECK(!vgpu_collective_kernel_name(""));
+    CHECK(!vgpu_collective_kernel_name(NULL));
+}
+
+static void gang_gate(void) {
+    uint64_t until = 0;
+    /* Nobody decided yet: the first rank decides. */
+    CHECK(vgpu_gang_read(0, 1, T0, &until) == VGPU_GANG_DECIDE);
+    /* Decided for collective 7 until T0 + 5 ms: rank at 7 follows, at 6 is late, at 8 decides. */
+    uint64_t word = vgpu_gang_pack(7, T0 + 5 * MS);
+    CHECK(vgpu_gang_read(word, 7, T0 + MS, &until) == VGPU_GANG_FOLLOW);
+    CHECK(until <= T0 + 5 * MS && until + 1024 > T0 + 5 * MS);
+    CHECK(vgpu_gang_read(word, 6, T0 + MS, &until) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 8, T0 + MS, &until) == VGPU_GANG_DECIDE);
+    /* The numbers wrap: 65536 + 3 is past 65535. */
+    word = vgpu_gang_pack(65535, T0);
+    CHECK(vgpu_gang_read(word, 65536 + 3, T0, &until) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 65534, T0, &until) == VGPU_GANG_LATE);
+    /* A decision of an earlier run (a second old) is no one's: decide afresh. */
+    word = vgpu_gang_pack(5000, T0);
+    CHECK(vgpu_gang_read(word, 1, T0 + 2 * SECOND, &until) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &until) == VGPU_GANG_LATE);
+    /* A decision reaching past the longest wait is a scribble: followed that far only. */
+    word = vgpu_gang_pack(9, T0 + 60 * SECOND);
+    CHECK(vgpu_gang_read(word, 9, T0, &until) == VGPU_GANG_FOLLOW);
+    CHECK_U64(until, T0 + VGPU_BUCKET_WAIT_MAX_NS);
+}
+
 int main(void) {
+    collective_names();
+    gang_gate();
     limited();
     contention();
     rate_without_limit();

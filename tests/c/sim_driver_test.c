@@ -150,6 +150,10 @@ static void test_execution(void) {
     CUevent start = NULL, stop = NULL;
     CHECK(cuModuleLoadData(&module, "image") == CUDA_SUCCESS);
     CHECK(cuModuleGetFunction(&function, module, "sleep") == CUDA_SUCCESS);
+    const char *name = NULL;
+    CHECK(cuFuncGetName(&name, function) == CUDA_SUCCESS && name != NULL &&
+          strcmp(name, "sleep") == 0);
+    CHECK(cuFuncGetName(&name, NULL) == CUDA_ERROR_INVALID_HANDLE);
     CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
     CHECK(cuEventCreate(&start, 0) == CUDA_SUCCESS && cuEventCreate(&stop, 0) == CUDA_SUCCESS);
     uint64_t duration = 2000000; /* 2 ms */

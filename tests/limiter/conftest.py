@@ -88,3 +88,16 @@ def run(
     return subprocess.run(
         list(command), env=environment, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+@pytest.fixture
+def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
+    """limited_env with this test's own device leases (node-wide files), one pod folder per
+    name."""
+
+    def make(pod: str = "pod", **extra: str) -> dict[str, str]:
+        return limited_env(
+            SHM_BASE_PATH=str(tmp_path / "base"), SHM_PATH=str(tmp_path / pod), **extra
+        )
+
+    return make

@@ -1,6 +1,6 @@
-"""The compute limiter's token bucket and rate choice (compute_bucket.c) through its C unit test,
-built with the plain compiler: no simulator, no driver (nox -s sanitize runs it under ASan and
-UBSan too)."""
+"""The compute limiter's token bucket, rate choice and gang gate (compute_bucket.c) and the names
+of collective kernels (collectives.c) through their C unit test, built with the plain compiler:
+no simulator, no driver (nox -s sanitize runs it under ASan and UBSan too)."""
 
 import re
 import subprocess
@@ -14,7 +14,7 @@ LIMITER_C = Path(__file__).parents[2] / "packages/limiter/csrc"
 def test_bucket_and_rate_unit_test_passes(tmp_path: Path) -> None:
     program = build_unit_test(
         "limiter_pacing_test",
-        [LIMITER_C / "limiter/compute_bucket.c"],
+        [LIMITER_C / "limiter/compute_bucket.c", LIMITER_C / "limiter/collectives.c"],
         [LIMITER_C / "limiter", LIMITER_C / "include"],
         tmp_path,
     )

@@ -42,18 +42,6 @@ def share(
     return 100 * float(report["achieved_kernels_per_s"]) * kernel_us / 1e6
 
 
-@pytest.fixture
-def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
-    """limited_env with this test's own device leases (node-wide files)."""
-
-    def make(pod: str = "pod", **extra: str) -> dict[str, str]:
-        return limited_env(
-            SHM_BASE_PATH=str(tmp_path / "base"), SHM_PATH=str(tmp_path / pod), **extra
-        )
-
-    return make
-
-
 @pytest.mark.parametrize("limit", [10, 25, 50, 75])
 def test_share_matches_the_limit(compute_env: LimitedEnv, limit: int) -> None:
     assert share(compute_env(), limit) == pytest.approx(limit, abs=TOLERANCE_PP)

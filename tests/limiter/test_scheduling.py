@@ -19,18 +19,6 @@ from tests.limiter.test_compute_limits import SIM_GPU0, concurrent, limit
 KERNEL_US = 500
 
 
-@pytest.fixture
-def compute_env(limited_env: LimitedEnv, tmp_path: Path) -> LimitedEnv:
-    """limited_env with this test's own device leases, one pod folder per name."""
-
-    def make(pod: str = "pod", **extra: str) -> dict[str, str]:
-        return limited_env(
-            SHM_BASE_PATH=str(tmp_path / "base"), SHM_PATH=str(tmp_path / pod), **extra
-        )
-
-    return make
-
-
 def workload(environment: dict[str, str], seconds: float, *options: str) -> "subprocess.Popen[str]":
     return subprocess.Popen(
         [WORKLOAD, "--duration", str(seconds), "--kernel-us", str(KERNEL_US), "--marks", *options],

@@ -148,6 +148,8 @@
     X(cuModuleGetFunction, cuModuleGetFunction, 2000, LEGACY, (CUfunction *hfunc, CUmodule hmod, const char *name), \
       (hfunc, hmod, name)) \
     X(cuModuleUnload, cuModuleUnload, 2000, LEGACY, (CUmodule hmod), (hmod)) \
+    X(cuFuncGetName, cuFuncGetName, 12030, LEGACY, (const char **name, CUfunction hfunc), (name, hfunc)) \
+    X(cuKernelGetName, cuKernelGetName, 12030, LEGACY, (const char **name, CUkernel hfunc), (name, hfunc)) \
     X(cuStreamCreate, cuStreamCreate, 2000, LEGACY, (CUstream *phStream, unsigned int Flags), (phStream, Flags)) \
     X(cuStreamGetCtx, cuStreamGetCtx, 9020, LEGACY, (CUstream hStream, CUcontext *pctx), (hStream, pctx)) \
     X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, LEGACY, \

@@ -122,7 +122,10 @@ struct vgpu_region {
      * while the pod stays frozen: a daemon gone cannot leave a pod frozen for good. 0 with the
      * flag set: not frozen. */
     VGPU_ATOMIC(uint64_t) freeze_until_ns;
-    uint64_t reserved[14];
+    /* The pod's gang gate: one pause decision for all the ranks of a collective job (the
+     * compute limiter's, compute_bucket.h); 0: none yet. */
+    VGPU_ATOMIC(uint64_t) gang_gate;
+    uint64_t reserved[13];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };

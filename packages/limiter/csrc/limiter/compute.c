@@ -25,9 +25,14 @@
  * Every wait here has a deadline: a kernel that waits on another process (NCCL) never deadlocks
  * the pod; the limiter then gives up exclusivity and charges the wall time it waited.
  *
+ * Collectives (NCCL's kernels, which spin until every rank's kernel of the same collective
+ * runs): a process that launches them pauses only right before one, and all of the pod's ranks
+ * pause for the same one until the same time (compute_gang.c says why).
+ *
  * This file decides which launches are paced and takes each through an epoch, and holds the
- * launch hooks; compute_epochs.c keeps the epochs' events, markers and lease, and
- * compute_bucket.c the pod's bucket and the rate it refills at. */
+ * launch hooks; compute_epochs.c keeps the epochs' events, markers and lease,
+ * compute_bucket.c the pod's bucket and the rate it refills at, and compute_gang.c which
+ * launches are collectives and the pod's gate. */
 #define _GNU_SOURCE
 #include "compute.h"
 #include "pacing.h"
@@ -37,6 +42,7 @@
 
 #include "compute_bucket.h"
 #include "compute_epochs.h"
+#include "compute_gang.h"
 #include "core.h"
 #include "freeze.h"
 #include "lease.h"
@@ -67,9 +73,15 @@ static bool contended(void *device_state, uint64_t now) {
                                &state->contended_ns, now);
 }
 
-/* The pace of the pod's bucket now: its soft limit while the GPU is uncontended, else its hard
- * limit (rate 0: not limited). */
-static struct vgpu_pace pace_now(struct paced_device *state, int entry) {
+static bool always_contended(void *unused, uint64_t now) {
+    (void)unused;
+    (void)now;
+    return true;
+}
+
+/* The pace of the pod's bucket now: its soft limit while the GPU is uncontended (as
+ * `is_contended(context, now)` says), else its hard limit (rate 0: not limited). */
+static struct vgpu_pace pace_of(int entry, bool (*is_contended)(void *, uint64_t), void *context) {
     struct vgpu_region_limits limits;
     vgpu_region_read_limits(vgpu_state.region, entry, &limits);
     const struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
@@ -80,7 +92,11 @@ static struct vgpu_pace pace_now(struct paced_device *state, int entry) {
     read.effective_ns = atomic_load(&device->scheduler_state[VGPU_SCHED_EFFECTIVE_NS]);
     read.burst = atomic_load(&device->scheduler_state[VGPU_SCHED_BURST]);
     read.burst_ns = atomic_load(&device->scheduler_state[VGPU_SCHED_BURST_NS]);
-    return vgpu_pace_choose(&read, vgpu_monotonic_ns(), contended, state);
+    return vgpu_pace_choose(&read, vgpu_monotonic_ns(), is_contended, context);
+}
+
+static struct vgpu_pace pace_now(struct paced_device *state, int entry) {
+    return pace_of(entry, contended, state);
 }
 
 /* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once);
@@ -102,6 +118,93 @@ static void wait_for_budget(struct paced_device *state, struct vgpu_region_devic
         atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - began,
                                   memory_order_relaxed);
     }
+}
+
+/* --- collectives: one pause for all the pod's ranks (compute_gang.c) --------------------------- */
+
+/* A process that launched a collective this recently pauses only before its next one, unless
+ * its bucket is deeper in debt than GANG_DEBT_MAX_NS (a step's work between two collectives is
+ * then paid for at once). */
+#define GANG_HOLD_NS 500000000ULL
+#define GANG_DEBT_MAX_NS 200000000ULL
+
+struct gang_decision {
+    struct paced_device *state;
+    int entry;
+};
+
+/* The longest wait among the buckets of the pod's GPUs that ran a collective lately: every
+ * rank pauses that long, so that all are out of debt after. Other GPUs' burst is not known
+ * here: they are taken at their hard limits. */
+static uint64_t gang_wait(struct paced_device *state, int own, uint64_t now) {
+    uint64_t longest = 0;
+    uint32_t count = atomic_load(&vgpu_state.region->device_count);
+    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
+        struct vgpu_region_device *device = &vgpu_state.region->devices[i];
+        uint64_t seen = atomic_load(&device->compute_state[VGPU_COMPUTE_COLLECTIVE_NS]);
+        if ((int)i != own && (seen > now || now - seen >= GANG_HOLD_NS)) {
+            continue;
+        }
+        struct vgpu_pace pace = (int)i == own ? pace_now(state, own)
+                                              : pace_of((int)i, always_contended, NULL);
+        uint64_t capped = 0;
+        uint64_t wait = vgpu_bucket_wait_ns(device, pace, now, &capped);
+        longest = wait > longest ? wait : longest;
+    }
+    return longest;
+}
+
+/* The first rank at a collective decides: when any bucket is in debt, its own epoch ends first
+ * (its GPU time is then in its bucket), and the wait is read again. */
+static uint64_t decide_gang_pause(void *context, uint64_t *now) {
+    struct gang_decision *decision = context;
+    uint64_t wait = gang_wait(decision->state, decision->entry, *now);
+    if (wait > 0 && decision->state->open) {
+        decision->state->stats.gang++;
+        vgpu_epoch_close(decision->state, true);
+        *now = vgpu_monotonic_ns();
+        wait = gang_wait(decision->state, decision->entry, *now);
+    }
+    return wait;
+}
+
+/* Before a collective's kernel, under the device's lock (let go while pausing): the pod's
+ * decision for this collective, taken. */
+static void pause_for_collective(struct paced_device *state, int entry) {
+    uint64_t now = vgpu_monotonic_ns();
+    state->collective_ns = now;
+    struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
+    atomic_store(&device->compute_state[VGPU_COMPUTE_COLLECTIVE_NS], now);
+    struct gang_decision decision = {state, entry};
+    uint64_t until = vgpu_gang_until(++state->collectives, now, decide_gang_pause, &decision);
+    now = vgpu_monotonic_ns();
+    if (until <= now + VGPU_BUCKET_WAIT_MIN_NS) {
+        return;
+    }
+    if (state->open) { /* a follower's epoch: its work so far is done before the pause */
+        state->stats.gang++;
+        vgpu_epoch_close(state, true);
+        now = vgpu_monotonic_ns();
+    }
+    pthread_mutex_unlock(&state->lock);
+    if (until > now) {
+        vgpu_compute_pause(until - now);
+        atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - now,
+                                  memory_order_relaxed);
+    }
+    pthread_mutex_lock(&state->lock);
+}
+
+/* Whether a new epoch of a process that runs collectives starts without waiting for the
+ * bucket (its debt is paid before its next collective); sets the epoch's pace when it does. */
+static bool gang_defers(struct paced_device *state, int entry, uint64_t now) {
+    if (state->collective_ns == 0 || now - state->collective_ns >= GANG_HOLD_NS) {
+        return false;
+    }
+    state->pace = pace_now(state, entry);
+    uint64_t capped = 0;
+    return vgpu_bucket_refill(&vgpu_state.region->devices[entry], state->pace, now, &capped) >
+           -(int64_t)GANG_DEBT_MAX_NS;
 }
 
 /* --- which launches are paced ---------------------------------------------------------------- */
@@ -218,7 +321,9 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
             uint64_t capped = 0;
-            wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
+            if (!gang_defers(state, entry, now)) {
+                wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
+            }
             pthread_mutex_lock(&state->lock);
             state->stats.capped_ns += capped;
             if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */
@@ -243,8 +348,9 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
     }
 }
 
-/* Run one launch (a kernel or a graph) under the pod's compute limit. */
-static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *arguments) {
+/* Run one launch (a kernel, `function`, or a graph: NULL) under the pod's compute limit. */
+static CUresult paced(CUstream stream, bool per_thread, CUfunction function, launch_fn launch,
+                      void *arguments) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
@@ -259,8 +365,11 @@ static CUresult paced(CUstream stream, bool per_thread, launch_fn launch, void *
     }
     struct paced_device *state = vgpu_paced_device(ordinal);
     pthread_mutex_lock(&state->lock);
-    if (!vgpu_epoch_set_up(state, ordinal, entry, context) ||
-        !enter_epoch(state, stream, ordinal, entry, context)) {
+    bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
+    if (ready && vgpu_gang_is_collective(state, function)) {
+        pause_for_collective(state, entry);
+    }
+    if (!ready || !enter_epoch(state, stream, ordinal, entry, context)) {
         pthread_mutex_unlock(&state->lock);
         return launch(arguments);
     }
@@ -358,7 +467,7 @@ static CUresult launch_real(void *arguments) {
         struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
                                   {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
                                   kernelParams, extra, NULL, NULL, kind_value};                \
-        return paced(hStream, per_thread, launch_real, &a);                                    \
+        return paced(hStream, per_thread, f, launch_real, &a);                                 \
     }
 
 VGPU_KERNEL_HOOK(cuLaunchKernel, 0, false)
@@ -372,7 +481,7 @@ VGPU_KERNEL_HOOK(cuLaunchKernel_ptsz, 1, true)
         struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
                                   {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
                                   kernelParams, NULL, NULL, NULL, kind_value};                 \
-        return paced(hStream, per_thread, launch_real, &a);                                    \
+        return paced(hStream, per_thread, f, launch_real, &a);                                 \
     }
 
 VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel, 4, false)
@@ -382,28 +491,28 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
                           void **extra) {
     struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
                               .kind = 2};
-    return paced(config != NULL ? config->hStream : NULL, false, launch_real, &a);
+    return paced(config != NULL ? config->hStream : NULL, false, f, launch_real, &a);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                void **extra) {
     struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
                               .kind = 3};
-    return paced(config != NULL ? config->hStream : NULL, true, launch_real, &a);
+    return paced(config != NULL ? config->hStream : NULL, true, f, launch_real, &a);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 6};
-    return paced(hStream, false, launch_real, &a);
+    return paced(hStream, false, NULL, launch_real, &a);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
     struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 7};
-    return paced(hStream, true, launch_real, &a);
+    return paced(hStream, true, NULL, launch_real, &a);
 }
 
 /* For the deprecated launch entry points (legacy.c): a launch paced as these are. */
 CUresult vgpu_compute_paced(CUstream stream, bool per_thread, CUresult (*launch)(void *),
                             void *arguments) {
-    return paced(stream, per_thread, launch, arguments);
+    return paced(stream, per_thread, NULL, launch, arguments);
 }

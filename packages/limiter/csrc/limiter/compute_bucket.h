@@ -11,9 +11,15 @@
 #include "vgpu_region.h"
 
 /* compute_state words of a region device entry: the bucket (signed nanoseconds of GPU time the
- * pod may still use; negative: its debt), when it was last refilled, and from
- * VGPU_COMPUTE_LEASE_WORDS on the pod's words about the device lease (lease.h). */
-enum { VGPU_BUCKET_BALANCE = 0, VGPU_BUCKET_REFILLED_NS = 1, VGPU_COMPUTE_LEASE_WORDS = 2 };
+ * pod may still use; negative: its debt), when it was last refilled, from
+ * VGPU_COMPUTE_LEASE_WORDS on the pod's words about the device lease (lease.h), and when a
+ * process of the pod last launched a collective's kernel on the GPU (compute_gang.c). */
+enum {
+    VGPU_BUCKET_BALANCE = 0,
+    VGPU_BUCKET_REFILLED_NS = 1,
+    VGPU_COMPUTE_LEASE_WORDS = 2,
+    VGPU_COMPUTE_COLLECTIVE_NS = 5
+};
 
 /* The bucket holds at most the hard limit's share of this much wall time (compute_bucket.c). */
 #define VGPU_BUCKET_BURST_NS 50000000ULL
@@ -80,5 +86,27 @@ uint64_t vgpu_bucket_wait_ns(struct vgpu_region_device *device, struct vgpu_pace
 /* After an epoch run at `pace`: `gpu_ns` of GPU time is debited from the bucket and added to the
  * pod's gpu_ns, and the part of it above the hard limit to its burst_ns. */
 void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, struct vgpu_pace pace);
+
+/* The pod's gang gate (the region's gang_gate word): for the pod's collective number `seq`
+ * (counted by each process on each GPU, so that every rank's n-th collective is the same one),
+ * until when every rank pauses before launching it. The first rank to reach a collective decides
+ * for all (compute_gang.c); the word packs the number's low VGPU_GANG_SEQ_BITS bits and the time
+ * in microseconds-ish units of 1024 ns. */
+#define VGPU_GANG_SEQ_BITS 16
+/* A decision older than this is from another run of the job (its counters began again). */
+#define VGPU_GANG_STALE_NS 1000000000ULL
+
+enum vgpu_gang_verdict {
+    VGPU_GANG_DECIDE, /* the first to reach it: decide, and publish with vgpu_gang_pack */
+    VGPU_GANG_FOLLOW, /* decided by another rank: pause until *until */
+    VGPU_GANG_LATE    /* the gang is already past it: no pause */
+};
+
+uint64_t vgpu_gang_pack(uint64_t seq, uint64_t until_ns);
+
+/* What a rank at collective `seq` makes of the gate's `word` at `now`. A decision that reaches
+ * further than VGPU_BUCKET_WAIT_MAX_NS past `now` is a scribble: followed only that far. */
+enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
+                                      uint64_t *until);
 
 #endif

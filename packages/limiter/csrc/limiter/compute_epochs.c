@@ -164,11 +164,11 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
     if (state->stats.since_ns != 0) {
         vgpu_log(VGPU_LOG_DEBUG,
                  "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
-                 "lost), %u launches, %u markers, %u stream switches, %llu us of GPU time "
+                 "lost, %u for a collective), %u launches, %u markers, %u stream switches, %llu us of GPU time "
                  "charged, %llu us waited for the lease, %llu us beyond the bucket's cap in %llu "
                  "ms",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
-                 state->stats.paused, state->stats.lost, state->stats.launches,
+                 state->stats.paused, state->stats.lost, state->stats.gang, state->stats.launches,
                  state->stats.markers, state->stats.switches,
                  (unsigned long long)(state->stats.charged_ns / 1000),
                  (unsigned long long)(state->stats.lease_wait_ns / 1000),
@@ -298,6 +298,7 @@ bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcon
     }
     state->entry = entry;
     state->context = context;
+    memset(state->kernels, 0, sizeof state->kernels); /* functions are the context's */
     /* Unknown: assume long (past the backlog, so one at a time) until the first marker returns. */
     state->kernel_ns = BACKLOG_NS + 1;
     state->estimated = false;

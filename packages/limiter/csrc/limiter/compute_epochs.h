@@ -29,6 +29,14 @@ struct marker {
     unsigned launches; /* launches since the previous marker */
 };
 
+/* Kernels whose names were looked at (compute_gang.c), per device. */
+#define KERNEL_NAMES 256
+
+struct kernel_name {
+    CUfunction function; /* NULL: a free slot */
+    bool collective;
+};
+
 /* This process's pacing of one GPU (by CUDA ordinal). */
 struct paced_device {
     pthread_mutex_t lock;
@@ -55,13 +63,16 @@ struct paced_device {
     _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
     struct vgpu_pace pace; /* the epoch's rate (the hard or the soft limit) and hard limit */
     bool estimated;       /* kernel_ns comes from a measurement */
+    struct kernel_name kernels[KERNEL_NAMES]; /* this context's, looked at */
+    uint64_t collectives;   /* collective launches so far: each rank's n-th is the same one */
+    uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest */
     struct {              /* what pacing did, logged about once a second at debug level */
         uint64_t since_ns;
         uint64_t charged_ns;
         uint64_t capped_ns;     /* what the pod's bucket could not hold (its cap) */
         uint64_t lease_wait_ns; /* waited for the device lease */
         unsigned epochs, launches, markers, switches;
-        unsigned paused, lost, quantum, synchronized; /* why epochs ended */
+        unsigned paused, lost, quantum, synchronized, gang; /* why epochs ended */
     } stats;
 };
 

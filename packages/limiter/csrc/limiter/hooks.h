@@ -107,6 +107,8 @@
     X(cuEventElapsedTime) \
     X(cuEventElapsedTime_v2) \
     X(cuStreamIsCapturing) \
+    X(cuFuncGetName) \
+    X(cuKernelGetName) \
     X(cuGraphGetNodes) \
     X(cuGraphNodeGetType) \
     X(cuGraphMemAllocNodeGetParams) \

@@ -3,6 +3,7 @@
  * streams and processes one after another, in submission order. Destroyed objects keep their
  * memory with the magic cleared, so a stale handle fails cleanly instead of crashing. */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +55,29 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     }
     function->magic = SIM_FUNCTION;
     function->module = hmod;
+    snprintf(function->name, sizeof function->name, "%s", name);
     *hfunc = function;
     return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetName(const char **name, CUfunction hfunc) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (name == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!sim_valid(hfunc, SIM_FUNCTION)) {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *name = hfunc->name;
+    return CUDA_SUCCESS;
+}
+
+/* The simulator has no libraries: a kernel handle is a function's (both launch alike). */
+CUresult cuKernelGetName(const char **name, CUkernel hfunc) {
+    return cuFuncGetName(name, (CUfunction)(void *)hfunc);
 }
 
 CUresult cuModuleUnload(CUmodule hmod) {

@@ -74,6 +74,7 @@ struct CUmod_st {
 struct CUfunc_st {
     uint32_t magic;
     struct CUmod_st *module;
+    char name[128];                 /* as cuModuleGetFunction was asked, cut to fit */
     int block[3];                   /* cuFuncSetBlockShape, for the legacy launches */
     unsigned param_size;            /* cuParamSetSize */
     unsigned char params[SIM_PARAM_BYTES];

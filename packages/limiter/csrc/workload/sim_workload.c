@@ -147,7 +147,7 @@ static void set_up(struct run *run) {
     /* The simulated driver accepts any image and any kernel name. */
     static const char image[] = "vgpu-sim-workload";
     CU(run, cuModuleLoadData, &run->module, image);
-    CU(run, cuModuleGetFunction, &run->function, run->module, "sleep_kernel");
+    CU(run, cuModuleGetFunction, &run->function, run->module, run->options.kernel_name);
 
     run->stream_count = run->options.streams > 0 ? run->options.streams : 1;
     for (unsigned s = 0; s < run->options.streams; s++) {

@@ -72,6 +72,7 @@ struct options {
     double hold_s;
     double idle_ms;     /* > 0: each round waited for, then this much sleep */
     int cuda_version;   /* asked of cuGetProcAddress_v2 */
+    const char *kernel_name; /* asked of cuModuleGetFunction */
 };
 
 /* Parse argv; on bad input print one line on stderr and exit 2 (--help: usage, exit 0). */

@@ -41,6 +41,8 @@ static const char usage[] =
     "  --hold SECONDS      after the report, keep the memory and context and sleep;\n"
     "                      SIGTERM or SIGINT end the hold early (then clean up, exit 0)\n"
     "  --cuda-version V    version asked of cuGetProcAddress_v2 (default 13000)\n"
+    "  --kernel-name NAME  the kernel's name (default sleep_kernel); a collective's, such as\n"
+    "                      ncclDevKernel_AllReduce, makes the program pace as a job's rank\n"
     "  --help              print this help\n"
     "\n"
     "Exit status: 0 done, 1 a CUDA call failed (the JSON has \"error\"), 2 bad options.\n";
@@ -53,6 +55,21 @@ static _Noreturn void usage_error(const char *format, ...) {
     fputc('\n', stderr);
     va_end(arguments);
     exit(2);
+}
+
+static uint64_t parse_size(const char *option, const char *text) {
+    uint64_t bytes = 0;
+    if (!vgpu_parse_size(text, &bytes)) {
+        usage_error("%s %s: expected a size such as 1048576, 512MiB or 4g", option, text);
+    }
+    return bytes;
+}
+
+static const char *parse_name(const char *option, const char *text) {
+    if (text[0] == '\0') {
+        usage_error("%s: expected a name", option);
+    }
+    return text;
 }
 
 static uint64_t parse_count(const char *option, const char *text, uint64_t low, uint64_t high) {
@@ -115,6 +132,7 @@ enum {
     OPT_HOLD,
     OPT_IDLE_MS,
     OPT_CUDA_VERSION,
+    OPT_KERNEL_NAME,
     OPT_HELP,
 };
 
@@ -133,6 +151,7 @@ static const struct option long_options[] = {
     {"hold", required_argument, NULL, OPT_HOLD},
     {"idle-ms", required_argument, NULL, OPT_IDLE_MS},
     {"cuda-version", required_argument, NULL, OPT_CUDA_VERSION},
+    {"kernel-name", required_argument, NULL, OPT_KERNEL_NAME},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -186,6 +205,7 @@ void options_parse(int argc, char **argv, struct options *options) {
         .streams = 1,
         .graph = GRAPH_NONE,
         .cuda_version = DEFAULT_CUDA_VERSION,
+        .kernel_name = "sleep_kernel",
     };
     bool kernels_given = false;
     bool batch_given = false;
@@ -201,9 +221,7 @@ void options_parse(int argc, char **argv, struct options *options) {
             options->device = (int)parse_count("--device", optarg, 0, 1023);
             break;
         case OPT_ALLOC:
-            if (!vgpu_parse_size(optarg, &options->alloc_bytes)) {
-                usage_error("--alloc %s: expected a size such as 1048576, 512MiB or 4g", optarg);
-            }
+            options->alloc_bytes = parse_size("--alloc", optarg);
             break;
         case OPT_KERNELS:
             options->kernels = parse_count("--kernels", optarg, 0, UINT32_MAX);
@@ -240,6 +258,9 @@ void options_parse(int argc, char **argv, struct options *options) {
             break;
         case OPT_CUDA_VERSION:
             options->cuda_version = (int)parse_count("--cuda-version", optarg, 1, 1000000);
+            break;
+        case OPT_KERNEL_NAME:
+            options->kernel_name = parse_name("--kernel-name", optarg);
             break;
         case OPT_HELP:
             fputs(usage, stdout);

@@ -1,0 +1,23 @@
+/* Collectives under a compute limit (compute_gang.c): which launches are a collective's kernel,
+ * and the pod's one pause decision for each collective (compute.c takes the pause). */
+#ifndef VGPU_LIMITER_COMPUTE_GANG_H
+#define VGPU_LIMITER_COMPUTE_GANG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compute_epochs.h"
+#include "cuda_api.h"
+
+/* Whether `function` is a collective's kernel (by its name: collectives.c), remembered per
+ * device; under the device's lock. */
+bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function);
+
+/* Until when the rank at its collective number `seq` pauses, by the pod's gate: the first rank
+ * to reach the collective decides for all, as `now + decide(context)` (decide may close the
+ * rank's epoch and so take time: it reads the clock again); the others follow; a rank behind
+ * the gang does not pause (0). */
+uint64_t vgpu_gang_until(uint64_t seq, uint64_t now, uint64_t (*decide)(void *, uint64_t *now),
+                         void *context);
+
+#endif

@@ -1,0 +1,103 @@
+"""Collectives under a compute limit on the simulated GPU: a process that launches a collective's
+kernel (NCCL's, known by its name) pauses only right before one, and the ranks of one pod pause
+for one decision, taken by the first rank to reach the collective from the buckets of all the
+GPUs that run collectives. The simulator's kernels do not wait for each other as NCCL's do, so
+what these tests show is the rule (who pauses, for whose debt) and that each limit holds; the
+effect on a real job is measured by benchmarks/multigpu_gpu.py."""
+
+import json
+import subprocess
+
+import pytest
+
+from tests.limiter.conftest import WORKLOAD, LimitedEnv
+from tests.limiter.test_compute_limits import TOLERANCE_PP
+
+ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+KERNEL_US = 1000
+
+
+def start(environment: dict[str, str], device: int, name: str, seconds: float) -> "Rank":
+    return Rank(
+        subprocess.Popen(
+            [
+                *(WORKLOAD, "--device", str(device), "--kernel-name", name),
+                *("--duration", str(seconds), "--kernel-us", str(KERNEL_US)),
+            ],
+            env=environment | {"TF_LOG_LEVEL": "debug"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    )
+
+
+class Rank:
+    """A workload process: its share of its GPU's time and what its limiter logged."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.share = 0.0
+        self.log = ""
+
+    def finish(self, timeout: float) -> "Rank":
+        out, self.log = self.process.communicate(timeout=timeout)
+        report = json.loads(out)
+        assert report.get("error") is None, report
+        self.share = 100 * float(report["achieved_kernels_per_s"]) * KERNEL_US / 1e6
+        return self
+
+    def paused_for_collectives(self) -> int:
+        """Epochs the limiter ended to pause before a collective, by its pacing logs."""
+        total = 0
+        for line in self.log.splitlines():
+            if "pacing:" in line and " for a collective)" in line:
+                total += int(line.split(" lease lost, ")[1].split(" ")[0])
+        return total
+
+
+def limits(**by_gpu: int) -> dict[str, str]:
+    """Compute limits by CUDA ordinal: limits(g0=50, g1=25)."""
+    by_ordinal = {gpu.removeprefix("g"): percent for gpu, percent in by_gpu.items()}
+    return {"TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps(by_ordinal)}
+
+
+@pytest.mark.parametrize("limit", [25, 50])
+def test_a_rank_that_launches_collectives_keeps_its_limit(
+    compute_env: LimitedEnv, limit: int
+) -> None:
+    rank = start(compute_env() | limits(g0=limit), 0, ALL_REDUCE, 3.0).finish(60)
+    assert f"collective kernel {ALL_REDUCE}" in rank.log, rank.log
+    assert rank.paused_for_collectives() > 0, rank.log
+    assert rank.share == pytest.approx(limit, abs=TOLERANCE_PP)
+
+
+def test_a_mangled_collective_name_is_known(compute_env: LimitedEnv) -> None:
+    """cuFuncGetName gives C++ kernels' names mangled, as NCCL's are."""
+    mangled = f"_Z{len(ALL_REDUCE)}{ALL_REDUCE}24ncclDevKernelArgsStorageILm4096EE"
+    rank = start(compute_env() | limits(g0=30), 0, mangled, 2.0).finish(60)
+    assert f"collective kernel {mangled}" in rank.log, rank.log
+    assert rank.share == pytest.approx(30, abs=TOLERANCE_PP)
+
+
+def test_the_ranks_of_a_pod_pause_for_the_deepest_debt(compute_env: LimitedEnv) -> None:
+    """One pod, a rank on each GPU, 50 % on GPU 0 and 25 % on GPU 1: the rank on GPU 0 pauses
+    for GPU 1's debt too (in a real job it would only spin in the collective meanwhile), and
+    GPU 1's limit holds."""
+    environment = compute_env() | limits(g0=50, g1=25)
+    ranks = [start(environment, gpu, ALL_REDUCE, 4.0) for gpu in (0, 1)]
+    fast, slow = (rank.finish(60) for rank in ranks)
+    assert slow.share == pytest.approx(25, abs=TOLERANCE_PP), slow.log
+    assert fast.share <= 25 + TOLERANCE_PP + 2, fast.log
+
+
+def test_a_process_without_collectives_is_not_held_by_the_gang(compute_env: LimitedEnv) -> None:
+    """Beside a rank on GPU 1, a plain program of the same pod on GPU 0 gets its own limit."""
+    environment = compute_env() | limits(g0=50, g1=25)
+    plain = start(environment, 0, "sleep_kernel", 3.0)
+    rank = start(environment, 1, ALL_REDUCE, 3.0)
+    plain.finish(60)
+    rank.finish(60)
+    assert "collective kernel" not in plain.log
+    assert plain.share == pytest.approx(50, abs=TOLERANCE_PP), plain.log
+    assert rank.share == pytest.approx(25, abs=TOLERANCE_PP), rank.log
