@@ -166,6 +166,39 @@ static void telling(void) {
     CHECK(seats[3].waiters == 2 && seats[3].other_pod_waiters == 2);
 }
 
+static void urgency(void) {
+    static const int parties[] = {0, 1, 2};
+    static const uint64_t pods[] = {7, 8, 9};
+    set_up(3, parties, pods);
+    hold(0);
+    arbiter->clients[0].request = 41;
+    wait_for_it(1, 1);
+    wait_for_it(2, 2);
+    arbiter->parties[1].last_grant = 1; /* served more lately than party 2 */
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
+    CHECK(vgpu_arbiter_tell(arbiter, 0) == 2);
+    CHECK(seats[0].yield_request == 0); /* nobody urgent: the holder keeps its epoch */
+    /* Party 1 waits urgently: served first, and the holder is asked to end its epoch. */
+    CHECK(vgpu_arbiter_honour_urgent(&arbiter->parties[1], now_ns));
+    arbiter->clients[1].urgent = true;
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 1);
+    vgpu_arbiter_tell(arbiter, 0);
+    CHECK(seats[0].yield_request == 41);
+    CHECK(seats[1].yield_request == 0 && seats[2].yield_request == 0);
+    /* A party's urgency is honoured once per VGPU_ARBITER_URGENT_EVERY_NS at most. */
+    CHECK(!vgpu_arbiter_honour_urgent(&arbiter->parties[1], now_ns + MS));
+    CHECK(vgpu_arbiter_honour_urgent(&arbiter->parties[1],
+                                     now_ns + VGPU_ARBITER_URGENT_EVERY_NS));
+    /* An urgent waiter of the holder's own pod asks nothing of it. */
+    arbiter->clients[1].pod = 7;
+    vgpu_arbiter_tell(arbiter, 0);
+    CHECK(seats[0].yield_request == 0);
+    /* A party served last for overrunning stays last, urgent or not. */
+    arbiter->clients[1].pod = 8;
+    vgpu_arbiter_penalize(&arbiter->parties[1], now_ns);
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
+}
+
 static void deadlines(void) {
     static const int parties[] = {0, 1};
     static const uint64_t pods[] = {7, 8};
@@ -187,6 +220,7 @@ int main(void) {
     judging();
     penalties();
     telling();
+    urgency();
     deadlines();
     free(arbiter);
     printf("%d passed, %d failed\n", passed, failed);

@@ -368,6 +368,27 @@ static void collective_names(void) {
     CHECK(!vgpu_collective_kernel_name(NULL));
 }
 
+static void light_use(void) {
+    /* 10 ms of GPU time in 100 ms is 10 %: light for a 50 % pod, not for a 15 % one. */
+    uint64_t older = vgpu_use_sample(T0, 5 * SECOND);
+    CHECK(vgpu_use_light(older, T0 + 100 * MS, 5 * SECOND + 10 * MS, HALF));
+    CHECK(!vgpu_use_light(older, T0 + 100 * MS, 5 * SECOND + 10 * MS, 1500));
+    /* At 50 %, 25 ms in 100 ms is the line: half its limit is not light. */
+    CHECK(!vgpu_use_light(older, T0 + 100 * MS, 5 * SECOND + 25 * MS, HALF));
+    CHECK(vgpu_use_light(older, T0 + 100 * MS, 5 * SECOND + 24 * MS, HALF));
+    /* No sample yet: not known (a pod starting may be a busy one). Without a limit, nothing is
+     * urgent. */
+    CHECK(!vgpu_use_light(0, T0, 0, HALF));
+    CHECK(!vgpu_use_light(0, T0, 0, 0) && !vgpu_use_light(0, T0, 0, VGPU_COMPUTE_UNLIMITED));
+    /* Too soon to tell, and more used than elapsed (a scribble): not light. */
+    CHECK(!vgpu_use_light(older, T0, 5 * SECOND, HALF));
+    CHECK(!vgpu_use_light(older, T0 + 10 * MS, 5 * SECOND + 20 * MS, HALF));
+    /* The samples' milliseconds wrap at 2^32 (49 days): the difference still holds. */
+    uint64_t wrap = 4294967295ULL * MS;
+    older = vgpu_use_sample(wrap, wrap);
+    CHECK(vgpu_use_light(older, wrap + 100 * MS, wrap + 10 * MS, HALF));
+}
+
 static void gang_gate(void) {
     uint64_t until = 0;
     /* Nobody decided yet: the first rank decides. */
@@ -394,6 +415,7 @@ static void gang_gate(void) {
 
 int main(void) {
     collective_names();
+    light_use();
     gang_gate();
     limited();
     contention();

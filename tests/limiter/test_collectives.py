@@ -6,6 +6,7 @@ what these tests show is the rule (who pauses, for whose debt) and that each lim
 effect on a real job is measured by benchmarks/multigpu_gpu.py."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -49,11 +50,7 @@ class Rank:
 
     def paused_for_collectives(self) -> int:
         """Epochs the limiter ended to pause before a collective, by its pacing logs."""
-        total = 0
-        for line in self.log.splitlines():
-            if "pacing:" in line and " for a collective)" in line:
-                total += int(line.split(" lease lost, ")[1].split(" ")[0])
-        return total
+        return sum(int(n) for n in re.findall(r"(\d+) for a collective", self.log))
 
 
 def limits(**by_gpu: int) -> dict[str, str]:

@@ -230,6 +230,12 @@ struct vgpu_device_node {
 #define VGPU_ARBITER_RELEASE 3
 #define VGPU_ARBITER_WELCOME 4
 #define VGPU_ARBITER_GRANT 5
+/* An ACQUIRE's value: the process's pod has used less than its share lately (its bucket holds
+ * at least half of what it may save), so it waits with work of a short burst, an inference
+ * request say: the holder of another party is asked to end its epoch now (yield_request), at
+ * most once per VGPU_ARBITER_URGENT_EVERY_NS for each party that asks. */
+#define VGPU_ARBITER_URGENT 1
+#define VGPU_ARBITER_URGENT_EVERY_NS 20000000ULL
 
 /* Every message either way: one datagram of exactly this size. */
 struct vgpu_arbiter_message {
@@ -237,7 +243,9 @@ struct vgpu_arbiter_message {
     uint32_t kind;
     uint32_t reserved;
     uint64_t request; /* ACQUIRE, GRANT, RELEASE: the request; WELCOME: the daemon's instance */
-    uint64_t value;   /* HELLO: the process's pod (its region's identity); RELEASE: GPU ns */
+    /* HELLO: the process's pod (its region's identity); ACQUIRE: VGPU_ARBITER_URGENT or 0;
+     * RELEASE: GPU ns */
+    uint64_t value;
     char uuid[VGPU_REGION_UUID_SIZE]; /* HELLO: the GPU */
 };
 
@@ -254,7 +262,11 @@ struct vgpu_lease_seat {
     VGPU_ATOMIC(uint64_t) other_pod_waiters; /* of them, those of other pods */
     VGPU_ATOMIC(uint64_t) other_pod_holds;   /* 1: a process of another pod holds it */
     VGPU_ATOMIC(uint64_t) taken_back;        /* grants taken back from it (stale, idle, overrun) */
-    uint64_t daemon_spare[3];
+    /* The request it holds the lease for, when another party waits urgently: it ends its
+     * epoch at its next launch (its queued work drained and charged, as at any epoch's end).
+     * 0: none asks. */
+    VGPU_ATOMIC(uint64_t) yield_request;
+    uint64_t daemon_spare[2];
 };
 
 #define VGPU_BOOST_ONE 10000U

@@ -120,6 +120,24 @@ static void wait_for_budget(struct paced_device *state, struct vgpu_region_devic
     }
 }
 
+/* Whether the pod used less than half its hard limit over the last 100-200 ms (its region's
+ * GPU time, all its processes'), renewing the samples it is judged by: an epoch it starts now
+ * waits urgently for the lease. */
+static bool light_use(struct paced_device *state, int entry, uint64_t now) {
+    struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
+    uint64_t used = atomic_load(&device->gpu_ns);
+    _Atomic uint64_t *newer = &device->compute_state[VGPU_COMPUTE_USE_NEWER];
+    uint64_t last = atomic_load(newer);
+    uint64_t sample = vgpu_use_sample(now, used);
+    if (last == 0 || (uint32_t)((sample >> 32) - (last >> 32)) >= VGPU_USE_WINDOW_NS / 1000000) {
+        if (atomic_compare_exchange_strong(newer, &last, sample)) {
+            atomic_store(&device->compute_state[VGPU_COMPUTE_USE_OLDER], last);
+        }
+    }
+    return vgpu_use_light(atomic_load(&device->compute_state[VGPU_COMPUTE_USE_OLDER]), now, used,
+                          state->pace.hard);
+}
+
 /* --- collectives: one pause for all the pod's ranks (compute_gang.c) --------------------------- */
 
 /* A process that launched a collective this recently pauses only before its next one, unless
@@ -318,12 +336,20 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
         vgpu_epoch_end_paused_or_lost(state, now);
+        if (state->open && state->lease != NULL && vgpu_lease_yield_asked(state->lease)) {
+            /* A pod that used less than its share waits with a short burst: its wait is one
+             * drain of this epoch's backlog, not the rest of the epoch. */
+            state->stats.yielded++;
+            state->yield_asked_ns = now;
+            vgpu_epoch_close(state, true);
+        }
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
             uint64_t capped = 0;
             if (!gang_defers(state, entry, now)) {
                 wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
             }
+            state->urgent = light_use(state, entry, vgpu_monotonic_ns());
             pthread_mutex_lock(&state->lock);
             state->stats.capped_ns += capped;
             if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */

@@ -80,6 +80,29 @@ int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace p
     return (int64_t)atomic_load(bucket);
 }
 
+#define MS 1000000ULL
+
+uint64_t vgpu_use_sample(uint64_t now_ns, uint64_t gpu_ns) {
+    return (uint64_t)(uint32_t)(now_ns / MS) << 32 | (uint32_t)(gpu_ns / MS);
+}
+
+bool vgpu_use_light(uint64_t older, uint64_t now_ns, uint64_t gpu_ns, uint32_t hard) {
+    if (!vgpu_compute_limited(hard)) {
+        return false;
+    }
+    if (older == 0) {
+        return false; /* not known yet: a pod starting may be a busy one */
+    }
+    uint64_t now = vgpu_use_sample(now_ns, gpu_ns);
+    uint64_t window = (uint32_t)((now >> 32) - (older >> 32)); /* ms, modulo 2^32 */
+    uint64_t used = (uint32_t)((uint32_t)now - (uint32_t)older);
+    if (window == 0 || used > window) {
+        return false; /* too soon to tell, or a scribble */
+    }
+    /* used / window < hard / 2, in integers: both below 2^32, hard below 10^4. */
+    return used * 2 * VGPU_COMPUTE_UNLIMITED < window * hard;
+}
+
 uint64_t vgpu_bucket_time_to_budget(int64_t balance, uint32_t rate) {
     if (balance >= 0 || rate == 0) {
         return 0;

@@ -18,7 +18,9 @@ enum {
     VGPU_BUCKET_BALANCE = 0,
     VGPU_BUCKET_REFILLED_NS = 1,
     VGPU_COMPUTE_LEASE_WORDS = 2,
-    VGPU_COMPUTE_COLLECTIVE_NS = 5
+    VGPU_COMPUTE_COLLECTIVE_NS = 5,
+    VGPU_COMPUTE_USE_OLDER = 6, /* two samples of the pod's use (vgpu_use_sample) */
+    VGPU_COMPUTE_USE_NEWER = 7
 };
 
 /* The bucket holds at most the hard limit's share of this much wall time (compute_bucket.c). */
@@ -73,6 +75,18 @@ struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_
  * the pod's other processes refilling and debiting at the same time. */
 int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace pace, uint64_t now,
                            uint64_t *capped);
+
+/* The pod's use of a GPU, sampled into one word (the time and its GPU time so far, each in
+ * milliseconds modulo 2^32), in two words of its region's entry that every process of the pod
+ * renews: the newer one every VGPU_USE_WINDOW_NS, the older one taking its place. */
+#define VGPU_USE_WINDOW_NS 100000000ULL
+uint64_t vgpu_use_sample(uint64_t now_ns, uint64_t gpu_ns);
+
+/* Whether the pod, whose GPU time is `gpu_ns` at `now_ns`, used less than half its hard limit
+ * `hard` since the `older` sample (0: none yet, not known, not light): a burst of work it
+ * starts now is to wait as little as can be (VGPU_ARBITER_URGENT). Its bucket cannot tell: a
+ * pod's bucket fills while it waits for the lease, a busy pod's too. */
+bool vgpu_use_light(uint64_t older, uint64_t now_ns, uint64_t gpu_ns, uint32_t hard);
 
 /* How long a bucket at `balance` takes to get out of debt at `rate` (not 0), bounded by
  * VGPU_BUCKET_WAIT_MIN_NS and VGPU_BUCKET_WAIT_MAX_NS; 0 when it is not in debt. */

@@ -63,6 +63,8 @@ struct paced_device {
     _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
     struct vgpu_pace pace; /* the epoch's rate (the hard or the soft limit) and hard limit */
     bool estimated;       /* kernel_ns comes from a measurement */
+    bool urgent;          /* the pod's use is light (vgpu_use_light): its epoch is urgent */
+    uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
     struct kernel_name kernels[KERNEL_NAMES]; /* this context's, looked at */
     uint64_t collectives;   /* collective launches so far: each rank's n-th is the same one */
     uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest */
@@ -72,7 +74,7 @@ struct paced_device {
         uint64_t capped_ns;     /* what the pod's bucket could not hold (its cap) */
         uint64_t lease_wait_ns; /* waited for the device lease */
         unsigned epochs, launches, markers, switches;
-        unsigned paused, lost, quantum, synchronized, gang; /* why epochs ended */
+        unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
     } stats;
 };
 
@@ -95,7 +97,7 @@ void vgpu_epoch_release_events(struct paced_device *state);
 /* End an open epoch that paused (no launch for a while), or whose lease was taken. */
 void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now);
 /* Start an epoch on `stream`: take the lease (a wait for another pod is throttled time of the
- * pod's region `entry`) and record the start event. */
+ * pod's region `entry`; urgent when state->urgent) and record the start event. */
 void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry);
 /* End the epoch: its GPU time is debited and the lease given back. With `drain`, the epoch's
  * work is waited for first (bounded); a holder that lost its lease charges what is done. */

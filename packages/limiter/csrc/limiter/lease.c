@@ -221,7 +221,7 @@ static void seat_gone(struct vgpu_lease *lease) {
 }
 
 /* vgpu_lease_acquire through the arbiter: it waits no longer than for a lease file. */
-static bool acquire_seat(struct vgpu_lease *lease, uint64_t started);
+static bool acquire_seat(struct vgpu_lease *lease, bool urgent, uint64_t started);
 
 void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words) {
     lease->pod = pod_words;
@@ -240,9 +240,9 @@ static void reseat_child(struct vgpu_lease *lease) {
     }
 }
 
-static bool acquire_seat(struct vgpu_lease *lease, uint64_t started) {
+static bool acquire_seat(struct vgpu_lease *lease, bool urgent, uint64_t started) {
     uint64_t request = ++lease->request;
-    int granted = vgpu_seat_acquire(lease->socket, request, started + WAIT_MAX_NS);
+    int granted = vgpu_seat_acquire(lease->socket, request, urgent, started + WAIT_MAX_NS);
     uint64_t now = vgpu_monotonic_ns();
     lease->exclusive = granted > 0;
     lease->exposed = false;
@@ -257,14 +257,14 @@ static bool acquire_seat(struct vgpu_lease *lease, uint64_t started) {
     return granted > 0;
 }
 
-bool vgpu_lease_acquire(struct vgpu_lease *lease) {
+bool vgpu_lease_acquire(struct vgpu_lease *lease, bool urgent) {
     uint64_t started = vgpu_monotonic_ns();
     if (arbitrated(lease) && lease->forks != atomic_load(&forks)) {
         reseat_child(lease);
     }
     follow_daemon(lease, started);
     if (arbitrated(lease)) {
-        return acquire_seat(lease, started);
+        return acquire_seat(lease, urgent, started);
     }
     if (lease->shared == NULL) { /* neither the arbiter nor a file: without exclusivity */
         lease->exclusive = false;
@@ -319,6 +319,11 @@ void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
     } else if (lease->shared != NULL) {
         vgpu_words_release(lease, busy_ns);
     }
+}
+
+bool vgpu_lease_yield_asked(const struct vgpu_lease *lease) {
+    return arbitrated(lease) && lease->exclusive &&
+           atomic_load(&lease->seat->yield_request) == lease->request;
 }
 
 bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {

@@ -242,8 +242,9 @@ int vgpu_seat_connect(const char *node_folder, const char *uuid, uint64_t pod,
     return socket_fd;
 }
 
-int vgpu_seat_acquire(int socket_fd, uint64_t request, uint64_t deadline_ns) {
-    if (!send_message(socket_fd, VGPU_ARBITER_ACQUIRE, request, 0, NULL)) {
+int vgpu_seat_acquire(int socket_fd, uint64_t request, bool urgent, uint64_t deadline_ns) {
+    uint64_t value = urgent ? VGPU_ARBITER_URGENT : 0;
+    if (!send_message(socket_fd, VGPU_ARBITER_ACQUIRE, request, value, NULL)) {
         return -1;
     }
     for (;;) {

@@ -18,10 +18,10 @@ int vgpu_seat_connect(const char *node_folder, const char *uuid, uint64_t pod,
                       struct vgpu_lease_seat **seat, uint64_t *instance, bool *absent, char *why,
                       size_t why_size);
 
-/* Ask for the lease under `request` (not 0) and wait for it until `deadline_ns`
- * (CLOCK_MONOTONIC), through signals: 1 when granted, 0 when not in time (the request is then
- * withdrawn), -1 when the daemon is gone. */
-int vgpu_seat_acquire(int socket_fd, uint64_t request, uint64_t deadline_ns);
+/* Ask for the lease under `request` (not 0), `urgent` or not (VGPU_ARBITER_URGENT), and wait
+ * for it until `deadline_ns` (CLOCK_MONOTONIC), through signals: 1 when granted, 0 when not in
+ * time (the request is then withdrawn), -1 when the daemon is gone. */
+int vgpu_seat_acquire(int socket_fd, uint64_t request, bool urgent, uint64_t deadline_ns);
 
 /* Give back the lease held for `request` (or withdraw it), saying the epoch's GPU time; false
  * when the daemon is gone. */

@@ -263,6 +263,8 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
             return send_message(client->fd, VGPU_ARBITER_GRANT, message->request, -1);
         }
         client->waiting = true;
+        client->urgent = message->value == VGPU_ARBITER_URGENT &&
+                         vgpu_arbiter_honour_urgent(&arbiter->parties[client->party], now);
         client->request = message->request;
         client->ticket = ++arbiter->tickets;
         return true;
@@ -271,6 +273,7 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
         atomic_fetch_add(&gpu->words->busy_ns, bounded_busy(message->value));
         if (message->request == client->request) {
             client->waiting = false;
+            client->urgent = false;
             if (gpu->holder == index) {
                 end_hold(arbiter, gpu, now);
             }
@@ -319,6 +322,7 @@ static uint64_t settle(struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now
     while (gpu->holder < 0 && next >= 0) {
         struct client *client = &arbiter->clients[next];
         client->waiting = false;
+        client->urgent = false;
         gpu->holder = next;
         gpu->held_since_ns = now;
         arbiter->parties[client->party].last_grant = atomic_fetch_add(&arbiter->grants, 1) + 1;

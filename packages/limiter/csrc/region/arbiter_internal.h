@@ -27,6 +27,7 @@ struct party { /* a user in a pid namespace: one pod, as far as the kernel can t
     uint64_t last_grant; /* the arbiter's grant count when it last got the lease */
     uint64_t penalty_until_ns;
     uint64_t penalty_ns;
+    uint64_t urgent_ns; /* when an urgent request of it was last honoured */
 };
 
 struct client {
@@ -36,6 +37,7 @@ struct client {
     uint64_t pod; /* what it says its pod is: only its own view of "other pods" depends on it */
     struct vgpu_lease_seat *seat;
     bool waiting;
+    bool urgent; /* it waits urgently (VGPU_ARBITER_URGENT, honoured) */
     uint64_t request; /* the request it waits with, or holds the lease for */
     uint64_t ticket;  /* when it began to wait: first come, first served within a party */
 };
@@ -74,17 +76,21 @@ enum vgpu_arbiter_verdict {
     VGPU_ARBITER_YIELDS,  /* its party is served last for now, and another party waits */
 };
 
-/* The waiter of `gpu` to serve next, or -1: parties in turn (the one served longest ago first),
- * a party that overran the hold only when no other waits, first come first served within one. */
+/* The waiter of `gpu` to serve next, or -1: an urgent waiter first, then parties in turn (the
+ * one served longest ago first), a party that overran the hold only when no other waits, first
+ * come first served within one. */
 int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
 /* Whether the holder of `gpu` (there is one) loses the lease to waiter `next`; reads the
  * holder's seat, then the clock. */
 enum vgpu_arbiter_verdict vgpu_arbiter_judge(const struct vgpu_arbiter *arbiter, int gpu,
                                              int next);
+/* Whether an urgent request of `party` at `now` is honoured (at most one every
+ * VGPU_ARBITER_URGENT_EVERY_NS), noting it when it is. */
+bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now);
 /* Serve `party` last for a while, longer each time it overruns again soon. */
 void vgpu_arbiter_penalize(struct party *party, uint64_t now);
-/* Tell each client of `gpu` in its seat who waits and whether another pod holds; the number of
- * waiters. */
+/* Tell each client of `gpu` in its seat who waits and whether another pod holds, and the holder
+ * whether a waiter of another pod is urgent; the number of waiters. */
 uint64_t vgpu_arbiter_tell(struct vgpu_arbiter *arbiter, int gpu);
 /* When the holder of `gpu` may be stale, idle or overrunning: the time to look again. */
 uint64_t vgpu_arbiter_deadline(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);

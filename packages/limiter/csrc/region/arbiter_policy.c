@@ -28,6 +28,15 @@ void vgpu_arbiter_penalize(struct party *party, uint64_t now) {
     party->penalty_until_ns = now + party->penalty_ns;
 }
 
+bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now) {
+    if (party->urgent_ns != 0 && now >= party->urgent_ns &&
+        now - party->urgent_ns < VGPU_ARBITER_URGENT_EVERY_NS) {
+        return false;
+    }
+    party->urgent_ns = now;
+    return true;
+}
+
 int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now) {
     int best = -1;
     for (int index = 0; index < MAX_CLIENTS; index++) {
@@ -43,7 +52,10 @@ int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64
         const struct party *theirs = &arbiter->parties[arbiter->clients[best].party];
         bool penalized = mine->penalty_until_ns > now;
         bool best_penalized = theirs->penalty_until_ns > now;
+        bool urgent = client->urgent;
+        bool best_urgent = arbiter->clients[best].urgent;
         if (penalized != best_penalized ? !penalized
+            : urgent != best_urgent       ? urgent
             : mine->last_grant != theirs->last_grant
                 ? mine->last_grant < theirs->last_grant
                 : client->ticket < arbiter->clients[best].ticket) {
@@ -78,14 +90,18 @@ static uint64_t count_of(const uint64_t *pods, uint64_t count, uint64_t pod) {
 uint64_t vgpu_arbiter_tell(struct vgpu_arbiter *arbiter, int gpu_index) {
     const struct gpu *gpu = &arbiter->gpus[gpu_index];
     uint64_t waiting = 0;
+    const struct client *holder = gpu->holder >= 0 ? &arbiter->clients[gpu->holder] : NULL;
+    bool urgent = false; /* a waiter of another party than the holder's waits urgently */
     for (int index = 0; index < MAX_CLIENTS; index++) {
         const struct client *client = &arbiter->clients[index];
         if (client->fd >= 0 && client->gpu == gpu_index && client->waiting) {
             arbiter->pods[waiting++] = client->pod;
+            /* Its pod as it says it: honouring is limited per party (urgent_ns), so a tenant
+             * that lies about its pod asks no more yields than one that does not. */
+            urgent = urgent || (client->urgent && holder != NULL && client->pod != holder->pod);
         }
     }
     qsort(arbiter->pods, waiting, sizeof arbiter->pods[0], by_pod);
-    const struct client *holder = gpu->holder >= 0 ? &arbiter->clients[gpu->holder] : NULL;
     for (int index = 0; index < MAX_CLIENTS; index++) {
         struct client *client = &arbiter->clients[index];
         if (client->fd < 0 || client->gpu != gpu_index || client->seat == NULL) {
@@ -96,6 +112,8 @@ uint64_t vgpu_arbiter_tell(struct vgpu_arbiter *arbiter, int gpu_index) {
         atomic_store(&client->seat->other_pod_waiters, waiting - own);
         atomic_store(&client->seat->other_pod_holds,
                      holder != NULL && holder != client && holder->pod != client->pod);
+        atomic_store(&client->seat->yield_request,
+                     client == holder && urgent ? client->request : 0);
     }
     return waiting;
 }

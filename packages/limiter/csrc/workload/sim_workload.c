@@ -219,17 +219,21 @@ static int by_value(const void *left, const void *right) {
     return a < b ? -1 : a > b;
 }
 
-/* The rounds' latency, p50 and p99, as JSON fields. */
+/* The rounds' latency at `percent` (sorted). */
+static double percentile(const struct run *run, size_t percent) {
+    size_t at = run->rounds_timed * percent / 100;
+    return run->round_ms[at < run->rounds_timed ? at : run->rounds_timed - 1];
+}
+
+/* The rounds' latency, p50, p90 and p99, as JSON fields. */
 static void print_rounds(struct run *run) {
     if (run->rounds_timed == 0) {
         return;
     }
     qsort(run->round_ms, run->rounds_timed, sizeof run->round_ms[0], by_value);
-    size_t p99 = (run->rounds_timed * 99) / 100;
-    printf("\"round_ms_p50\": %.4g, \"round_ms_p99\": %.4g, \"rounds\": %zu, ",
-           run->round_ms[run->rounds_timed / 2],
-           run->round_ms[p99 < run->rounds_timed ? p99 : run->rounds_timed - 1],
-           run->rounds_timed);
+    printf("\"round_ms_p50\": %.4g, \"round_ms_p90\": %.4g, \"round_ms_p99\": %.4g, "
+           "\"rounds\": %zu, ",
+           percentile(run, 50), percentile(run, 90), percentile(run, 99), run->rounds_timed);
 }
 
 static void run_rounds(struct run *run) {
