@@ -199,13 +199,65 @@ static void urgency(void) {
     CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
 }
 
+/* Two GPUs, two jobs of a rank on each: pod 7 (clients 0 on GPU 0, 1 on GPU 1) and pod 8
+ * (clients 2 on GPU 0, 3 on GPU 1), each its own party. */
+static void two_jobs(void) {
+    static const int parties[] = {0, 0, 1, 1};
+    static const uint64_t pods[] = {7, 7, 8, 8};
+    set_up(4, parties, pods);
+    arbiter->gpu_count = 2;
+    arbiter->gpus[1].holder = -1;
+    arbiter->clients[1].gpu = arbiter->clients[3].gpu = 1;
+}
+
+static void gangs(void) {
+    /* A rank whose pod holds the other GPU goes first, even before a party served longer ago. */
+    two_jobs();
+    hold(0); /* pod 7 holds GPU 0 */
+    arbiter->parties[0].last_grant = 9;
+    arbiter->parties[1].last_grant = 1;
+    wait_for_it(1, 1); /* pod 7's rank on GPU 1 */
+    wait_for_it(3, 2); /* pod 8's rank on GPU 1 */
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 1, now_ns) == 1);
+    /* Crossed: pod 7 holds GPU 0 and waits for GPU 1, which pod 8 holds while waiting for GPU 0.
+     * Broken once the hold is CROSSED_NS old, in favour of the pod that holds the other GPU. */
+    two_jobs();
+    hold(0);
+    arbiter->gpus[1].holder = 3;
+    arbiter->gpus[1].held_since_ns = now_ns;
+    wait_for_it(1, 1);
+    wait_for_it(2, 2);
+    seats[0].activity_ns = seats[3].activity_ns = now_ns;
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 2) == VGPU_ARBITER_KEEP);
+    CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + CROSSED_NS + 1);
+    now_ns += CROSSED_NS + 1;
+    seats[0].activity_ns = seats[3].activity_ns = now_ns;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 2) == VGPU_ARBITER_CROSSED);
+    /* Once GPU 0 went to pod 8, GPU 1's hold is not crossed: pod 7 waits for nothing else. */
+    hold(2);
+    arbiter->clients[2].waiting = false;
+    arbiter->clients[1].waiting = true;
+    CHECK(vgpu_arbiter_judge(arbiter, 1, 1) == VGPU_ARBITER_KEEP);
+    /* Not crossed either: the holder's pod waits for nothing, or the waiter holds nothing. */
+    two_jobs();
+    hold(0);
+    wait_for_it(2, 1);
+    now_ns += CROSSED_NS + 1;
+    seats[0].activity_ns = now_ns;
+    CHECK(vgpu_arbiter_judge(arbiter, 0, 2) == VGPU_ARBITER_KEEP);
+}
+
 static void deadlines(void) {
     static const int parties[] = {0, 1};
     static const uint64_t pods[] = {7, 8};
     set_up(2, parties, pods);
     hold(0);
     seats[0].activity_ns = now_ns;
-    /* Stale first, unless it said when its work drains sooner. */
+    /* A fresh hold is looked at again when it could be crossed (gangs). */
+    CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + CROSSED_NS + 1);
+    /* Then stale first, unless it said when its work drains sooner. */
+    arbiter->gpus[0].held_since_ns = now_ns - CROSSED_NS - 1;
     CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + VGPU_LEASE_STALE_NS);
     seats[0].drains_ns = now_ns + MS;
     CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + MS + VGPU_LEASE_DRAINED_NS + 1);
@@ -221,6 +273,7 @@ int main(void) {
     penalties();
     telling();
     urgency();
+    gangs();
     deadlines();
     free(arbiter);
     printf("%d passed, %d failed\n", passed, failed);

@@ -74,11 +74,16 @@ enum vgpu_arbiter_verdict {
     VGPU_ARBITER_DONE,    /* its seat says it stopped launching, or left the GPU idle */
     VGPU_ARBITER_OVERRAN, /* held past VGPU_LEASE_HOLD_NS, active by its own word */
     VGPU_ARBITER_YIELDS,  /* its party is served last for now, and another party waits */
+    VGPU_ARBITER_CROSSED, /* its pod waits for a GPU whose holder's pod waits for this one */
 };
 
-/* The waiter of `gpu` to serve next, or -1: an urgent waiter first, then parties in turn (the
- * one served longest ago first), a party that overran the hold only when no other waits, first
- * come first served within one. */
+/* A crossed hold is broken only after this long: a pod gathering its GPUs one by one is not. */
+#define CROSSED_NS 2000000ULL
+
+/* The waiter of `gpu` to serve next, or -1: a party that overran the hold only when no other
+ * waits; before the others, one whose pod holds another GPU's lease (a job's rank, whose
+ * collective on that GPU waits for this one), then an urgent waiter, then parties in turn (the
+ * one served longest ago first), first come first served within one. */
 int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
 /* Whether the holder of `gpu` (there is one) loses the lease to waiter `next`; reads the
  * holder's seat, then the clock. */
@@ -92,7 +97,8 @@ void vgpu_arbiter_penalize(struct party *party, uint64_t now);
 /* Tell each client of `gpu` in its seat who waits and whether another pod holds, and the holder
  * whether a waiter of another pod is urgent; the number of waiters. */
 uint64_t vgpu_arbiter_tell(struct vgpu_arbiter *arbiter, int gpu);
-/* When the holder of `gpu` may be stale, idle or overrunning: the time to look again. */
+/* When the holder of `gpu` may be stale, idle, crossed or overrunning: the time to look
+ * again. */
 uint64_t vgpu_arbiter_deadline(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
 
 #endif

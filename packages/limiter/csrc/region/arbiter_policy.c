@@ -37,6 +37,28 @@ bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now) {
     return true;
 }
 
+/* Whether `pod` holds the lease of a GPU other than `gpu`. */
+static bool holds_another(const struct vgpu_arbiter *arbiter, int gpu, uint64_t pod) {
+    for (int other = 0; other < arbiter->gpu_count; other++) {
+        int holder = arbiter->gpus[other].holder;
+        if (other != gpu && holder >= 0 && arbiter->clients[holder].pod == pod) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether a client of `pod` waits for the lease of a GPU other than `gpu`. */
+static bool waits_elsewhere(const struct vgpu_arbiter *arbiter, int gpu, uint64_t pod) {
+    for (int index = 0; index < MAX_CLIENTS; index++) {
+        const struct client *client = &arbiter->clients[index];
+        if (client->fd >= 0 && client->waiting && client->gpu != gpu && client->pod == pod) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now) {
     int best = -1;
     for (int index = 0; index < MAX_CLIENTS; index++) {
@@ -54,7 +76,10 @@ int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64
         bool best_penalized = theirs->penalty_until_ns > now;
         bool urgent = client->urgent;
         bool best_urgent = arbiter->clients[best].urgent;
+        bool gathering = holds_another(arbiter, gpu, client->pod);
+        bool best_gathering = holds_another(arbiter, gpu, arbiter->clients[best].pod);
         if (penalized != best_penalized ? !penalized
+            : gathering != best_gathering ? gathering
             : urgent != best_urgent       ? urgent
             : mine->last_grant != theirs->last_grant
                 ? mine->last_grant < theirs->last_grant
@@ -129,6 +154,15 @@ enum vgpu_arbiter_verdict vgpu_arbiter_judge(const struct vgpu_arbiter *arbiter,
     if (now - gpu->held_since_ns > VGPU_LEASE_HOLD_NS) {
         return VGPU_ARBITER_OVERRAN;
     }
+    /* Two jobs' ranks, each holding one GPU and waiting for the other's: each one's collective
+     * spins until the other lets go, which its own spinning collective never lets it do. The
+     * waiter's pod gathers this GPU too (it comes first: next_waiter). */
+    const struct client *waiter = &arbiter->clients[next];
+    if (now - gpu->held_since_ns > CROSSED_NS && waiter->pod != holder->pod &&
+        holds_another(arbiter, gpu_index, waiter->pod) &&
+        waits_elsewhere(arbiter, gpu_index, holder->pod)) {
+        return VGPU_ARBITER_CROSSED;
+    }
     /* A party served last for a while gives way to any other that waits, at once. */
     bool last = arbiter->parties[holder->party].penalty_until_ns > now;
     return last && arbiter->parties[arbiter->clients[next].party].penalty_until_ns <= now
@@ -145,6 +179,8 @@ uint64_t vgpu_arbiter_deadline(const struct vgpu_arbiter *arbiter, int gpu_index
                                                                         : gpu->held_since_ns;
     uint64_t at = gpu->held_since_ns + VGPU_LEASE_HOLD_NS;
     at = since + VGPU_LEASE_STALE_NS < at ? since + VGPU_LEASE_STALE_NS : at;
+    uint64_t crossed = gpu->held_since_ns + CROSSED_NS + 1; /* when a crossed hold is broken */
+    at = crossed > now && crossed < at ? crossed : at;
     uint64_t idle = drains + VGPU_LEASE_DRAINED_NS + 1;
     if (drains != 0 && drains >= activity && idle > now && idle < at) {
         at = idle;
