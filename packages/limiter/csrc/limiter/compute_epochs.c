@@ -43,7 +43,10 @@
 #define MARK_EVERY_NS 500000ULL /* launched GPU time between two markers */
 #define RETIRE_EVERY_NS 20000ULL /* how often a launch looks for finished markers */
 
-_Static_assert(VGPU_COMPUTE_LEASE_WORDS + VGPU_LEASE_POD_WORDS <= 8, "compute_state words");
+_Static_assert(VGPU_COMPUTE_LEASE_WORDS + VGPU_LEASE_POD_WORDS <= VGPU_COMPUTE_COLLECTIVE_NS &&
+                   VGPU_COMPUTE_COLLECTIVE_NS < VGPU_COMPUTE_USE_OLDER &&
+                   VGPU_COMPUTE_USE_NEWER < 8,
+               "compute_state words");
 
 static struct paced_device devices[VGPU_MAX_ORDINALS];
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
