@@ -180,7 +180,10 @@ struct vgpu_device_lease {
      * the GPU, which NVML's utilization reads a few points low. A tenant may write it: the daemon
      * draws only an upper bound on the boost from it (security.md). */
     VGPU_ATOMIC(uint64_t) busy_ns;
-    uint64_t spare;
+    /* When a waiter whose pod used less than half its limit lately began to wait (CLOCK_MONOTONIC;
+     * VGPU_ARBITER_URGENT says why): the holder, if of another pod, ends its epoch at its next
+     * launch, at most once per VGPU_ARBITER_URGENT_EVERY_NS. 0: never. */
+    VGPU_ATOMIC(uint64_t) urgent_ns;
 };
 
 /* What only the node daemon says about a GPU: {base}/.node/{uuid}, made by the daemon, mode

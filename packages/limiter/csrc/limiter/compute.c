@@ -336,7 +336,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
         vgpu_epoch_end_paused_or_lost(state, now);
-        if (state->open && state->lease != NULL && vgpu_lease_yield_asked(state->lease)) {
+        if (state->open && state->lease != NULL && vgpu_lease_yield_asked(state->lease, now)) {
             /* A pod that used less than its share waits with a short burst: its wait is one
              * drain of this epoch's backlog, not the rest of the epoch. */
             state->stats.yielded++;

@@ -270,7 +270,7 @@ bool vgpu_lease_acquire(struct vgpu_lease *lease, bool urgent) {
         lease->exclusive = false;
         return false;
     }
-    return vgpu_words_acquire(lease, started);
+    return vgpu_words_acquire(lease, urgent, started);
 }
 
 bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now) {
@@ -321,9 +321,11 @@ void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns) {
     }
 }
 
-bool vgpu_lease_yield_asked(const struct vgpu_lease *lease) {
-    return arbitrated(lease) && lease->exclusive &&
-           atomic_load(&lease->seat->yield_request) == lease->request;
+bool vgpu_lease_yield_asked(struct vgpu_lease *lease, uint64_t now) {
+    if (arbitrated(lease)) {
+        return lease->exclusive && atomic_load(&lease->seat->yield_request) == lease->request;
+    }
+    return lease->shared != NULL && vgpu_words_yield_asked(lease, now);
 }
 
 bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {

@@ -17,14 +17,15 @@ struct vgpu_lease;
 struct vgpu_lease *vgpu_lease_open(const char *uuid);
 
 /* Take the lease for an epoch, waiting while another process holds it: never past a stale holder,
- * nor past one that keeps it VGPU_LEASE_HOLD_NS. `urgent`: the pod has used less than its share
- * lately, and the daemon's arbiter asks the holder to end its epoch now (VGPU_ARBITER_URGENT; a
- * lease file has no such word). False when the epoch runs without it (this process distrusts the
- * lease for a while after it saw the protocol broken). */
+ * nor past one that keeps it VGPU_LEASE_HOLD_NS. `urgent`: the pod has used less than half its
+ * limit lately, and the holder is asked to end its epoch now (VGPU_ARBITER_URGENT; in a lease
+ * file, urgent_ns). False when the epoch runs without it (this process distrusts the lease for a
+ * while after it saw the protocol broken). */
 bool vgpu_lease_acquire(struct vgpu_lease *lease, bool urgent);
-/* Whether the arbiter asks the holder to end its epoch now, for a waiter of another pod that
- * is urgent (vgpu_lease_acquire). */
-bool vgpu_lease_yield_asked(const struct vgpu_lease *lease);
+/* Whether the holder is asked to end its epoch now, for a waiter of another pod that is urgent
+ * (vgpu_lease_acquire): by the arbiter, or by a lease file's urgent_ns (then at most once per
+ * VGPU_ARBITER_URGENT_EVERY_NS, which this call counts from when it says yes). */
+bool vgpu_lease_yield_asked(struct vgpu_lease *lease, uint64_t now);
 /* Whether the epoch's lease was taken by a waiter that could judge this process stale or its
  * work drained (vgpu_lease_expect): the epoch then ends. A lease taken from an active holder is a scribble, which the epoch outlives. */
 bool vgpu_lease_lost(struct vgpu_lease *lease, uint64_t now);

@@ -39,13 +39,16 @@ struct vgpu_lease {
     uint64_t drains_ns;  /* what this process last said in vgpu_lease_expect */
     uint64_t distrust_until_ns; /* until then, the lease is taken when free, never waited for */
     uint64_t distrust_ns;
+    uint64_t held_ns;    /* when this epoch got the lease file's lease */
+    uint64_t yielded_ns; /* when it last ended an epoch for an urgent waiter (lease file) */
     _Atomic uint64_t *pod; /* this pod's words (lease.h), or NULL */
 };
 
 enum { POD_WAITERS = 0, POD_WAITING_NS = 1, POD_HOLDER = 2 };
 
 /* The lease.h operations on a lease file's words (lease->shared, not NULL). */
-bool vgpu_words_acquire(struct vgpu_lease *lease, uint64_t started);
+bool vgpu_words_acquire(struct vgpu_lease *lease, bool urgent, uint64_t started);
+bool vgpu_words_yield_asked(struct vgpu_lease *lease, uint64_t now);
 bool vgpu_words_lost(struct vgpu_lease *lease, uint64_t now);
 void vgpu_words_touch(struct vgpu_lease *lease, uint64_t now);
 void vgpu_words_expect(struct vgpu_lease *lease, uint64_t drains_ns);

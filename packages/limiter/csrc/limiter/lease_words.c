@@ -162,7 +162,7 @@ static void sleep_for_holder(struct vgpu_device_lease *shared, uint32_t seen, ui
     wait_release(shared, seen, left < VGPU_LEASE_WAITING_EVERY_NS ? left : VGPU_LEASE_WAITING_EVERY_NS);
 }
 
-bool vgpu_words_acquire(struct vgpu_lease *lease, uint64_t started) {
+bool vgpu_words_acquire(struct vgpu_lease *lease, bool urgent, uint64_t started) {
     struct vgpu_device_lease *shared = lease->shared;
     uint64_t me = token();
     bool trusting = started >= lease->distrust_until_ns;
@@ -212,6 +212,9 @@ bool vgpu_words_acquire(struct vgpu_lease *lease, uint64_t started) {
             count_waiter(lease, true, now);
             waiting = true;
             waited_from = seen;
+            if (urgent && owner != 0) {
+                atomic_store(&shared->urgent_ns, now);
+            }
         } else {
             /* At least every VGPU_LEASE_WAITING_EVERY_NS: the sleeps below are no longer. */
             say_waiting(lease, now);
@@ -233,7 +236,19 @@ bool vgpu_words_acquire(struct vgpu_lease *lease, uint64_t started) {
     lease->exposed = false;
     lease->drains_ns = 0;
     lease->touched_ns = now;
+    lease->held_ns = now;
     return held;
+}
+
+bool vgpu_words_yield_asked(struct vgpu_lease *lease, uint64_t now) {
+    uint64_t asked = atomic_load(&lease->shared->urgent_ns);
+    if (!lease->exclusive || asked <= lease->held_ns || asked > now ||
+        now - lease->yielded_ns < VGPU_ARBITER_URGENT_EVERY_NS ||
+        !vgpu_words_wanted_by_other_pod(lease, now)) {
+        return false;
+    }
+    lease->yielded_ns = now;
+    return true;
 }
 
 bool vgpu_words_lost(struct vgpu_lease *lease, uint64_t now) {
