@@ -10,7 +10,9 @@ program also alternates batches through the driver's own cuLaunchKernel, which n
 intercepts: "in_process" compares the two ways side by side in one process, free of the spread
 between process launches (for "none" both are the driver, a check on the method).
 Usage: python benchmarks/limiter_launch_gpu.py --library libcuda_limiter.so [--control X.so]
-       [--rounds 9] [--launches 200000] [--batch 64]
+       [--rounds 9] [--launches 200000] [--batch 64] [--limited 99] [--simulated]
+With --simulated it runs on the simulated GPU (no GPU needed): the simulator's launch is the
+baseline, so only the hooks' and the paced path's own work shows, not the real driver's calls.
 """
 
 import argparse
@@ -20,6 +22,8 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
+
+from vgpu_limiter import sim
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE.parent / "packages" / "limiter" / "csrc" / "include"
@@ -43,6 +47,9 @@ def main() -> None:
     )
     parser.add_argument("--launches", type=int, default=200000)
     parser.add_argument(
+        "--simulated", action="store_true", help="build and run against the simulated GPU"
+    )
+    parser.add_argument(
         "--batch",
         type=int,
         default=64,
@@ -62,10 +69,13 @@ def main() -> None:
             "-o",
             str(program),
             "-l:libcuda.so.1",
+            *([f"-L{sim.library_dir()}"] if args.simulated else []),
         ],
         check=True,
     )
     plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    if args.simulated:
+        plain |= sim.environment(state=work / "node.state", base=plain)
     library = str(Path(args.library).resolve())
     cases = {
         "none": plain,

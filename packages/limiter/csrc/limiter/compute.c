@@ -329,10 +329,11 @@ static bool paced_device_of(CUstream stream, CUcontext *context, CUdevice *ordin
 /* --- a launch in an epoch -------------------------------------------------------------------- */
 
 /* Under the device's lock (let go while the bucket is waited for): an open epoch that the next
- * launch on `stream` belongs to, with room for it. False when the device's context went while
- * the lock was let go and no events could be made in this one: the launch goes unpaced. */
+ * launch on `stream` belongs to, with room for it, and in `*now_out` a time read after the last
+ * wait. False when the device's context went while the lock was let go and no events could be
+ * made in this one: the launch goes unpaced. */
 static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal, int entry,
-                        CUcontext context) {
+                        CUcontext context, uint64_t *now_out) {
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
         vgpu_epoch_end_paused_or_lost(state, now);
@@ -343,6 +344,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             state->yield_asked_ns = now;
             vgpu_epoch_close(state, true);
         }
+        bool waited = !state->open; /* a drain, the bucket, the lease */
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
             uint64_t capped = 0;
@@ -360,12 +362,13 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             vgpu_epoch_open(state, stream, entry);
         }
         vgpu_epoch_switch_stream(state, stream);
-        vgpu_epoch_wait_for_backlog(state, now);
+        waited = vgpu_epoch_wait_for_backlog(state, now) || waited;
         /* Only another pod waiting ends a burst (the pod's own processes share its bucket). */
         if (state->lease != NULL && vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
         if (state->done_ns < QUANTUM_NS) {
+            *now_out = waited ? vgpu_monotonic_ns() : now;
             return true;
         }
         /* The epoch has had its share of GPU time: this launch belongs to the next one. */
@@ -395,13 +398,14 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, lau
     if (ready && vgpu_gang_is_collective(state, function)) {
         pause_for_collective(state, entry);
     }
-    if (!ready || !enter_epoch(state, stream, ordinal, entry, context)) {
+    uint64_t now = 0;
+    if (!ready || !enter_epoch(state, stream, ordinal, entry, context, &now)) {
         pthread_mutex_unlock(&state->lock);
         return launch(arguments);
     }
     vgpu_epoch_before_launch(state);
     result = launch(arguments);
-    vgpu_epoch_after_launch(state, result);
+    vgpu_epoch_after_launch(state, result, now);
     pthread_mutex_unlock(&state->lock);
     return result;
 }

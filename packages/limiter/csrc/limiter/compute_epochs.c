@@ -365,7 +365,7 @@ void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
 /* Short kernels keep two launches in flight, so the GPU never waits for the next one; long ones
  * (and kernels of unknown length, assumed longer than the backlog) one, so that an epoch is not
  * stretched past its quantum by a second long kernel. */
-void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
+bool vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
     if (now - state->retired_ns >= RETIRE_EVERY_NS) {
         vgpu_epoch_retire(state, false, 0); /* a driver call: not at every launch of tiny kernels */
         state->retired_ns = now;
@@ -381,11 +381,11 @@ void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
                      (uint64_t)state->queued * state->kernel_ns > backlog);
         /* Only what a marker covers can be waited for. */
         if (!over || (state->pending == 0 && !vgpu_epoch_mark(state))) {
-            return;
+            return deadline != 0;
         }
         deadline = deadline != 0 ? deadline : vgpu_monotonic_ns() + WAIT_LIMIT_NS;
         if (!vgpu_epoch_retire(state, true, deadline)) {
-            return;
+            return true;
         }
     }
 }
@@ -397,7 +397,7 @@ void vgpu_epoch_before_launch(struct paced_device *state) {
     }
 }
 
-void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
+void vgpu_epoch_after_launch(struct paced_device *state, CUresult result, uint64_t now) {
     if (result == CUDA_SUCCESS) {
         state->unmarked++;
         state->stats.launches++;
@@ -407,7 +407,7 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
             vgpu_epoch_mark(state);
         }
     }
-    state->last_launch_ns = vgpu_monotonic_ns();
+    state->last_launch_ns = now;
     if (state->lease != NULL) {
         vgpu_lease_touch(state->lease, state->last_launch_ns);
         /* What is queued should be done by then: a thread kept from launching longer (asleep

@@ -111,12 +111,15 @@ bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t deadline)
 bool vgpu_epoch_mark(struct paced_device *state);
 /* A launch goes to `stream`: a marker covers the launches of one stream. */
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream);
-/* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. */
-void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now);
+/* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. Whether
+ * it waited. */
+bool vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now);
 
 /* Around a launch of the open epoch: before, whether the GPU has run dry since the last one;
  * after, the launch counted (when it succeeded), marked when due, and the lease told. */
 void vgpu_epoch_before_launch(struct paced_device *state);
-void vgpu_epoch_after_launch(struct paced_device *state, CUresult result);
+/* `now`: a time read before the launch (a few microseconds early is near enough for the pause,
+ * the lease's activity and its drain estimate, and saves a clock read per launch). */
+void vgpu_epoch_after_launch(struct paced_device *state, CUresult result, uint64_t now);
 
 #endif

@@ -69,8 +69,13 @@ static bool shut_out(const char *folder) {
     return errno == EACCES || errno == ENOENT;
 }
 
-/* Forks since the library was loaded: a child's connection to the arbiter is its parent's. */
+/* Forks since the library was loaded: a child's connection to the arbiter is its parent's, and
+ * its token (lease_words.c) its own. */
 static _Atomic unsigned forks;
+
+unsigned vgpu_lease_forks(void) {
+    return atomic_load_explicit(&forks, memory_order_relaxed);
+}
 static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 static void count_fork(void) {
     atomic_fetch_add(&forks, 1);

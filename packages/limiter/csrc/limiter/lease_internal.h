@@ -46,6 +46,9 @@ struct vgpu_lease {
 
 enum { POD_WAITERS = 0, POD_WAITING_NS = 1, POD_HOLDER = 2 };
 
+/* Forks of this process since the library was loaded (counted once a lease is opened). */
+unsigned vgpu_lease_forks(void);
+
 /* The lease.h operations on a lease file's words (lease->shared, not NULL). */
 bool vgpu_words_acquire(struct vgpu_lease *lease, bool urgent, uint64_t started);
 bool vgpu_words_yield_asked(struct vgpu_lease *lease, uint64_t now);

@@ -14,18 +14,23 @@
 #include "vgpu_proc.h"
 
 /* This process's token: nonzero, different for every process on the node (a pid plus its start
- * time and pid namespace), recomputed in a forked child. */
+ * time and pid namespace), recomputed in a forked child. Asked at every launch: by the fork
+ * count, not getpid(), which is a system call (60-100 ns, an eighth of the paced launch path on
+ * the simulated GPU). */
 static uint64_t token(void) {
-    static uint64_t cached;
-    static int32_t cached_pid;
-    int32_t pid = (int32_t)getpid();
-    if (cached == 0 || cached_pid != pid) {
-        uint64_t mixed = ((uint64_t)(uint32_t)pid << 32) ^ vgpu_process_start_time(pid) ^
-                         (vgpu_pid_namespace() << 7);
-        cached = mixed | 1;
-        cached_pid = pid;
+    static _Atomic uint64_t cached;
+    static _Atomic unsigned cached_forks;
+    unsigned forks = vgpu_lease_forks();
+    uint64_t known = atomic_load_explicit(&cached, memory_order_acquire);
+    if (known == 0 || atomic_load_explicit(&cached_forks, memory_order_relaxed) != forks) {
+        int32_t pid = (int32_t)getpid();
+        known = (((uint64_t)(uint32_t)pid << 32) ^ vgpu_process_start_time(pid) ^
+                 (vgpu_pid_namespace() << 7)) |
+                1;
+        atomic_store_explicit(&cached_forks, forks, memory_order_relaxed);
+        atomic_store_explicit(&cached, known, memory_order_release);
     }
-    return cached;
+    return known;
 }
 
 /* Whether a waiter count is one: in range, and renewed within VGPU_LEASE_WANTED_NS of `now` (a

@@ -1,0 +1,31 @@
+"""benchmarks/limiter_launch_gpu.py on the simulated GPU: it builds its C loop against the
+simulator, runs every case, and reports the paced path's host cost per launch as one JSON line.
+The figures are the simulator's (no speed is asserted): what is checked is that each case ran
+and was measured."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from vgpu_limiter import library_path
+
+BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "limiter_launch_gpu.py"
+
+
+def test_the_launch_benchmark_runs_on_the_simulated_gpu() -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, str(BENCHMARK), "--simulated", "--library", str(library_path())),
+            *("--limited", "99", "--rounds", "1", "--launches", "2000"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["measure"] == "launch_cost"
+    assert set(report["in_process"]) == {"none", "library", "limit_100", "limit_99"}
+    assert all(value > 0 for value in report["ns_per_launch"].values())
