@@ -351,8 +351,8 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             if (!gang_defers(state, entry, now)) {
                 wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
             }
-            state->urgent = light_use(state, entry, vgpu_monotonic_ns());
             pthread_mutex_lock(&state->lock);
+            state->urgent = light_use(state, entry, vgpu_monotonic_ns());
             state->stats.capped_ns += capped;
             if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */
                 return false;
