@@ -16,6 +16,8 @@ from vgpu_hypervisor.dra.proto import (
     registration_pb2_grpc,
 )
 
+from tests.hypervisor.conftest import wait_for
+
 VERSIONS = {
     "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc.DRAPluginStub),
     "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc.DRAPluginStub),
@@ -50,9 +52,9 @@ class DraKubelet:
         self.versions = versions  # the services this kubelet speaks, preferred first
         self._channels: list[grpc.Channel] = []
 
-    def register(self) -> Plugin:
-        """The plugin behind the one socket of the registry folder, registered."""
-        (socket,) = [p for p in self.registry.iterdir() if p.is_socket()]
+    def register(self, timeout: float = 30) -> Plugin:
+        """The plugin behind the one socket of the registry folder (once there), registered."""
+        socket = self.wait_socket(timeout)
         channel = grpc.insecure_channel(f"unix://{socket}")
         self._channels.append(channel)
         registration = registration_pb2_grpc.RegistrationStub(channel)
@@ -66,6 +68,22 @@ class DraKubelet:
         self._channels.append(service)
         messages, stub = VERSIONS[version]
         return Plugin(info, version, messages, stub(service), service)
+
+    def wait_socket(self, timeout: float = 30) -> Path:
+        """The one socket of the registry folder, as the plugin watcher finds it."""
+        (socket,) = wait_for(
+            lambda: [p for p in self.registry.iterdir() if p.is_socket()], timeout=timeout
+        )
+        socket_path: Path = socket
+        return socket_path
+
+    def restart(self) -> None:
+        """As a kubelet that starts again with an empty registry folder: its connections
+        closed, every socket there removed."""
+        self.close()
+        for path in self.registry.iterdir():
+            if path.is_socket():
+                path.unlink()
 
     def close(self) -> None:
         for channel in self._channels:

@@ -13,7 +13,7 @@ from vgpu_limiter import sim
 from tests.device_plugin.test_device_plugin import run_workload
 from tests.dra.conftest import CLAIMS, NAMESPACE, DraNode, GiB
 from tests.dra.kubelet import DraKubelet, Plugin
-from tests.hypervisor.conftest import clean_environment
+from tests.hypervisor.conftest import clean_environment, wait_for
 from tests.support.apiserver.kinds import POD
 
 
@@ -50,6 +50,40 @@ def test_registration_names_the_driver_its_socket_and_both_services(
     assert list(plugin.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     assert plugin.version == "v1.DRAPlugin"
     assert dra.driver is not None and dra.driver.registered.wait(5)
+
+
+def test_a_kubelet_restart_that_empties_its_registry_registers_the_driver_again(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    driver = dra.driver
+    assert driver is not None and driver.registered.wait(5)
+    pod = dra.add_pod("trainer")
+    consumed = {"memory": "2Gi", "compute": "20"}
+    claim = dra.add_claim("trainer-gpu", pod, [{"device": "gpu-0", "consumedCapacity": consumed}])
+    assert prepared(plugin, claim).error == ""
+
+    kubelet = DraKubelet(dra.sockets.registry)
+    kubelet.restart()  # the registration socket is gone
+    again = kubelet.register()  # made again by the driver: GetInfo, NotifyRegistrationStatus
+    try:
+        assert again.info == plugin.info
+        assert driver.registered.wait(5)
+        assert prepared(again, claim).error == ""  # answered again after the restart
+        assert unprepared(again, claim) == ""
+    finally:
+        kubelet.close()
+
+
+def test_a_service_socket_removed_is_served_again(dra: DraNode, plugin: Plugin) -> None:
+    kubelet = DraKubelet(dra.sockets.registry)
+    try:
+        kubelet.restart()
+        dra.sockets.service_socket.unlink()  # the kubelet's plugins folder emptied too
+        again = kubelet.register()
+        wait_for(dra.sockets.service_socket.is_socket, timeout=30)
+        assert again.prepare().claims == {}  # the service answers on the new socket
+    finally:
+        kubelet.close()
 
 
 def test_prepare_gives_the_pod_a_region_with_the_consumed_capacity_and_a_cdi_spec(
