@@ -36,9 +36,15 @@ class DraRunning:
         """The slice lists the GPUs healthy in ``snapshot`` (written when that changed)."""
         health = healthy_gpus([gpu.uuid for gpu in self.facts.gpus], snapshot)
         try:
-            self.publisher.publish(uuid for uuid, healthy in health.items() if healthy)
+            written = self.publisher.publish(uuid for uuid, healthy in health.items() if healthy)
         except KubeError as error:  # tried again at the next sample
             log.error("%s", error)
+            return
+        unhealthy = [uuid for uuid, healthy in health.items() if not healthy]
+        if written and unhealthy:
+            log.warning("ResourceSlice: unhealthy GPU(s) left out: %s", ", ".join(unhealthy))
+        elif written:
+            log.info("ResourceSlice: every GPU published (%d)", len(health))
 
     def stop(self) -> None:
         self.driver.stop()
