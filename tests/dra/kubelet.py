@@ -16,7 +16,10 @@ from vgpu_hypervisor.dra.proto import (
     registration_pb2_grpc,
 )
 
+from tests.dra.allocator import CLAIMS
 from tests.hypervisor.conftest import wait_for
+from tests.support.apiserver import ApiServer
+from tests.support.apiserver.kinds import POD
 
 VERSIONS = {
     "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc.DRAPluginStub),
@@ -89,3 +92,32 @@ class DraKubelet:
         for channel in self._channels:
             channel.close()
         self._channels.clear()
+
+
+def stop_pod(api: ApiServer, plugin: Plugin, namespace: str, name: str) -> None:
+    """The kubelet's part in deleting a pod of its node: once the pod is being deleted, its
+    containers stopped, its claims (those its status names, from templates and for extended
+    resources, and those its spec names) unprepared unless another pod holds one too, then the
+    pod's last delete (grace 0)."""
+    pod = api.store.get(POD, namespace, name)
+    assert pod["metadata"].get("deletionTimestamp"), f"pod {namespace}/{name} is not being deleted"
+    status = pod.get("status", {})
+    names = [s["resourceClaimName"] for s in status.get("resourceClaimStatuses", [])]
+    names += [c["resourceClaimName"] for c in pod["spec"].get("resourceClaims", [])
+              if c.get("resourceClaimName")]  # fmt: skip
+    if "extendedResourceClaimStatus" in status:
+        names.append(status["extendedResourceClaimStatus"]["resourceClaimName"])
+    uid = pod["metadata"]["uid"]
+    claims = [api.store.get(CLAIMS, namespace, claim) for claim in names]
+    # A claim another pod holds too stays prepared for that pod.
+    alone = [
+        c
+        for c in claims
+        if all(r["uid"] == uid for r in c.get("status", {}).get("reservedFor", []))
+    ]
+    refs = [(namespace, c["metadata"]["name"], c["metadata"]["uid"]) for c in alone]
+    if refs:
+        answers = plugin.unprepare(*refs).claims
+        errors = [answers[claim].error for _, _, claim in refs if answers[claim].error]
+        assert not errors, errors  # the kubelet would ask again; the pod stays until then
+    api.store.delete(POD, namespace, name, grace=0, uid=uid)

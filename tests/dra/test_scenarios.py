@@ -25,8 +25,9 @@ from tests.dra.conftest import (
     NODE,
     DraNode,
     GiB,
+    objects,
 )
-from tests.dra.kubelet import DraKubelet, Plugin
+from tests.dra.kubelet import DraKubelet, Plugin, stop_pod
 from tests.dra.test_driver import region_limits
 from tests.support.apiserver import ApiServer
 from tests.support.apiserver.kinds import POD
@@ -203,3 +204,60 @@ def test_two_claims_of_one_pod_share_its_quota(
     assert region_limits(cluster.dra, "both") == {
         facts.gpus[0].uuid: GpuLimits(memory=5 * GiB, compute=4000, burst=6000)
     }
+
+
+def test_claims_are_released_as_the_claim_controller_does_when_pods_end(
+    cluster: Cluster, plugin: Plugin
+) -> None:
+    api, scheduler = cluster.api, cluster.scheduler
+    shared = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "shared"},
+        "spec": {"devices": {"requests": [gpu_request(memory="1Gi", compute="10")]}},
+    }
+    api.store.create(CLAIMS, NAMESPACE, shared, strict=True, dry_run=False)
+    for name in ("a", "b"):
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}],
+                "containers": [{"name": "main", "image": "cuda",
+                                "resources": {"claims": [{"name": "gpu"}]}}],
+            },
+        }  # fmt: skip
+        api.store.create(POD, NAMESPACE, body, strict=True, dry_run=False)
+        assert scheduler.schedule(NAMESPACE, name) == NODE
+    cluster.pod("own", "gpu-4gi-30")
+    assert scheduler.schedule(NAMESPACE, "own") == NODE
+    (own,) = cluster.claims_of("own")
+    # Pending (its claim made by the claim controller), deleted before it is placed.
+    (pending,) = scheduler.claims_of(cluster.pod("never", "gpu-4gi-30"))
+
+    def shared_status() -> dict[str, Any]:
+        status: dict[str, Any] = api.store.get(CLAIMS, NAMESPACE, "shared")["status"]
+        return status
+
+    assert [c["name"] for c in shared_status()["reservedFor"]] == ["a", "b"]
+    assert scheduler.release_claims() == []  # every pod still there
+
+    api.store.delete(POD, NAMESPACE, "a")  # being deleted: its node has not stopped it yet
+    assert scheduler.release_claims() == []
+    assert [c["name"] for c in shared_status()["reservedFor"]] == ["a", "b"]
+    stop_pod(api, plugin, NAMESPACE, "a")  # gone: the reservation goes, b keeps the claim
+    api.store.delete(POD, NAMESPACE, "never")  # never bound: gone at once
+    assert scheduler.release_claims() == [pending["metadata"]["name"]]
+    assert [c["name"] for c in shared_status()["reservedFor"]] == ["b"]
+    assert "allocation" in shared_status()
+
+    ended = api.store.get(POD, NAMESPACE, "b")
+    ended["status"]["phase"] = "Succeeded"  # b ended: the claim is deallocated, and stays
+    api.store.put(POD, NAMESPACE, ended)
+    ended = api.store.get(POD, NAMESPACE, "own")
+    ended["status"]["phase"] = "Failed"  # own ended: its own claim is deleted
+    api.store.put(POD, NAMESPACE, ended)
+    assert scheduler.release_claims() == [own["metadata"]["name"]]
+    assert shared_status() == {}
+    assert [c["metadata"]["name"] for c in objects(api, CLAIMS, NAMESPACE)] == ["shared"]
