@@ -135,6 +135,7 @@ def dra_node(root: Path, snapshot: NodeSnapshot) -> Iterator[DraNode]:
             gpus,
             {gpu.uuid: gpu.index for gpu in gpus},
             cdi_dir=root / "cdi",
+            nvidia_cdi_dirs=(root / "etc-cdi",),
         )
         made = DraNode(node, api, config, SocketConfig(root / "registry", root / "plugins"))
         try:
