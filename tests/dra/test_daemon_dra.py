@@ -1,6 +1,7 @@
 """`tf-hypervisor daemon --dra`: the daemon publishes the node's ResourceSlice, serves the
 kubelet's registration and DRA node service, prepares a claim into its pod's region and CDI
-spec, and takes its sockets away when it stops."""
+spec, and takes its sockets away when it stops; its GPU sampling takes a GPU that falls off the
+bus out of the slice, so a claim that can only have that GPU waits until it is back."""
 
 import shutil
 import subprocess

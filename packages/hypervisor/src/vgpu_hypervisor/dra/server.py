@@ -231,8 +231,8 @@ class DraDriver:
                 log.error("DRA driver: %s: %s", type(error).__name__, error)
 
     def _check_sockets(self) -> None:
-        """Serve again on a socket that is gone or replaced (the service before the
-        registration, so the kubelet never finds a registration without its service)."""
+        """Serve again on a socket that is gone or replaced; the service first, so that a
+        registration served again already has its endpoint there."""
         gone = [
             role
             for role, serving in self._serving.items()
