@@ -101,7 +101,6 @@ def protos(session: nox.Session) -> None:
     DRA driver)."""
     sync(session, "tests", packages=False)
     session.run("python", "scripts/generate_device_plugin_stubs.py", *session.posargs)
-    session.run("python", "scripts/generate_dra_stubs.py", *session.posargs)
 
 
 LIMITER_C = ROOT / "packages/limiter/csrc"

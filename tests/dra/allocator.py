@@ -45,6 +45,19 @@ For a pending pod, :meth:`Scheduler.schedule`
 A pod whose claims fit no node stays pending with the condition ``PodScheduled`` false,
 reason ``Unschedulable`` and a message saying why, as the scheduler reports it.
 
+After pods end, :meth:`Scheduler.release_claims` does what the resource-claim controller and
+the garbage collector do with their claims (the node's kubelet has unprepared them before the
+pod's last delete):
+
+1. a claim's ``status.reservedFor`` loses each pod that is gone (no pod of that name and UID),
+   has ended (phase ``Succeeded`` or ``Failed``) or is being deleted without having been bound
+   to a node;
+2. a claim reserved for no one any more is deallocated: its ``status.allocation`` is removed,
+   so what its devices' capacity held is free for the next claim;
+3. a claim owned by a pod (``ownerReferences``, as those made from templates and for extended
+   resources are) is deleted once that pod is gone or has ended; a claim the user made stays,
+   deallocated.
+
 CEL selectors: expressions joined by ``&&`` of ``device.driver == "…"``,
 ``device.attributes["domain"].name == <string, int or bool>``,
 ``device.attributes["domain"].name.matches("regex")`` and
@@ -659,3 +672,52 @@ class Scheduler:
             except Unschedulable:
                 placed[meta["name"]] = None
         return placed
+
+    def release_claims(self) -> list[str]:
+        """The claims of pods that are gone or ended released, deallocated and, where a pod
+        owned them, deleted (module docstring): the names of the claims deleted."""
+        pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in self._all(POD)}
+
+        def live(namespace: str, name: str, uid: str) -> bool:
+            pod = pods.get((namespace, name))
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return False
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                return False
+            return not (
+                pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName")
+            )
+
+        deleted = []
+        for claim in self._all(CLAIMS):
+            meta, status = claim["metadata"], claim.get("status", {})
+            namespace = meta["namespace"]
+            reserved = status.get("reservedFor", [])
+            kept = [
+                c
+                for c in reserved
+                if c.get("resource") != "pods" or live(namespace, c["name"], c["uid"])
+            ]
+            if kept != reserved or (not kept and "allocation" in status):
+                self._release(namespace, meta["name"], kept)
+            owners = [o for o in meta.get("ownerReferences", [])
+                      if o.get("kind") == "Pod" and o.get("controller")]  # fmt: skip
+            if owners and not live(namespace, owners[0]["name"], owners[0]["uid"]):
+                self.api.store.delete(CLAIMS, namespace, meta["name"])
+                deleted.append(meta["name"])
+        return deleted
+
+    def _release(self, namespace: str, name: str, kept: list[Object]) -> None:
+        """The claim reserved for ``kept`` only; deallocated when that is no one."""
+
+        def change(current: Object) -> Object:
+            status = current.setdefault("status", {})
+            status["reservedFor"] = kept
+            if not kept:
+                status.pop("reservedFor")
+                status.pop("allocation", None)
+            return current
+
+        self.api.store.update(
+            CLAIMS, namespace, name, change, subresource="status", strict=True, dry_run=False
+        )

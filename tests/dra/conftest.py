@@ -125,7 +125,8 @@ def put_claim(
 
 @contextmanager
 def dra_node(root: Path, snapshot: NodeSnapshot) -> Iterator[DraNode]:
-    with running_node(root, snapshot) as node, ApiServer() as api:
+    # Pods being deleted wait for the stand-in kubelet (kubelet.stop_pod) to stop them.
+    with running_node(root, snapshot) as node, ApiServer(stop_pods_s=None) as api:
         serve_namespace(api)
         gpus = node_gpus(snapshot)
         config = NodeConfig(
@@ -134,6 +135,7 @@ def dra_node(root: Path, snapshot: NodeSnapshot) -> Iterator[DraNode]:
             gpus,
             {gpu.uuid: gpu.index for gpu in gpus},
             cdi_dir=root / "cdi",
+            nvidia_cdi_dirs=(root / "etc-cdi",),
         )
         made = DraNode(node, api, config, SocketConfig(root / "registry", root / "plugins"))
         try:

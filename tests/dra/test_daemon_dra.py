@@ -1,15 +1,20 @@
 """`tf-hypervisor daemon --dra`: the daemon publishes the node's ResourceSlice, serves the
 kubelet's registration and DRA node service, prepares a claim into its pod's region and CDI
-spec, and takes its sockets away when it stops."""
+spec, and takes its sockets away when it stops; its GPU sampling takes a GPU that falls off the
+bus out of the slice, so a claim that can only have that GPU waits until it is back."""
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from vgpu_add_path import library_path as add_path_library
 from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_limiter import library_path as limiter_library
 
+from tests.dra.allocator import Scheduler, Unschedulable
 from tests.dra.conftest import (
     NAMESPACE,
     NODE,
@@ -21,42 +26,56 @@ from tests.dra.conftest import (
     serve_namespace,
 )
 from tests.dra.kubelet import DraKubelet
+from tests.dra.test_scenarios import Users, gpu_request, placed
 from tests.hypervisor.conftest import Daemon, wait_for
 from tests.support.apiserver import ApiServer
+from tests.support.apiserver.kinds import POD
+
+TF_LIMITER = str(Path(sys.executable).with_name("tf-limiter"))
 
 
-def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> None:
-    lib = tmp_path / "lib"
+def dra_daemon(root: Path, api: ApiServer) -> Daemon:
+    """A daemon (not started) of a simulated node of two GPUs, with --dra: its libraries, the
+    kubelet's folders (registry, plugins) and the CDI folder under ``root``."""
+    lib = root / "lib"
     lib.mkdir()
     shutil.copy(add_path_library(), lib / "libadd_path.so")
     shutil.copy(limiter_library(), lib / "libcuda_limiter.so")
-    registry, plugins, cdi = tmp_path / "registry", tmp_path / "plugins", tmp_path / "cdi"
-    (tmp_path / "node").mkdir()
+    (root / "node").mkdir()
+    return Daemon(
+        root / "node",
+        extra=(
+            "--dra",
+            "--node-name", NODE,
+            "--kubeconfig", str(api.kubeconfig(root / "kubeconfig")),
+            "--dra-registry-dir", str(root / "registry"),
+            "--dra-plugins-dir", str(root / "plugins"),
+            "--cdi-dir", str(root / "cdi"),
+            "--device-plugin-lib-dir", str(lib),
+        ),
+    )  # fmt: skip
+
+
+def published(api: ApiServer) -> list[str]:
+    """The devices of the node's one ResourceSlice."""
+    (found,) = objects(api, SLICES)
+    return [device["name"] for device in found["spec"]["devices"]]
+
+
+def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> None:
+    registry, cdi = tmp_path / "registry", tmp_path / "cdi"
     with ApiServer() as api:
         serve_namespace(api)
-        daemon = Daemon(
-            tmp_path / "node",
-            extra=(
-                "--dra",
-                "--node-name", NODE,
-                "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig")),
-                "--dra-registry-dir", str(registry),
-                "--dra-plugins-dir", str(plugins),
-                "--cdi-dir", str(cdi),
-                "--device-plugin-lib-dir", str(lib),
-            ),
-        )  # fmt: skip
+        daemon = dra_daemon(tmp_path, api)
         daemon.start()
         try:
             wait_for(lambda: len(objects(api, SLICES)) == 1, timeout=30)
-            (published,) = objects(api, SLICES)
-            assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+            assert published(api) == ["gpu-0", "gpu-1"]
 
             pod = put_pod(api, "p")
             consumed = {"memory": "3Gi", "compute": "25"}
             claim = put_claim(api, "c", pod, [{"device": "gpu-1", "consumedCapacity": consumed}])
             kubelet = DraKubelet(registry)
-            wait_for(lambda: any(p.is_socket() for p in registry.iterdir()), timeout=30)
             plugin = kubelet.register()
             uid = claim["metadata"]["uid"]
             answer = plugin.prepare((NAMESPACE, "c", uid)).claims[uid]
@@ -77,3 +96,67 @@ def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> 
     assert "DRA driver serving in" in log
     assert "registered with the kubelet as gpu.vgpu.io" in log
     assert " failed" not in log
+
+
+def lose_gpu(daemon: Daemon, index: int, *options: str) -> None:
+    """The simulated GPU ``index`` of the daemon's node falls off the bus (or is back)."""
+    command = [TF_LIMITER, "sim", "lose-gpu", str(index), "--state", str(daemon.state), *options]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_gpu_that_falls_off_the_bus_leaves_the_slice_and_a_claim_for_it_waits(
+    tmp_path: Path,
+) -> None:
+    with ApiServer() as api:
+        serve_namespace(api)
+        users = Users(api)
+        users.install()
+        scheduler = Scheduler(api)
+        daemon = dra_daemon(tmp_path, api)
+        daemon.start()
+        kubelet = DraKubelet(tmp_path / "registry")
+        try:
+            wait_for(lambda: objects(api, SLICES) and published(api) == ["gpu-0", "gpu-1"], 30)
+            (found,) = objects(api, SLICES)
+            broken = found["spec"]["devices"][1]["attributes"]["uuid"]["string"]
+
+            lose_gpu(daemon, 1)  # the daemon's next sample cannot read it
+            wait_for(lambda: published(api) == ["gpu-0"], timeout=30)
+
+            selector = f'device.attributes["gpu.vgpu.io"].uuid == "{broken}"'
+            request = gpu_request(memory="1Gi")
+            request["exactly"]["selectors"] = [{"cel": {"expression": selector}}]
+            users.template("that-gpu", [request])
+            users.pod("stuck", "that-gpu")
+            with pytest.raises(Unschedulable, match="cannot allocate all claims"):
+                scheduler.schedule(NAMESPACE, "stuck")
+            pod = api.store.get(POD, NAMESPACE, "stuck")
+            (condition,) = pod["status"]["conditions"]
+            assert (condition["type"], condition["status"], condition["reason"]) == (
+                "PodScheduled", "False", "Unschedulable"
+            )  # fmt: skip
+            assert not pod["spec"].get("nodeName")
+            (claim,) = users.claims_of("stuck")
+            assert "allocation" not in claim.get("status", {})
+
+            users.template("any-gpu", [gpu_request(memory="1Gi")])
+            users.pod("fine", "any-gpu")  # one not bound to that GPU lands on the healthy one
+            assert scheduler.schedule(NAMESPACE, "fine") == NODE
+            (claim,) = users.claims_of("fine")
+            assert [device for device, _ in placed(claim)] == ["gpu-0"]
+            uid = claim["metadata"]["uid"]
+            answer = kubelet.register().prepare((NAMESPACE, claim["metadata"]["name"], uid))
+            assert answer.claims[uid].error == ""
+
+            lose_gpu(daemon, 1, "--back")  # readable again: published again
+            wait_for(lambda: published(api) == ["gpu-0", "gpu-1"], timeout=30)
+            assert scheduler.schedule(NAMESPACE, "stuck") == NODE
+            (claim,) = users.claims_of("stuck")
+            assert [device for device, _ in placed(claim)] == ["gpu-1"]
+        finally:
+            kubelet.close()
+            assert daemon.stop() == 0
+    log = daemon.log_file.read_text()
+    assert f"ResourceSlice: unhealthy GPU(s) left out: {broken}" in log
+    assert "ResourceSlice: every GPU published (2)" in log

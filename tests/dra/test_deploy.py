@@ -57,9 +57,9 @@ def test_the_daemonset_patch_switches_dra_on_in_the_base_container() -> None:
     (container,) = patch["spec"]["template"]["spec"]["containers"]
     assert container["name"] in names and patch["metadata"]["name"] == base["metadata"]["name"]
     assert {"name": "TF_HYPERVISOR_DRA", "value": "true"} in container["env"]
-    mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
-                      "/var/run/cdi"}  # fmt: skip
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert mounts == {"/var/lib/kubelet/plugins": False, "/var/lib/kubelet/plugins_registry": False,
+                      "/var/run/cdi": False, "/etc/cdi": True}  # fmt: skip
 
 
 def with_extended_resource(overlay: Path) -> list[dict[str, Any]]:

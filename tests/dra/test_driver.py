@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_limiter import sim
@@ -13,7 +14,7 @@ from vgpu_limiter import sim
 from tests.device_plugin.test_device_plugin import run_workload
 from tests.dra.conftest import CLAIMS, NAMESPACE, DraNode, GiB
 from tests.dra.kubelet import DraKubelet, Plugin
-from tests.hypervisor.conftest import clean_environment
+from tests.hypervisor.conftest import clean_environment, wait_for
 from tests.support.apiserver.kinds import POD
 
 
@@ -52,6 +53,40 @@ def test_registration_names_the_driver_its_socket_and_both_services(
     assert dra.driver is not None and dra.driver.registered.wait(5)
 
 
+def test_a_kubelet_restart_that_empties_its_registry_registers_the_driver_again(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    driver = dra.driver
+    assert driver is not None and driver.registered.wait(5)
+    pod = dra.add_pod("trainer")
+    consumed = {"memory": "2Gi", "compute": "20"}
+    claim = dra.add_claim("trainer-gpu", pod, [{"device": "gpu-0", "consumedCapacity": consumed}])
+    assert prepared(plugin, claim).error == ""
+
+    kubelet = DraKubelet(dra.sockets.registry)
+    kubelet.restart()  # the registration socket is gone
+    again = kubelet.register()  # made again by the driver: GetInfo, NotifyRegistrationStatus
+    try:
+        assert again.info == plugin.info
+        assert driver.registered.wait(5)
+        assert prepared(again, claim).error == ""  # answered again after the restart
+        assert unprepared(again, claim) == ""
+    finally:
+        kubelet.close()
+
+
+def test_a_service_socket_removed_is_served_again(dra: DraNode, plugin: Plugin) -> None:
+    kubelet = DraKubelet(dra.sockets.registry)
+    try:
+        kubelet.restart()
+        dra.sockets.service_socket.unlink()  # the kubelet's plugins folder emptied too
+        again = kubelet.register()
+        wait_for(dra.sockets.service_socket.is_socket, timeout=30)
+        assert again.prepare().claims == {}  # the service answers on the new socket
+    finally:
+        kubelet.close()
+
+
 def test_prepare_gives_the_pod_a_region_with_the_consumed_capacity_and_a_cdi_spec(
     dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
 ) -> None:
@@ -88,10 +123,90 @@ def test_prepare_gives_the_pod_a_region_with_the_consumed_capacity_and_a_cdi_spe
     ]
     nodes = {node["path"] for node in common["containerEdits"]["deviceNodes"]}
     assert nodes == {"/dev/nvidiactl", "/dev/nvidia-uvm"}  # those the node has
+    # No NVIDIA CDI spec on the node: the NVIDIA runtime gives the driver's libraries for the
+    # GPUs named as Allocate names them (the variable, and the volume-mounts device list).
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert own["containerEdits"]["mounts"] == [
+        {
+            "hostPath": "/dev/null",
+            "containerPath": f"/var/run/nvidia-container-devices/{uuid}",
+            "options": ["ro", "nosuid", "nodev", "bind"],
+        }
+    ]
 
     again = prepared(plugin, claim)  # the kubelet asks again: the same answer
     assert again == answer
     assert region_limits(dra, "trainer") == {uuid: GpuLimits(memory=4 * GiB, compute=3000)}
+
+
+def nvidia_spec(folder: Path, *names: str) -> None:
+    """NVIDIA's CDI spec as nvidia-ctk writes it (YAML), with devices of these names."""
+    folder.mkdir(exist_ok=True)
+    library = "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [
+            {"name": name, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}
+            for name in names
+        ],
+        "containerEdits": {
+            "mounts": [{"hostPath": library, "containerPath": library,
+                        "options": ["ro", "nosuid", "nodev", "bind"]}],
+            "hooks": [{"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+                       "args": ["nvidia-cdi-hook", "update-ldcache"]}],
+        },
+    }  # fmt: skip
+    (folder / "nvidia.yaml").write_text(yaml.safe_dump(spec))
+
+
+@pytest.mark.parametrize("by", ["uuid", "index"])
+def test_nvidia_cdi_spec_on_the_node_gives_the_driver_libraries(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot, by: str
+) -> None:
+    uuid = str(snapshot.devices[0].uuid)
+    folder = dra.config.nvidia_cdi_dirs[0]
+    nvidia_spec(folder, uuid if by == "uuid" else "0", "all")
+    (folder / "broken.yaml").write_text("kind: [")  # passed over
+    pod = dra.add_pod("trainer")
+    consumed = {"memory": "4Gi", "compute": "30"}
+    claim = dra.add_claim("trainer-gpu", pod, [{"device": "gpu-0", "consumedCapacity": consumed}])
+    answer = prepared(plugin, claim)
+    assert answer.error == ""
+    (device,) = answer.devices
+    uid = claim["metadata"]["uid"]
+    assert list(device.cdi_device_ids) == [
+        f"gpu.vgpu.io/claim={uid}",
+        f"gpu.vgpu.io/claim={uid}-gpu-0",
+        f"nvidia.com/gpu={uuid if by == 'uuid' else '0'}",  # its libraries, nodes and hooks
+    ]
+    common, own = spec_of(dra, claim)["devices"]
+    env = dict(line.split("=", 1) for line in common["containerEdits"]["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # an NVIDIA runtime adds nothing more
+    assert "mounts" not in own["containerEdits"]
+
+
+def test_a_claim_with_a_gpu_nvidias_spec_lacks_is_left_to_the_nvidia_runtime(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    first, second = (str(d.uuid) for d in snapshot.devices[:2])
+    nvidia_spec(dra.config.nvidia_cdi_dirs[0], first)
+    pod = dra.add_pod("pair")
+    whole = {"memory": "1Gi", "compute": "10"}
+    claim = dra.add_claim(
+        "pair-gpus",
+        pod,
+        [{"device": f"gpu-{i}", "consumedCapacity": whole} for i in (0, 1)],
+    )
+    answer = prepared(plugin, claim)
+    assert answer.error == ""
+    ids = [i for d in answer.devices for i in d.cdi_device_ids]
+    assert not [i for i in ids if i.startswith("nvidia.com/")]
+    common, *own = spec_of(dra, claim)["devices"]
+    env = dict(line.split("=", 1) for line in common["containerEdits"]["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(sorted([first, second]))
+    listed = [m["containerPath"] for d in own for m in d["containerEdits"]["mounts"]]
+    assert listed == [f"/var/run/nvidia-container-devices/{u}" for u in (first, second)]
 
 
 def cdi_environment(spec: dict[str, Any], sim_state: Path) -> dict[str, str]:

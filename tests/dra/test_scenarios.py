@@ -16,19 +16,18 @@ from vgpu_hypervisor.dra.publish import SlicePublisher
 from vgpu_hypervisor.dra.runner import DraRunning
 from vgpu_hypervisor.gpu import NodeSnapshot
 
-from tests.dra.allocator import Scheduler, Unschedulable
+from tests.dra.allocator import Scheduler
 from tests.dra.conftest import (
     CLAIM_TEMPLATES,
     CLAIMS,
     DEVICE_CLASSES,
     NAMESPACE,
     NODE,
-    SLICES,
     DraNode,
     GiB,
     objects,
 )
-from tests.dra.kubelet import DraKubelet, Plugin
+from tests.dra.kubelet import DraKubelet, Plugin, stop_pod
 from tests.dra.test_driver import region_limits
 from tests.support.apiserver import ApiServer
 from tests.support.apiserver.kinds import POD
@@ -42,14 +41,20 @@ def documents(name: str) -> list[dict[str, Any]]:
 
 
 @dataclasses.dataclass
-class Cluster:
-    dra: DraNode
-    running: DraRunning
-    scheduler: Scheduler
+class Users:
+    """What users do through the API server: claim templates, pods, their claims read back."""
 
-    @property
-    def api(self) -> ApiServer:
-        return self.dra.api
+    api: ApiServer
+
+    def install(self) -> None:
+        """The DeviceClass and the example claim templates of deploy/kubernetes/dra."""
+        for document in documents("deviceclass.yaml"):
+            self.api.store.create(DEVICE_CLASSES, None, document, strict=True, dry_run=False)
+        for document in documents("examples.yaml"):
+            if document["kind"] == "ResourceClaimTemplate":
+                self.api.store.create(
+                    CLAIM_TEMPLATES, NAMESPACE, document, strict=True, dry_run=False
+                )
 
     def template(self, name: str, requests: list[dict[str, Any]], **devices: Any) -> None:
         body = {
@@ -83,6 +88,13 @@ class Cluster:
         return [self.api.store.get(CLAIMS, NAMESPACE, n) for n in names]
 
 
+@dataclasses.dataclass
+class Cluster(Users):
+    dra: DraNode
+    running: DraRunning
+    scheduler: Scheduler
+
+
 def gpu_request(name: str = "gpu", **capacity: str) -> dict[str, Any]:
     exact: dict[str, Any] = {"deviceClassName": "gpu.vgpu.io"}
     if capacity:
@@ -107,16 +119,13 @@ def prepare_pod(plugin: Plugin, cluster: Cluster, pod: str) -> list[Any]:
 @pytest.fixture
 def cluster(dra: DraNode, facts: NodeFacts, snapshot: NodeSnapshot) -> Cluster:
     api = dra.api
-    for document in documents("deviceclass.yaml"):
-        api.store.create(DEVICE_CLASSES, None, document, strict=True, dry_run=False)
-    for document in documents("examples.yaml"):
-        if document["kind"] == "ResourceClaimTemplate":
-            api.store.create(CLAIM_TEMPLATES, NAMESPACE, document, strict=True, dry_run=False)
     assert dra.driver is not None
     client = open_client(str(api.kubeconfig(dra.node.root / "publisher")))
     running = DraRunning(dra.driver, SlicePublisher(client, NODE, facts), facts)
     running.update_health(snapshot)
-    return Cluster(dra, running, Scheduler(api))
+    made = Cluster(api, dra, running, Scheduler(api))
+    made.install()
+    return made
 
 
 def test_three_claims_fill_one_gpu_and_the_fourth_goes_to_the_second(
@@ -154,41 +163,6 @@ def test_a_claim_of_two_gpus(cluster: Cluster, plugin: Plugin, facts: NodeFacts)
     assert region_limits(cluster.dra, "pair") == {
         gpu.uuid: GpuLimits(memory=8 * GiB, compute=None) for gpu in facts.gpus
     }
-
-
-def test_a_claim_for_an_unhealthy_gpu_cannot_be_allocated_and_says_so(
-    cluster: Cluster, snapshot: NodeSnapshot, facts: NodeFacts
-) -> None:
-    broken = facts.gpus[1]
-    devices = tuple(
-        dataclasses.replace(d, xid_errors=((79, 1),)) if d.uuid == broken.uuid else d
-        for d in snapshot.devices
-    )  # the GPU fell off the bus
-    cluster.running.update_health(dataclasses.replace(snapshot, devices=devices))
-    (published,) = objects(cluster.api, SLICES)
-    assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0"]
-
-    selector = {"cel": {"expression": f'device.attributes["gpu.vgpu.io"].uuid == "{broken.uuid}"'}}
-    request = gpu_request(memory="1Gi")
-    request["exactly"]["selectors"] = [selector]
-    cluster.template("that-gpu", [request])
-    cluster.pod("stuck", "that-gpu")
-    with pytest.raises(Unschedulable, match="cannot allocate all claims"):
-        cluster.scheduler.schedule(NAMESPACE, "stuck")
-    pod = cluster.api.store.get(POD, NAMESPACE, "stuck")
-    (condition,) = pod["status"]["conditions"]
-    assert (condition["type"], condition["status"], condition["reason"]) == (
-        "PodScheduled", "False", "Unschedulable"
-    )  # fmt: skip
-    assert "spec" in pod and not pod["spec"].get("nodeName")
-    (claim,) = cluster.claims_of("stuck")
-    assert "allocation" not in claim.get("status", {})
-
-    cluster.template("any-gpu", [gpu_request(memory="1Gi")])
-    cluster.pod("fine", "any-gpu")  # one not bound to that GPU lands on the healthy one
-    assert cluster.scheduler.schedule(NAMESPACE, "fine") == NODE
-    (claim,) = cluster.claims_of("fine")
-    assert [device for device, _ in placed(claim)] == ["gpu-0"]
 
 
 def test_a_daemon_restart_between_prepare_and_unprepare(
@@ -230,3 +204,60 @@ def test_two_claims_of_one_pod_share_its_quota(
     assert region_limits(cluster.dra, "both") == {
         facts.gpus[0].uuid: GpuLimits(memory=5 * GiB, compute=4000, burst=6000)
     }
+
+
+def test_claims_are_released_as_the_claim_controller_does_when_pods_end(
+    cluster: Cluster, plugin: Plugin
+) -> None:
+    api, scheduler = cluster.api, cluster.scheduler
+    shared = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "shared"},
+        "spec": {"devices": {"requests": [gpu_request(memory="1Gi", compute="10")]}},
+    }
+    api.store.create(CLAIMS, NAMESPACE, shared, strict=True, dry_run=False)
+    for name in ("a", "b"):
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}],
+                "containers": [{"name": "main", "image": "cuda",
+                                "resources": {"claims": [{"name": "gpu"}]}}],
+            },
+        }  # fmt: skip
+        api.store.create(POD, NAMESPACE, body, strict=True, dry_run=False)
+        assert scheduler.schedule(NAMESPACE, name) == NODE
+    cluster.pod("own", "gpu-4gi-30")
+    assert scheduler.schedule(NAMESPACE, "own") == NODE
+    (own,) = cluster.claims_of("own")
+    # Pending (its claim made by the claim controller), deleted before it is placed.
+    (pending,) = scheduler.claims_of(cluster.pod("never", "gpu-4gi-30"))
+
+    def shared_status() -> dict[str, Any]:
+        status: dict[str, Any] = api.store.get(CLAIMS, NAMESPACE, "shared")["status"]
+        return status
+
+    assert [c["name"] for c in shared_status()["reservedFor"]] == ["a", "b"]
+    assert scheduler.release_claims() == []  # every pod still there
+
+    api.store.delete(POD, NAMESPACE, "a")  # being deleted: its node has not stopped it yet
+    assert scheduler.release_claims() == []
+    assert [c["name"] for c in shared_status()["reservedFor"]] == ["a", "b"]
+    stop_pod(api, plugin, NAMESPACE, "a")  # gone: the reservation goes, b keeps the claim
+    api.store.delete(POD, NAMESPACE, "never")  # never bound: gone at once
+    assert scheduler.release_claims() == [pending["metadata"]["name"]]
+    assert [c["name"] for c in shared_status()["reservedFor"]] == ["b"]
+    assert "allocation" in shared_status()
+
+    ended = api.store.get(POD, NAMESPACE, "b")
+    ended["status"]["phase"] = "Succeeded"  # b ended: the claim is deallocated, and stays
+    api.store.put(POD, NAMESPACE, ended)
+    ended = api.store.get(POD, NAMESPACE, "own")
+    ended["status"]["phase"] = "Failed"  # own ended: its own claim is deleted
+    api.store.put(POD, NAMESPACE, ended)
+    assert scheduler.release_claims() == [own["metadata"]["name"]]
+    assert shared_status() == {}
+    assert [c["metadata"]["name"] for c in objects(api, CLAIMS, NAMESPACE)] == ["shared"]

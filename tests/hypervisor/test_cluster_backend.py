@@ -54,7 +54,7 @@ def test_a_cluster_daemon_without_the_driver_stops_naming_it(
     assert not (tmp_path / "shm" / ".node").exists()  # nothing served
 
 
-def test_the_simulated_library_on_the_path_is_no_driver() -> None:
+def test_the_simulated_library_on_the_path_is_no_driver(tmp_path: Path) -> None:
     """Found first as libnvidia-ml.so.1 (LD_LIBRARY_PATH), the simulated GPU's NVML is refused
     where the driver is asked for, and taken where either will do."""
     script = (
@@ -68,6 +68,7 @@ def test_the_simulated_library_on_the_path_is_no_driver() -> None:
     )
     environment = clean_environment() | {
         "LD_LIBRARY_PATH": str(simulated_library().parent),
+        "VGPU_SIM_STATE": str(tmp_path / "node.state"),  # not the machine's default one
     }
     result = subprocess.run(
         [sys.executable, "-c", script],

@@ -80,6 +80,51 @@ def test_run_puts_python_and_nvml_on_the_simulated_gpu(state: Path) -> None:
     assert result.stdout == "3 CLI GPU\n"
 
 
+def test_lose_gpu_fails_every_nvml_query_of_the_device_until_it_is_back(state: Path) -> None:
+    probe = (
+        "import pynvml\n"
+        "pynvml.nvmlInit()\n"
+        "for i in range(pynvml.nvmlDeviceGetCount()):\n"
+        "    h = pynvml.nvmlDeviceGetHandleByIndex(i)\n"
+        "    try:\n"
+        "        total = pynvml.nvmlDeviceGetMemoryInfo(h).total\n"
+        "        print(i, total, pynvml.nvmlDeviceGetUUID(h)[:4])\n"
+        "    except pynvml.NVMLError as error:\n"
+        "        print(i, type(error).__name__)\n"
+    )
+    run = ("sim", "run", "--devices", f"count=2,{DEVICES}", "--state", str(state), "--")
+    assert (
+        tf_limiter(*run, sys.executable, "-c", probe).stdout
+        == "0 2147483648 GPU-\n1 2147483648 GPU-\n"
+    )
+
+    lost = tf_limiter("sim", "lose-gpu", "1", "--state", str(state))
+    assert (lost.returncode, lost.stdout) == (0, "device 1 fell off the bus\n"), lost.stderr
+    seen = tf_limiter(*run, sys.executable, "-c", probe).stdout
+    assert seen == "0 2147483648 GPU-\n1 NVMLError_GpuIsLost\n"
+
+    back = tf_limiter("sim", "lose-gpu", "1", "--back", "--state", str(state))
+    assert (back.returncode, back.stdout) == (0, "device 1 is back\n"), back.stderr
+    assert tf_limiter(*run, sys.executable, "-c", probe).stdout.endswith("1 2147483648 GPU-\n")
+
+
+@pytest.mark.parametrize("args", [["7"], ["-1"]])
+def test_lose_gpu_of_no_such_device_is_one_line(state: Path, args: list[str]) -> None:
+    made = tf_limiter("sim", "workload", "--state", str(state), "--kernels", "1")
+    assert made.returncode == 0, made.stderr
+    result = tf_limiter("sim", "lose-gpu", "--state", str(state), "--", *args)
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"error: {state}: no simulated device {args[0]}\n",
+    )
+
+
+def test_lose_gpu_needs_a_node(state: Path) -> None:
+    result = tf_limiter("sim", "lose-gpu", "0", "--state", str(state))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {state}: no simulated node there")
+
+
 def test_run_passes_options_and_exit_status_through(state: Path) -> None:
     result = tf_limiter(
         "sim", "run", "--state", str(state), "--", "sh", "-c", "echo $1; exit 3", "sh", "--state"

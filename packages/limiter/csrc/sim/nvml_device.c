@@ -40,7 +40,13 @@ nvmlReturn_t nvml_sim_device(nvmlDevice_t device, struct sim_state **state, unsi
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     *index = (unsigned)(offset / sizeof handles[0]);
-    return *index < (*state)->device_count ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+    if (*index >= (*state)->device_count) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    /* A device fallen off the bus answers no query, as with the real driver. */
+    return __atomic_load_n(&(*state)->devices[*index].lost, __ATOMIC_ACQUIRE)
+               ? NVML_ERROR_GPU_IS_LOST
+               : NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {

@@ -11,7 +11,7 @@
 #define SIM_MAX_PROCESSES 256
 #define SIM_INTERVALS 4096
 #define SIM_STATE_MAGIC 0x31304d5355504756ULL /* "VGPUSM01" */
-#define SIM_STATE_VERSION 2
+#define SIM_STATE_VERSION 3
 
 struct sim_device_config {
     char name[96];
@@ -39,6 +39,8 @@ struct sim_device {
     uint64_t busy_until_ns; /* end of the last kernel queued on the device */
     uint64_t interval_count;
     uint64_t busy_total_ns; /* every kernel queued so far, those still ahead included */
+    uint32_t lost;          /* nonzero: fallen off the bus, NVML's queries fail (vgpu_sim_set_lost) */
+    uint32_t reserved;
     struct sim_interval intervals[SIM_INTERVALS]; /* ring: newest at (count - 1) % SIM_INTERVALS */
 };
 

@@ -1,5 +1,6 @@
 """tf-limiter sim: the environment of the simulated GPU, programs on it, and its workload."""
 
+import ctypes
 import os
 import shlex
 import sys
@@ -102,3 +103,27 @@ def workload(
         fail(str(error))
     environment = dict(os.environ) | planned_environment(os.environ, devices, state)
     exec_command([str(program), *ctx.args], environment)
+
+
+@app.command("lose-gpu")
+def lose_gpu(
+    index: Annotated[int, typer.Argument(metavar="INDEX", help="The device's index.")],
+    state: StateOption = None,
+    back: Annotated[bool, typer.Option("--back", help="Bring the device back instead.")] = False,
+) -> None:
+    """Make a simulated device fall off the bus: every NVML query of it fails with
+    NVML_ERROR_GPU_IS_LOST (as a real GPU that needs a reset) until --back."""
+    path = sim.state_path(os.environ if state is None else {"VGPU_SIM_STATE": str(state)})
+    if not path.is_file():
+        fail(f"{path}: no simulated node there (a program on the simulated GPU makes it)")
+    try:
+        library = ctypes.CDLL(str(sim.library_dir() / "libnvidia-ml.so.1"))
+    except (FileNotFoundError, OSError) as error:
+        fail(str(error))
+    os.environ["VGPU_SIM_STATE"] = str(path.absolute())  # read by the library's first call
+    setter = library.vgpu_sim_set_lost
+    setter.argtypes = [ctypes.c_uint, ctypes.c_int]
+    setter.restype = ctypes.c_int
+    if index < 0 or setter(index, 0 if back else 1) != 0:
+        fail(f"{path}: no simulated device {index}")
+    print(f"device {index} {'is back' if back else 'fell off the bus'}")

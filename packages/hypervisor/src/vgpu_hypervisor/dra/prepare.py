@@ -54,6 +54,9 @@ class NodeConfig:
     gpus: tuple[NodeGpu, ...]
     minors: Mapping[str, int]  # GPU UUID → N of /dev/nvidiaN
     cdi_dir: Path = cdi.DEFAULT_FOLDER
+    # Where NVIDIA's CDI spec may be (the driver's libraries for the containers): none, the
+    # NVIDIA container runtime gives them.
+    nvidia_cdi_dirs: tuple[Path, ...] = ()
 
 
 class Preparer:
@@ -83,7 +86,13 @@ class Preparer:
                 claim.uid,
                 claim.namespace,
                 claim.pod,
-                [(device_name(gpu), self.config.minors.get(gpu.uuid)) for gpu in gpus],
+                [
+                    cdi.SpecGpu(
+                        device_name(gpu), gpu.uuid, gpu.index, self.config.minors.get(gpu.uuid)
+                    )
+                    for gpu in gpus
+                ],
+                nvidia=cdi.nvidia_devices(self.config.nvidia_cdi_dirs),
             )
             cdi.write_spec(self.config.cdi_dir, claim.uid, spec)
             return [PreparedDevice(share, tuple(ids[share.device])) for share in claim.shares]

@@ -7,6 +7,7 @@ from pathlib import Path
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.device_plugin.server import healthy_gpus
+from vgpu_hypervisor.dra.cdi import NVIDIA_FOLDERS
 from vgpu_hypervisor.dra.inventory import NodeFacts, minors, read_facts
 from vgpu_hypervisor.dra.kube import ApiClaims, KubeError, open_client
 from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
@@ -36,9 +37,15 @@ class DraRunning:
         """The slice lists the GPUs healthy in ``snapshot`` (written when that changed)."""
         health = healthy_gpus([gpu.uuid for gpu in self.facts.gpus], snapshot)
         try:
-            self.publisher.publish(uuid for uuid, healthy in health.items() if healthy)
+            written = self.publisher.publish(uuid for uuid, healthy in health.items() if healthy)
         except KubeError as error:  # tried again at the next sample
             log.error("%s", error)
+            return
+        unhealthy = [uuid for uuid, healthy in health.items() if not healthy]
+        if written and unhealthy:
+            log.warning("ResourceSlice: unhealthy GPU(s) left out: %s", ", ".join(unhealthy))
+        elif written:
+            log.info("ResourceSlice: every GPU published (%d)", len(health))
 
     def stop(self) -> None:
         self.driver.stop()
@@ -61,6 +68,7 @@ def build_driver(
         tuple(NodeGpu(gpu.index, gpu.uuid, gpu.name, gpu.memory) for gpu in facts.gpus),
         minors(facts.gpus),
         cdi_dir=Path(settings.cdi_dir),
+        nvidia_cdi_dirs=tuple(dict.fromkeys((*NVIDIA_FOLDERS, Path(settings.cdi_dir)))),
     )
     preparer = Preparer(config, store, ApiClaims(client))
     sockets = SocketConfig(settings.dra_registry_dir, settings.dra_plugins_dir)

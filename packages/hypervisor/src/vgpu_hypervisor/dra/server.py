@@ -6,6 +6,12 @@
 - ``{plugins}/gpu.vgpu.io/dra.sock``: the DRA node service, v1 (kubelet 1.34 and later) and
   v1beta1 (earlier kubelets), both answered by the one Preparer.
 
+A kubelet that restarts may have emptied its folders: the driver checks its two sockets every
+``poll_s`` and serves again on one that is gone or was replaced (another file at its path), so
+the kubelet's plugin watcher finds the registration socket again and registers the driver anew
+(GetInfo, NotifyRegistrationStatus). A socket left in place needs nothing: the restarted
+kubelet's watcher finds it and registers it.
+
 A claim that cannot be prepared is answered with its error (one line: the kubelet puts it in
 the pod's events) and the others are prepared; the kubelet asks again for the failed ones.
 """
@@ -54,6 +60,20 @@ class SocketConfig:
     @property
     def service_socket(self) -> Path:
         return self.plugins / DRIVER / "dra.sock"
+
+
+@dataclass
+class _Serving:
+    server: grpc.Server
+    path: Path
+    inode: int | None  # of the socket file it bound
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
 
 
 class _Registration(registration_pb2_grpc.RegistrationServicer):
@@ -139,12 +159,17 @@ _V1BETA1 = _node_service(
 class DraDriver:
     """The registration and node-service servers; ``start`` then ``stop``."""
 
-    def __init__(self, preparer: Preparer, sockets: SocketConfig = SocketConfig()) -> None:
+    def __init__(
+        self, preparer: Preparer, sockets: SocketConfig = SocketConfig(), poll_s: float = 1.0
+    ) -> None:
         self.preparer = preparer
         self.sockets = sockets
+        self.poll_s = poll_s
         self.registered = threading.Event()
         self.registration_error = ""
-        self._servers: list[tuple[grpc.Server, Path]] = []
+        self._serving: dict[str, _Serving] = {}  # "service", "registration"
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def note_registration(self, registered: bool, error: str) -> None:
         self.registration_error = error
@@ -156,26 +181,81 @@ class DraDriver:
             self.registered.clear()
 
     def start(self) -> None:
-        """Serve the node service first, then the registration the kubelet looks for."""
-        service = self._server(self.sockets.service_socket)
+        """Serve the node service first, then the registration the kubelet looks for; watch
+        both sockets."""
+        self._serve_service()
+        self._serve_registration()
+        self._stopping.clear()
+        self._watcher = threading.Thread(target=self._watch, name="dra-sockets", daemon=True)
+        self._watcher.start()
+
+    def _serve_service(self) -> None:
+        service = self._server("service", self.sockets.service_socket)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(self.preparer), service)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1BETA1(self.preparer), service)
-        service.start()
-        registration = self._server(self.sockets.registration_socket)
-        registration_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)
-        registration.start()
+        self._begin("service", service)
 
-    def _server(self, path: Path) -> grpc.Server:
+    def _serve_registration(self) -> None:
+        registration = self._server("registration", self.sockets.registration_socket)
+        registration_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)
+        self.registered.clear()  # until the kubelet says so again
+        self._begin("registration", registration)
+
+    def _server(self, role: str, path: Path) -> grpc.Server:
+        self._end(role)
         path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         path.unlink(missing_ok=True)  # left by a daemon that did not stop cleanly
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         server.add_insecure_port(f"unix://{path}")
-        self._servers.append((server, path))
+        self._serving[role] = _Serving(server, path, None)
         return server
+
+    def _begin(self, role: str, server: grpc.Server) -> None:
+        server.start()
+        serving = self._serving[role]
+        serving.inode = _inode(serving.path)
+
+    def _end(self, role: str) -> None:
+        serving = self._serving.pop(role, None)
+        if serving is None:
+            return
+        serving.server.stop(grace=1).wait(5)
+        if _inode(serving.path) == serving.inode:  # ours still, not a newer file
+            serving.path.unlink(missing_ok=True)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(self.poll_s):
+            try:
+                self._check_sockets()
+            except Exception as error:  # e.g. a folder that cannot be made: tried again
+                log.error("DRA driver: %s: %s", type(error).__name__, error)
+
+    def _check_sockets(self) -> None:
+        """Serve again on a socket that is gone or replaced; the service first, so that a
+        registration served again already has its endpoint there."""
+        gone = [
+            role
+            for role, serving in self._serving.items()
+            if serving.inode is None or _inode(serving.path) != serving.inode
+        ]
+        if "service" in gone:
+            log.info("the DRA service socket %s is gone: serving it again", self._path("service"))
+            self._serve_service()
+        if "registration" in gone:
+            log.info(
+                "the registration socket %s is gone (a kubelet restart): serving it again",
+                self._path("registration"),
+            )
+            self._serve_registration()
+
+    def _path(self, role: str) -> Path:
+        return self._serving[role].path
 
     def stop(self) -> None:
         """Registration first (the kubelet stops calling), then the node service."""
-        for server, path in reversed(self._servers):
-            server.stop(grace=1).wait(5)
-            path.unlink(missing_ok=True)
-        self._servers.clear()
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+            self._watcher = None
+        for role in ("registration", "service"):
+            self._end(role)
