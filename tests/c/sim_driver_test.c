@@ -194,6 +194,9 @@ static void test_execution(void) {
     CHECK(cuGraphCreate(&built, 0) == CUDA_SUCCESS);
     CHECK(cuGraphAddKernelNode_v2(&node, built, NULL, 0, &node_params) == CUDA_SUCCESS);
     CHECK(cuGraphAddKernelNode_v2(&node, built, &node, 1, &node_params) == CUDA_SUCCESS);
+    CUDA_KERNEL_NODE_PARAMS_v2 read_back;
+    CHECK(cuGraphKernelNodeGetParams_v2(node, &read_back) == CUDA_SUCCESS &&
+          read_back.func == node_params.func);
     CHECK(cuGraphDestroy(built) == CUDA_SUCCESS && cuGraphDestroy(built) == CUDA_ERROR_INVALID_VALUE);
     CHECK(cuGraphExecDestroy(exec) == CUDA_SUCCESS && cuGraphDestroy(graph) == CUDA_SUCCESS);
 

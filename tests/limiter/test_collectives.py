@@ -18,12 +18,14 @@ ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 KERNEL_US = 1000
 
 
-def start(environment: dict[str, str], device: int, name: str, seconds: float) -> "Rank":
+def start(
+    environment: dict[str, str], device: int, name: str, seconds: float, *options: str
+) -> "Rank":
     return Rank(
         subprocess.Popen(
             [
                 *(WORKLOAD, "--device", str(device), "--kernel-name", name),
-                *("--duration", str(seconds), "--kernel-us", str(KERNEL_US)),
+                *("--duration", str(seconds), "--kernel-us", str(KERNEL_US), *options),
             ],
             env=environment | {"TF_LOG_LEVEL": "debug"},
             stdout=subprocess.PIPE,
@@ -67,6 +69,18 @@ def test_a_rank_that_launches_collectives_keeps_its_limit(
     assert f"collective kernel {ALL_REDUCE}" in rank.log, rank.log
     assert rank.paused_for_collectives() > 0, rank.log
     assert rank.share == pytest.approx(limit, abs=TOLERANCE_PP)
+
+
+@pytest.mark.parametrize("mode", ["capture", "build"])
+def test_a_graph_with_a_collective_is_paced_as_one(compute_env: LimitedEnv, mode: str) -> None:
+    """A collective captured into a CUDA graph (tensor-parallel inference servers replay their
+    all-reduces so): the graph's launch pauses for the gang, as the kernel's would."""
+    environment = compute_env() | limits(g0=30)
+    rank = start(environment, 0, ALL_REDUCE, 2.0, f"--graph={mode}", "--batch", "4")
+    rank.finish(60)
+    assert f"collective kernel {ALL_REDUCE}" in rank.log, rank.log
+    assert rank.paused_for_collectives() > 0, rank.log
+    assert rank.share == pytest.approx(30, abs=TOLERANCE_PP)
 
 
 def test_a_mangled_collective_name_is_known(compute_env: LimitedEnv) -> None:

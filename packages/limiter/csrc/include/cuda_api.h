@@ -233,6 +233,8 @@
       (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, \
        const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams), \
       (phGraphNode, hGraph, dependencies, numDependencies, nodeParams)) \
+    X(cuGraphKernelNodeGetParams_v2, cuGraphKernelNodeGetParams, 12000, LEGACY, \
+      (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams), (hNode, nodeParams)) \
     X(cuGraphInstantiate, cuGraphInstantiate, 10000, LEGACY, \
       (CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize), \
       (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize)) \

@@ -377,9 +377,10 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
     }
 }
 
-/* Run one launch (a kernel, `function`, or a graph: NULL) under the pod's compute limit. */
-static CUresult paced(CUstream stream, bool per_thread, CUfunction function, launch_fn launch,
-                      void *arguments) {
+/* Run one launch (a kernel, `function`, or a graph, `graph`; NULL for the other, or both for a
+ * deprecated entry point) under the pod's compute limit. */
+static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUgraphExec graph,
+                      launch_fn launch, void *arguments) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
@@ -395,7 +396,8 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, lau
     struct paced_device *state = vgpu_paced_device(ordinal);
     pthread_mutex_lock(&state->lock);
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
-    if (ready && vgpu_gang_is_collective(state, function)) {
+    if (ready && (function != NULL ? vgpu_gang_is_collective(state, function)
+                                   : vgpu_gang_graph_is_collective(graph))) {
         pause_for_collective(state, entry);
     }
     uint64_t now = 0;
@@ -497,7 +499,7 @@ static CUresult launch_real(void *arguments) {
         struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
                                   {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
                                   kernelParams, extra, NULL, NULL, kind_value};                \
-        return paced(hStream, per_thread, f, launch_real, &a);                                 \
+        return paced(hStream, per_thread, f, NULL, launch_real, &a);                           \
     }
 
 VGPU_KERNEL_HOOK(cuLaunchKernel, 0, false)
@@ -511,7 +513,7 @@ VGPU_KERNEL_HOOK(cuLaunchKernel_ptsz, 1, true)
         struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
                                   {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
                                   kernelParams, NULL, NULL, NULL, kind_value};                 \
-        return paced(hStream, per_thread, f, launch_real, &a);                                 \
+        return paced(hStream, per_thread, f, NULL, launch_real, &a);                           \
     }
 
 VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel, 4, false)
@@ -521,28 +523,28 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
                           void **extra) {
     struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
                               .kind = 2};
-    return paced(config != NULL ? config->hStream : NULL, false, f, launch_real, &a);
+    return paced(config != NULL ? config->hStream : NULL, false, f, NULL, launch_real, &a);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                void **extra) {
     struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
                               .kind = 3};
-    return paced(config != NULL ? config->hStream : NULL, true, f, launch_real, &a);
+    return paced(config != NULL ? config->hStream : NULL, true, f, NULL, launch_real, &a);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 6};
-    return paced(hStream, false, NULL, launch_real, &a);
+    return paced(hStream, false, NULL, hGraphExec, launch_real, &a);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
     struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 7};
-    return paced(hStream, true, NULL, launch_real, &a);
+    return paced(hStream, true, NULL, hGraphExec, launch_real, &a);
 }
 
 /* For the deprecated launch entry points (legacy.c): a launch paced as these are. */
 CUresult vgpu_compute_paced(CUstream stream, bool per_thread, CUresult (*launch)(void *),
                             void *arguments) {
-    return paced(stream, per_thread, NULL, launch, arguments);
+    return paced(stream, per_thread, NULL, NULL, launch, arguments);
 }

@@ -13,6 +13,7 @@
 #include "compute_gang.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "collectives.h"
 #include "compute_bucket.h"
@@ -20,11 +21,13 @@
 #include "log.h"
 #include "region.h"
 
-/* The name tells (collectives.c). */
-static bool named_collective(CUfunction function) {
+/* The name tells (collectives.c). A launch may name a kernel by a library's CUkernel handle
+ * as well as by a CUfunction: both are asked. */
+static bool named_collective(CUfunction function, CUkernel kernel) {
     const char *name = NULL;
-    if (VGPU_REAL(cuFuncGetName, &name, function) != CUDA_SUCCESS &&
-        VGPU_REAL(cuKernelGetName, &name, (CUkernel)(void *)function) != CUDA_SUCCESS) {
+    bool named = (function != NULL && VGPU_REAL(cuFuncGetName, &name, function) == CUDA_SUCCESS) ||
+                 (kernel != NULL && VGPU_REAL(cuKernelGetName, &name, kernel) == CUDA_SUCCESS);
+    if (!named) {
         return false; /* a driver before 12.3, or a handle without a name */
     }
     bool collective = vgpu_collective_kernel_name(name);
@@ -47,15 +50,72 @@ bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function) {
         }
         if (slot->function == NULL) {
             slot->function = function;
-            slot->collective = named_collective(function);
+            slot->collective = named_collective(function, (CUkernel)(void *)function);
             return slot->collective;
         }
     }
     /* Crowded: the first slot is taken over (a name is asked again at worst). */
     struct kernel_name *slot = &state->kernels[first];
     slot->function = function;
-    slot->collective = named_collective(function);
+    slot->collective = named_collective(function, (CUkernel)(void *)function);
     return slot->collective;
+}
+
+#define COLLECTIVE_GRAPHS 256
+static _Atomic(uintptr_t) collective_graphs[COLLECTIVE_GRAPHS];
+
+/* Whether one of the graph's kernel nodes is a collective's (child graphs are not looked in). */
+static bool graph_has_collective(CUgraph graph) {
+    size_t count = 0;
+    if (VGPU_REAL(cuGraphGetNodes, graph, NULL, &count) != CUDA_SUCCESS || count == 0) {
+        return false;
+    }
+    CUgraphNode *nodes = calloc(count, sizeof *nodes);
+    if (nodes == NULL || VGPU_REAL(cuGraphGetNodes, graph, nodes, &count) != CUDA_SUCCESS) {
+        free(nodes);
+        return false;
+    }
+    bool found = false;
+    for (size_t i = 0; i < count && !found; i++) {
+        CUgraphNodeType type;
+        CUDA_KERNEL_NODE_PARAMS_v2 params;
+        found = VGPU_REAL(cuGraphNodeGetType, nodes[i], &type) == CUDA_SUCCESS &&
+                type == CU_GRAPH_NODE_TYPE_KERNEL &&
+                VGPU_REAL(cuGraphKernelNodeGetParams_v2, nodes[i], &params) == CUDA_SUCCESS &&
+                named_collective(params.func, params.kern);
+    }
+    free(nodes);
+    return found;
+}
+
+void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph) {
+    if (exec == NULL || graph == NULL || !graph_has_collective(graph)) {
+        return;
+    }
+    for (unsigned i = 0; i < COLLECTIVE_GRAPHS; i++) {
+        uintptr_t free_slot = 0;
+        if (atomic_compare_exchange_strong(&collective_graphs[i], &free_slot, (uintptr_t)exec)) {
+            return;
+        }
+    }
+    vgpu_log(VGPU_LOG_WARN, "more than %d graphs with collectives: this one is paced as a plain "
+                            "graph, its ranks each on their own", COLLECTIVE_GRAPHS);
+}
+
+void vgpu_gang_forget_graph(CUgraphExec exec) {
+    for (unsigned i = 0; i < COLLECTIVE_GRAPHS && exec != NULL; i++) {
+        uintptr_t known = (uintptr_t)exec;
+        atomic_compare_exchange_strong(&collective_graphs[i], &known, 0);
+    }
+}
+
+bool vgpu_gang_graph_is_collective(CUgraphExec exec) {
+    for (unsigned i = 0; i < COLLECTIVE_GRAPHS && exec != NULL; i++) {
+        if (atomic_load_explicit(&collective_graphs[i], memory_order_relaxed) == (uintptr_t)exec) {
+            return true;
+        }
+    }
+    return false;
 }
 
 uint64_t vgpu_gang_until(uint64_t seq, uint64_t now, uint64_t (*decide)(void *, uint64_t *now),

@@ -13,6 +13,14 @@
  * device; under the device's lock. */
 bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function);
 
+/* Executable graphs with a collective's kernel among their nodes (a collective captured into a
+ * CUDA graph, as tensor-parallel inference servers do): noted when instantiated (graphs.c),
+ * forgotten when destroyed; whether a launched one is such a graph. Lock-free: safe in a forked
+ * child and from any thread. */
+void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph);
+void vgpu_gang_forget_graph(CUgraphExec exec);
+bool vgpu_gang_graph_is_collective(CUgraphExec exec);
+
 /* Until when the rank at its collective number `seq` pauses, by the pod's gate: the first rank
  * to reach the collective decides for all, as `now + decide(context)` (decide may close the
  * rank's epoch and so take time: it reads the clock again); the others follow; a rank behind

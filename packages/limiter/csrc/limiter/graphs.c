@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute_gang.h"
 #include "core.h"
 #include "log.h"
 #include "vgpu_cuda_sizes.h"
@@ -121,8 +122,8 @@ static bool charge_graph(const uint64_t bytes[VGPU_MAX_ORDINALS],
 }
 
 /* Instantiate through `call`, charging the graph's allocation nodes first. */
-static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUresult (*call)(void *),
-                            void *arguments) {
+static CUresult instantiate_charged(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                    CUresult (*call)(void *), void *arguments) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
@@ -163,6 +164,16 @@ static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUresult (
         vgpu_log(VGPU_LOG_WARN, "out of memory recording a graph; its memory stays charged");
     }
     pthread_mutex_unlock(&graph_lock);
+    return result;
+}
+
+/* instantiate_charged, and a graph with a collective's kernel noted for the compute limiter. */
+static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUresult (*call)(void *),
+                            void *arguments) {
+    CUresult result = instantiate_charged(phGraphExec, hGraph, call, arguments);
+    if (result == CUDA_SUCCESS && phGraphExec != NULL) {
+        vgpu_gang_note_graph(*phGraphExec, hGraph);
+    }
     return result;
 }
 
@@ -241,6 +252,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
+    vgpu_gang_forget_graph(hGraphExec);
     pthread_mutex_lock(&graph_lock);
     for (struct graph_exec **link = &execs; *link != NULL; link = &(*link)->next) {
         struct graph_exec *found = *link;

@@ -111,6 +111,7 @@
     X(cuKernelGetName) \
     X(cuGraphGetNodes) \
     X(cuGraphNodeGetType) \
+    X(cuGraphKernelNodeGetParams_v2) \
     X(cuGraphMemAllocNodeGetParams) \
     X(cuDeviceGetGraphMemAttribute)
 

@@ -130,10 +130,10 @@ CUresult sim_stream_resolve(CUstream handle, struct CUstream_st **stream) {
     return CUDA_SUCCESS;
 }
 
-CUresult sim_stream_launch(struct CUstream_st *stream, uint64_t duration_ns) {
+CUresult sim_stream_launch(struct CUstream_st *stream, CUfunction function, uint64_t duration_ns) {
     pthread_mutex_lock(&sim_driver_lock);
     if (stream->capture != NULL) {
-        CUresult result = sim_graph_append(stream->capture, duration_ns, NULL);
+        CUresult result = sim_graph_append(stream->capture, function, duration_ns, NULL);
         pthread_mutex_unlock(&sim_driver_lock);
         return result;
     }
@@ -404,7 +404,7 @@ CUresult sim_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int
         (uint64_t)bx * by * bz > 1024) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    return sim_stream_launch(stream, sim_kernel_duration(kernelParams));
+    return sim_stream_launch(stream, f, sim_kernel_duration(kernelParams));
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

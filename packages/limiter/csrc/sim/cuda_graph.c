@@ -36,8 +36,10 @@ static CUresult append(struct CUgraph_st *graph, const struct CUgraphNode_st *co
     return CUDA_SUCCESS;
 }
 
-CUresult sim_graph_append(struct CUgraph_st *graph, uint64_t duration_ns, CUgraphNode *node) {
-    struct CUgraphNode_st kernel = {.type = CU_GRAPH_NODE_TYPE_KERNEL, .duration_ns = duration_ns};
+CUresult sim_graph_append(struct CUgraph_st *graph, CUfunction function, uint64_t duration_ns,
+                          CUgraphNode *node) {
+    struct CUgraphNode_st kernel = {
+        .type = CU_GRAPH_NODE_TYPE_KERNEL, .duration_ns = duration_ns, .function = function};
     return append(graph, &kernel, node);
 }
 
@@ -113,7 +115,7 @@ static CUresult add_kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph,
         return CUDA_ERROR_INVALID_VALUE;
     }
     pthread_mutex_lock(&sim_driver_lock);
-    result = sim_graph_append(hGraph, sim_kernel_duration(kernelParams), phGraphNode);
+    result = sim_graph_append(hGraph, func, sim_kernel_duration(kernelParams), phGraphNode);
     pthread_mutex_unlock(&sim_driver_lock);
     return result;
 }
@@ -239,7 +241,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     if (hGraphExec->kernels == 0) {
         return CUDA_SUCCESS;
     }
-    return sim_stream_launch(stream, hGraphExec->total_ns);
+    return sim_stream_launch(stream, NULL, hGraphExec->total_ns);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
@@ -361,6 +363,24 @@ CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     *type = hNode->type;
+    return CUDA_SUCCESS;
+}
+
+/* A kernel node's function and the duration parameter it was given (the simulator keeps no
+ * other launch parameters: grid and block read as 1). */
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+    CUresult result = sim_initialized();
+    if (result != CUDA_SUCCESS) {
+        return result;
+    }
+    if (!sim_valid(hNode, SIM_GRAPH_NODE) || nodeParams == NULL ||
+        hNode->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    memset(nodeParams, 0, sizeof *nodeParams);
+    nodeParams->func = hNode->function;
+    nodeParams->gridDimX = nodeParams->gridDimY = nodeParams->gridDimZ = 1;
+    nodeParams->blockDimX = nodeParams->blockDimY = nodeParams->blockDimZ = 1;
     return CUDA_SUCCESS;
 }
 

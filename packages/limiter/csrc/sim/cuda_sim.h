@@ -89,6 +89,7 @@ struct CUgraphNode_st {
     uint32_t magic;
     CUgraphNodeType type;
     uint64_t duration_ns; /* KERNEL */
+    CUfunction function;  /* KERNEL: NULL for a graph launched into a captured stream */
     int device;           /* MEM_ALLOC: physical device */
     uint64_t bytes;       /* MEM_ALLOC: page-rounded size */
     CUdeviceptr dptr;     /* MEM_ALLOC, MEM_FREE */
@@ -187,9 +188,10 @@ CUresult sim_stream_resolve(CUstream handle, struct CUstream_st **stream);
 struct CUstream_st *sim_stream_new(struct CUctx_st *context, unsigned flags);
 void sim_stream_free(struct CUstream_st *stream);
 /* Queue a kernel (or a graph's kernels) of duration_ns; under capture, record it instead. */
-CUresult sim_stream_launch(struct CUstream_st *stream, uint64_t duration_ns);
+CUresult sim_stream_launch(struct CUstream_st *stream, CUfunction function, uint64_t duration_ns);
 /* Append a kernel node to a graph (graph capture and cuGraphAddKernelNode). */
-CUresult sim_graph_append(struct CUgraph_st *graph, uint64_t duration_ns, CUgraphNode *node);
+CUresult sim_graph_append(struct CUgraph_st *graph, CUfunction function, uint64_t duration_ns,
+                          CUgraphNode *node);
 void sim_graph_free(struct CUgraph_st *graph);
 
 /* The allocation table. Insert copies the record; find returns a pointer valid under the lock. */
