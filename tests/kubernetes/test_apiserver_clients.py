@@ -14,6 +14,7 @@ import pytest
 
 from tests.hypervisor.conftest import Daemon, wait_for
 from tests.support.apiserver import ApiServer, Kind
+from tests.support.apiserver.kinds import NAMESPACE as NAMESPACE_KIND
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -134,6 +135,37 @@ def test_kubectl_refuses_what_the_schema_refuses(kubectl: Kubectl, api: ApiServe
     no_namespace = NAMESPACE_AND_POD.split("---\n")[1].replace("namespace: ml", "namespace: nope")
     absent = kubectl("apply", "-f", "-", stdin=no_namespace, ok=False)
     assert 'namespaces "nope" not found' in absent.stderr
+
+
+@needs_kubectl
+def test_kubectl_creates_lists_and_deletes_namespaces(kubectl: Kubectl, api: ApiServer) -> None:
+    """``kubectl create`` of built-in kinds sends protobuf; what it made reads back as JSON."""
+    assert kubectl("create", "namespace", "team").stdout == "namespace/team created\n"
+    made = json.loads(kubectl("get", "namespace", "team", "-o", "json").stdout)
+    assert made["status"]["phase"] == "Active"
+    assert made["metadata"]["labels"] == {"kubernetes.io/metadata.name": "team"}
+    names = kubectl("get", "namespaces", "-o", "name").stdout.split()
+    assert {"namespace/default", "namespace/team"} <= set(names)
+    kubectl("create", "configmap", "settings", "-n", "team", "--from-literal=mode=fast")
+    kubectl("create", "secret", "generic", "token", "-n", "team", "--from-literal=key=s3cret")
+    kubectl("create", "serviceaccount", "runner", "-n", "team")
+    kubectl("create", "service", "clusterip", "web", "-n", "team", "--tcp=80:8080")
+    secret = json.loads(kubectl("get", "secret", "token", "-n", "team", "-o", "json").stdout)
+    assert secret["data"] == {"key": "czNjcmV0"}  # base64, as JSON carries bytes
+    service = json.loads(kubectl("get", "service", "web", "-n", "team", "-o", "json").stdout)
+    assert service["spec"]["ports"][0]["port"] == 80
+    assert service["spec"]["ports"][0]["targetPort"] == 8080
+    assert api.store.get(NAMESPACE_KIND, None, "team")["metadata"]["uid"]
+    taken = kubectl("create", "namespace", "team", ok=False)
+    assert 'namespaces "team" already exists' in taken.stderr
+    # Deleting a namespace deletes what is in it, then the namespace.
+    assert 'namespace "team" deleted' in kubectl("delete", "namespace", "team").stdout
+    assert "namespace/team" not in kubectl("get", "namespaces", "-o", "name").stdout.split()
+    assert kubectl("get", "configmaps", "-n", "team", "-o", "name").stdout == ""
+    gone = kubectl("get", "namespace", "team", ok=False)
+    assert gone.returncode != 0 and 'namespaces "team" not found' in gone.stderr
+    orphan = kubectl("create", "configmap", "late", "-n", "team", ok=False)
+    assert 'namespaces "team" not found' in orphan.stderr
 
 
 @needs_kubectl
@@ -323,6 +355,19 @@ def test_python_client_meets_conflicts_gone_and_graceful_deletion(
         exists.value.status == 409
         and json.loads(str(exists.value.body))["reason"] == "AlreadyExists"
     )
+    with pytest.raises(client.ApiException) as nowhere:
+        core.create_namespaced_pod("nope", POD)
+    assert nowhere.value.status == 404
+    assert json.loads(str(nowhere.value.body)) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'namespaces "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "namespaces"},
+        "code": 404,
+    }
     api.expire()
     with pytest.raises(client.ApiException) as gone:
         list(

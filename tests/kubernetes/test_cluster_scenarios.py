@@ -51,8 +51,13 @@ class Cluster:
     kubeconfig: Path
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = self.kubectl_run(*args, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stderr}"
+        return result.stdout
+
+    def kubectl_run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         assert KUBECTL is not None
-        result = subprocess.run(
+        return subprocess.run(
             [KUBECTL, *args],
             input=stdin,
             env={
@@ -65,15 +70,10 @@ class Cluster:
             timeout=60,
             check=False,
         )
-        assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stderr}"
-        return result.stdout
 
     def namespace(self, name: str) -> None:
-        """``kubectl apply`` of a Namespace (``kubectl create namespace`` sends protobuf,
-        which the stand-in does not read)."""
-        manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        applied = self.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
-        assert applied == f"namespace/{name} created\n"
+        """``kubectl create namespace``: the scenario's pods go there."""
+        assert self.kubectl("create", "namespace", name) == f"namespace/{name} created\n"
 
     def create(self, namespace: str, name: str, **spec: Any) -> None:
         """``kubectl apply`` of a pod bound to the node (as the scheduler binds it)."""
@@ -224,6 +224,34 @@ def client_core(api_client: Any) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(api_client)
+
+
+def test_a_namespace_made_listed_and_deleted_with_kubectl_takes_its_pods_along(
+    cluster: Cluster,
+) -> None:
+    """A pod needs its namespace (404 NotFound before it exists, as upstream); deleting the
+    namespace deletes its pods, and the daemon lets go of them."""
+    from kubernetes import client
+
+    manifest = json.dumps(pod_manifest("team", "early", limits=SMALL))
+    early = cluster.kubectl_run("apply", "-f", "-", stdin=manifest)
+    assert early.returncode != 0 and 'namespaces "team" not found' in early.stderr
+    with pytest.raises(client.ApiException) as refused:
+        cluster.core.create_namespaced_pod("team", pod_manifest("team", "early", limits=SMALL))
+    assert refused.value.status == 404
+    assert json.loads(str(refused.value.body))["reason"] == "NotFound"
+    cluster.namespace("team")
+    assert "namespace/team" in cluster.kubectl("get", "namespaces", "-o", "name").split()
+    cluster.create("team", "member", limits=SMALL)
+    cluster.admit("team", "member")
+    assert cluster.region("team", "member").exists()
+    assert cluster.kubectl("delete", "namespace", "team") == 'namespace "team" deleted\n'
+    assert "namespace/team" not in cluster.kubectl("get", "namespaces", "-o", "name").split()
+    assert cluster.core.list_namespaced_pod("team").items == []
+    assert wait_for(
+        lambda: cluster.daemon.api("GET", "/api/v1/pods/team/member").status_code == 404,
+        timeout=30,
+    )
 
 
 def test_two_pods_of_one_shape_admitted_in_reverse_order_each_get_their_own_region(

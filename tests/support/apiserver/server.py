@@ -1,7 +1,8 @@
 """The HTTP side: routes, discovery, watches, tables, and the server's life.
 
 Plain HTTP/1.1 on 127.0.0.1 (kubectl, the official Python client and lightkube all take an
-``http://`` server from a kubeconfig), JSON only (a client asking for protobuf alone gets 406),
+``http://`` server from a kubeconfig), answering in JSON (a client asking for protobuf alone
+gets 406) and reading bodies in JSON, YAML or protobuf (protobuf.py),
 keep-alive for ordinary answers and chunked transfer for watches, so a watch that ends (its
 ``timeoutSeconds``, or the test cutting it) ends as upstream's do.
 """
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
+
 from tests.support.apiserver import patch as patches
-from tests.support.apiserver import selectors
+from tests.support.apiserver import protobuf, selectors
 from tests.support.apiserver.errors import ApiError
 from tests.support.apiserver.kinds import BUILTIN, EVENT, NAMESPACE, POD, Kind
 from tests.support.apiserver.schemas import Schemas
@@ -95,15 +98,28 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _body(self) -> Any:
+    def _raw(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if not raw:
             raise ApiError(400, "BadRequest", "the request has no body")
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise ApiError(400, "BadRequest", "the body is not JSON") from None
+        return raw
+
+    def _body(self) -> Any:
+        """An object sent to create or replace, in JSON, YAML or protobuf (as typed clients
+        send built-in kinds)."""
+        content = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        raw = self._raw()
+        if content == protobuf.CONTENT_TYPE:
+            return protobuf.decode(raw)
+        if content in ("application/json", "application/yaml"):
+            return _document(raw, yaml_too=content == "application/yaml")
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"application/json, application/yaml, {protobuf.CONTENT_TYPE}",
+        )
 
     def _handle(self) -> None:
         api = self.server.api
@@ -256,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _patch(self, route: _Route, query: dict[str, str], accept: str) -> None:
         content = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-        body = self._body()
+        body = _document(self._raw(), yaml_too=False)
         api = self.server.api
         if content == "application/merge-patch+json":
             self._update(route, query, lambda current: patches.merge_patch(current, body))
@@ -335,6 +351,15 @@ class _Handler(BaseHTTPRequestHandler):
             dry_run=dry_run,
         )
         self._send(200, obj)
+
+
+def _document(raw: bytes, *, yaml_too: bool) -> Any:
+    """A JSON (or YAML, a superset) body; 400 BadRequest where it is neither."""
+    try:
+        return yaml.safe_load(raw) if yaml_too else json.loads(raw)
+    except (ValueError, yaml.YAMLError) as error:
+        kind = "YAML" if yaml_too else "JSON"
+        raise ApiError(400, "BadRequest", f"the body is not {kind}: {error}") from None
 
 
 def _table(
