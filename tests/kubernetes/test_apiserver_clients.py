@@ -2,22 +2,17 @@
 official Python client, and the daemon's pod source (lightkube) seeing what they made."""
 
 import json
-import os
-import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.hypervisor.conftest import Daemon, wait_for
+from tests.kubernetes.conftest import Kubectl, needs_kubectl
 from tests.support.apiserver import ApiServer, Kind
 from tests.support.apiserver.kinds import NAMESPACE as NAMESPACE_KIND
-
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
 NAMESPACE_AND_POD = """\
 apiVersion: v1
@@ -42,37 +37,6 @@ spec:
         limits:
           vgpu.io/gpu: 1
 """
-
-Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def kubectl(tmp_path: Path, api: ApiServer) -> Kubectl:
-    config = api.kubeconfig(tmp_path / "kubeconfig")
-    environment = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(tmp_path),
-        "KUBECONFIG": str(config),
-    }
-
-    def run(
-        *args: str, stdin: str | None = None, ok: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        assert KUBECTL is not None
-        result = subprocess.run(
-            [KUBECTL, *args],
-            input=stdin,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if ok:
-            assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stderr}"
-        return result
-
-    return run
 
 
 @needs_kubectl
@@ -265,18 +229,6 @@ def test_a_kind_is_served_once_registered(tmp_path: Path) -> None:
 
 
 # The official Python client
-
-
-@pytest.fixture
-def core(tmp_path: Path, api: ApiServer) -> Iterator[Any]:
-    from kubernetes import client, config
-
-    config_file = api.kubeconfig(tmp_path / "kubeconfig")
-    api_client = config.new_client_from_config(str(config_file))  # type: ignore[no-untyped-call]
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 POD: dict[str, Any] = {

@@ -8,7 +8,6 @@ One node for the module (the daemon restarts in one scenario); each scenario has
 its own, made with kubectl."""
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -24,7 +23,7 @@ from vgpu_limiter import library_path as limiter_library
 from tests.device_plugin.kubelet import Container, FakeKubelet, Pod
 from tests.hypervisor.conftest import Daemon, clean_environment, wait_for
 from tests.hypervisor.test_cluster_backend import driver_present, run_daemon
-from tests.kubernetes.test_apiserver_clients import KUBECTL, needs_kubectl
+from tests.kubernetes.conftest import needs_kubectl, run_kubectl
 from tests.support.apiserver import ApiServer
 from tests.support.tenant import TenantTools, needs_root, tenant_tools
 
@@ -56,20 +55,7 @@ class Cluster:
         return result.stdout
 
     def kubectl_run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        assert KUBECTL is not None
-        return subprocess.run(
-            [KUBECTL, *args],
-            input=stdin,
-            env={
-                "PATH": os.environ.get("PATH", ""),
-                "HOME": str(self.tools.root),
-                "KUBECONFIG": str(self.kubeconfig),
-            },
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return run_kubectl(self.kubeconfig, self.tools.root, *args, stdin=stdin)
 
     def namespace(self, name: str) -> None:
         """``kubectl create namespace``: the scenario's pods go there."""
