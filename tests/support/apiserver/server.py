@@ -161,13 +161,42 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "GET" and self._discovery(url.path):
                 return
             route = api.route(url.path)
-            getattr(self, f"_{self.command.lower()}")(route, query, accept)
+            verb = {"GET": self._get, "HEAD": self._get, "POST": self._post, "PUT": self._put,
+                    "PATCH": self._patch, "DELETE": self._delete}.get(self.command)  # fmt: skip
+            if verb is None:
+                raise ApiError(405, "MethodNotAllowed", f"{self.command} is not supported")
+            verb(route, query, accept)
         except ApiError as error:
             self._send(error.code, error.status())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except OSError:
+            self.close_connection = True
+        except Exception as error:  # a fault of the stand-in's own: a Status, not a traceback
+            self.close_connection = True
+            failure = ApiError(500, "InternalError", f"Internal error occurred: {error!r}")
+            self._send(500, failure.status())
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a request line or headers it cannot read, a URI too
+        long) as a Status, not its HTML page."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.1"  # a request line it could not read: headers still go
+        code = 405 if code == 501 else code  # a method it has no handler for
+        reason = {404: "NotFound", 405: "MethodNotAllowed", 414: "RequestURITooLong",
+                  431: "RequestHeaderFieldsTooLarge"}.get(code, "BadRequest")  # fmt: skip
+        status = ApiError(code, reason, message or explain or "the request is malformed").status()
+        body = json.dumps(status).encode()
+        with contextlib.suppress(OSError):
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
 
     # Discovery
 
@@ -238,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
         if version and not version.isdigit():
             raise ApiError(400, "BadRequest", f"invalid resource version {version!r}")
         initial = query.get("sendInitialEvents") == "true"
-        timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_S)
+        timeout = _number(query, "timeoutSeconds", _DEFAULT_WATCH_S)
         events = api.store.changes(
             route.kind,
             route.namespace,
@@ -309,6 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _put(self, route: _Route, query: dict[str, str], accept: str) -> None:
         body = self._body()
+        self.server.api.schemas.decode(route.kind, body)  # a body that does not decode: 400
         self._update(route, query, lambda _: body)
 
     def _patch(self, route: _Route, query: dict[str, str], accept: str) -> None:
@@ -400,11 +430,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _delete(self, route: _Route, query: dict[str, str], accept: str) -> None:
         store = self.server.api.store
-        options: Object = {}
-        if self.payload:
-            options = self._body()
-        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        options: Any = self._body() if self.payload else {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "BadRequest", f"the DeleteOptions are not an object: {options!r}")
         preconditions = options.get("preconditions") or {}
+        grace = _number(query, "gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        if not isinstance(preconditions, dict) or not isinstance(grace, int | None):
+            raise ApiError(400, "BadRequest", f"the DeleteOptions are not valid: {options!r}")
         dry_run = "dryRun" in query or bool(options.get("dryRun"))
         if route.name is None:  # deletecollection
             selector = selectors.Selector(
@@ -418,7 +450,7 @@ class _Handler(BaseHTTPRequestHandler):
                         route.kind,
                         item["metadata"].get("namespace"),
                         item["metadata"]["name"],
-                        grace=None if grace is None else int(grace),
+                        grace=grace,
                         dry_run=dry_run,
                     )
             self._send(
@@ -429,7 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
             route.kind,
             route.namespace,
             route.name,
-            grace=None if grace is None else int(grace),
+            grace=grace,
             uid=preconditions.get("uid"),
             version=preconditions.get("resourceVersion"),
             dry_run=dry_run,
@@ -468,6 +500,18 @@ def _document(raw: bytes, *, yaml_too: bool) -> Any:
     except (ValueError, yaml.YAMLError) as error:
         kind = "YAML" if yaml_too else "JSON"
         raise ApiError(400, "BadRequest", f"the body is not {kind}: {error}") from None
+
+
+def _number(query: dict[str, str], name: str, default: Any) -> Any:
+    """A query parameter that is a whole number (``default`` where it is absent); 400
+    BadRequest otherwise."""
+    value = query.get(name) or ""
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f"{name} must be a whole number, not {value!r}") from None
 
 
 def _key(obj: Object) -> str:
@@ -570,6 +614,7 @@ class ApiServer:
         self.store = Store(
             self._validate,
             track=self._track,
+            decode=self.schemas.decode,
             stop_pods_s=stop_pods_s,
         )
         for kind in BUILTIN:

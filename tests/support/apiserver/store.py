@@ -69,11 +69,13 @@ class Store:
         validate: Callable[[Object, bool], list[str]],
         *,
         track: Track = lambda kind, old, new, writer: None,
+        decode: Callable[[Kind, Any], None] = lambda kind, obj: None,
         stop_pods_s: float | None = 0.5,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.validate = validate
         self.track = track
+        self.decode = decode  # raises 400 for what upstream could not decode
         self.stop_pods_s = stop_pods_s
         self.clock = clock
         self.version = 1
@@ -167,6 +169,7 @@ class Store:
         dry_run: bool,
         writer: Writer | None = None,
     ) -> tuple[Object, list[str]]:
+        self.decode(kind, body)
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -275,7 +278,14 @@ class Store:
             if found is None:
                 raise not_found(kind.plural, name)
             old = found[1]
-            new = self._replacement(kind, old, change(copy.deepcopy(old)), subresource)
+            changed = change(copy.deepcopy(old))
+            try:
+                self.decode(kind, changed)
+            except ApiError as error:  # what a patch made: upstream says so as the patch's fault
+                raise ApiError(
+                    422, "Invalid", f'{kind.kind} "{name}" is invalid: patch: {error.message}'
+                ) from None
+            new = self._replacement(kind, old, changed, subresource)
             warnings = self.validate(new, strict)
             if writer is not None:
                 self.track(kind, old, new, writer)
