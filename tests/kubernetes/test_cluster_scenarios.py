@@ -215,7 +215,8 @@ def client_core(api_client: Any) -> Any:
 def test_a_namespace_made_listed_and_deleted_with_kubectl_takes_its_pods_along(
     cluster: Cluster,
 ) -> None:
-    """A pod needs its namespace (404 NotFound before it exists, as upstream); deleting the
+    """A pod needs its namespace (404 NotFound before it exists, as upstream); pods made by
+    client-side and server-side apply are admitted in it and listed page by page; deleting the
     namespace deletes its pods, and the daemon lets go of them."""
     from kubernetes import client
 
@@ -231,13 +232,29 @@ def test_a_namespace_made_listed_and_deleted_with_kubectl_takes_its_pods_along(
     cluster.create("team", "member", limits=SMALL)
     cluster.admit("team", "member")
     assert cluster.region("team", "member").exists()
+    # A pod applied server-side (its managers recorded) is admitted as any other.
+    limits = {GPU: "1", MEMORY: "3", COMPUTE: "5"}
+    applied = json.dumps(pod_manifest("team", "applied", limits=limits))
+    ssa = ("apply", "--server-side", "--field-manager=admin", "-f", "-")
+    assert cluster.kubectl(*ssa, stdin=applied) == "pod/applied serverside-applied\n"
+    cluster.admit("team", "applied")
+    gpu = cluster.gpu_of("team", "applied")
+    assert cluster.limits("team", "applied") == {gpu: (3 * GiB, 5.0)}
+    pod = cluster.core.read_namespaced_pod("applied", "team")
+    assert ("admin", "Apply") in [(m.manager, m.operation) for m in pod.metadata.managed_fields]
+    listed = cluster.kubectl("get", "pods", "-n", "team", "--chunk-size=1", "-o", "name")
+    assert listed.split() == ["pod/applied", "pod/member"]
     assert cluster.kubectl("delete", "namespace", "team") == 'namespace "team" deleted\n'
     assert "namespace/team" not in cluster.kubectl("get", "namespaces", "-o", "name").split()
     assert cluster.core.list_namespaced_pod("team").items == []
-    assert wait_for(
-        lambda: cluster.daemon.api("GET", "/api/v1/pods/team/member").status_code == 404,
-        timeout=30,
-    )
+
+    def forgotten() -> bool:
+        return all(
+            cluster.daemon.api("GET", f"/api/v1/pods/team/{name}").status_code == 404
+            for name in ("member", "applied")
+        )
+
+    assert wait_for(forgotten, timeout=30)
 
 
 def test_two_pods_of_one_shape_admitted_in_reverse_order_each_get_their_own_region(
