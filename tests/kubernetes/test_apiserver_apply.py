@@ -112,6 +112,26 @@ def test_kubectl_server_side_apply_merges_lists_by_their_keys(
     assert image == {"f:image": {}}
 
 
+@needs_kubectl
+def test_a_quantity_applied_as_a_number_is_the_stored_string(
+    kubectl: Kubectl, api: ApiServer
+) -> None:
+    """``vgpu.io/gpu: 1`` and the stored ``"1"`` are one value: no conflict with its owner."""
+    container = {"name": "main", "image": "busybox", "resources": {"limits": {"vgpu.io/gpu": 1}}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "q", "namespace": "default"},
+        "spec": {"nodeName": "node-a", "containers": [container]},
+    }
+    kubectl("create", "-f", "-", stdin=json.dumps(pod))
+    shared = kubectl("apply", "--server-side", "--field-manager=ops", "-f", "-",
+                     stdin=json.dumps(pod), ok=False)  # fmt: skip
+    assert shared.returncode == 0, shared.stderr
+    limits = api.store.get(POD, "default", "q")["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"vgpu.io/gpu": "1"}
+
+
 def _version(kubectl: Kubectl, name: str) -> str:
     shown = json.loads(kubectl("get", "cm", name, "-o", "json").stdout)
     version: str = shown["metadata"]["resourceVersion"]

@@ -117,7 +117,15 @@ def _walk(value: Any, schema: Schema, resolve: Resolve, at: Path, found: dict[Pa
             for item in value:
                 found[(*at, "v:" + _compact(item))] = item
             return
+    if _is_quantity(schema, resolve) and isinstance(value, int | float):
+        value = str(value)  # 1 and "1" are one quantity (upstream compares them decoded)
     found[at] = value  # a scalar, an empty object, an atomic list
+
+
+def _is_quantity(schema: Schema, resolve: Resolve) -> bool:
+    """A quantity's node: a string or a number (an int-or-string is a string or an integer)."""
+    choices = resolve(schema).get("oneOf", []) if schema is not None else []
+    return any("number" in (c.get("type") or []) for c in choices)
 
 
 def _tree(paths: set[Path]) -> Object:
