@@ -82,6 +82,10 @@ def test_kubectl_server_side_apply_conflicts_name_the_owner_until_forced(
     shared = SETTINGS.replace("mode: fast", "mode: slow")
     kubectl("apply", "--server-side", "--field-manager=ops", "-f", "-", stdin=shared)
     assert set(_fields(api, "settings")) == {"kubectl", "kubectl-create", "ops"}
+    # Applied again as it was, with other managers after it: a no-op, its entry where it was.
+    version, order = _version(kubectl, "settings"), list(_fields(api, "settings"))
+    kubectl("apply", "--server-side", "-f", "-", stdin=other)
+    assert (_version(kubectl, "settings"), list(_fields(api, "settings"))) == (version, order)
     assert _fields(api, "settings")["ops"][1]["f:data"] == {".": {}, "f:mode": {}, "f:level": {}}
 
 

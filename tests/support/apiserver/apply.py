@@ -236,8 +236,9 @@ def _record(
     others_lose: set[Path],
 ) -> None:
     """Give ``paths`` to the manager's entry (replacing it for an apply, adding to it for an
-    update); ``others_lose`` leave every other entry, and entries left empty go."""
-    entries = []
+    update; where it stood, else last); ``others_lose`` leave every other entry, and entries
+    left empty go."""
+    entries: list[Object | None] = []
     mine: Object | None = None
     for entry in _entries(obj):
         same = (entry.get("manager"), entry.get("operation"), entry.get("subresource")) == (
@@ -247,13 +248,17 @@ def _record(
         )
         if same:
             mine = entry
+            entries.append(None)  # its place
             continue
         kept = _owned(entry) - others_lose
         if kept:
             entries.append({**entry, "fieldsV1": _tree(kept)})
+    if mine is None:
+        entries.append(None)
     owned = paths if operation == "Apply" or mine is None else _owned(mine) | paths
+    new: Object | None = None
     if owned:
-        entry = {
+        new = {
             "manager": manager,
             "operation": operation,
             "apiVersion": obj["apiVersion"],
@@ -262,10 +267,10 @@ def _record(
             "fieldsV1": _tree(owned),
         }
         if subresource:
-            entry["subresource"] = subresource
-        entries.append(entry)
-    obj["metadata"]["managedFields"] = entries
-    if not entries:
+            new["subresource"] = subresource
+    obj["metadata"]["managedFields"] = [e if e is not None else new for e in entries]
+    obj["metadata"]["managedFields"] = [e for e in obj["metadata"]["managedFields"] if e]
+    if not obj["metadata"]["managedFields"]:
         del obj["metadata"]["managedFields"]
 
 
