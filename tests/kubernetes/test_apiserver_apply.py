@@ -136,6 +136,30 @@ def test_a_quantity_applied_as_a_number_is_the_stored_string(
     assert limits == {"vgpu.io/gpu": "1"}
 
 
+@needs_kubectl
+def test_an_atomic_object_is_applied_and_owned_whole(kubectl: Kubectl, api: ApiServer) -> None:
+    """A label selector is atomic: taken over, it is the new one, not the two merged."""
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "only", "namespace": "default"},
+        "spec": {"podSelector": {"matchLabels": {"app": "a"}}},
+    }
+    kubectl("apply", "--server-side", "--field-manager=one", "-f", "-", stdin=json.dumps(policy))
+    policy["spec"] = {"podSelector": {"matchLabels": {"tier": "x"}}}
+    refused = kubectl("apply", "--server-side", "--field-manager=two", "-f", "-",
+                      stdin=json.dumps(policy), ok=False)  # fmt: skip
+    assert 'conflict with "one" using networking.k8s.io/v1: .spec.podSelector' in refused.stderr
+    kubectl("apply", "--server-side", "--field-manager=two", "--force-conflicts", "-f", "-",
+            stdin=json.dumps(policy))  # fmt: skip
+    shown = json.loads(
+        kubectl("get", "netpol", "only", "-o", "json", "--show-managed-fields").stdout
+    )
+    assert shown["spec"]["podSelector"] == {"matchLabels": {"tier": "x"}}
+    owners = {e["manager"]: e["fieldsV1"] for e in shown["metadata"]["managedFields"]}
+    assert owners == {"two": {"f:spec": {"f:podSelector": {}}}}
+
+
 def _version(kubectl: Kubectl, name: str) -> str:
     shown = json.loads(kubectl("get", "cm", name, "-o", "json").stdout)
     version: str = shown["metadata"]["resourceVersion"]

@@ -1,7 +1,8 @@
 """Server-side apply (``application/apply-patch+yaml``): the applied configuration merged into
 the object, each manager's fields recorded in ``metadata.managedFields``.
 
-As upstream's structured merge: objects and maps merge key by key; a list merges item by item
+As upstream's structured merge: objects and maps merge key by key (but those the schema makes
+``x-kubernetes-map-type: atomic``, replaced whole); a list merges item by item
 where the published schema makes it a map (``x-kubernetes-list-type: map``, by its
 ``x-kubernetes-list-map-keys``) or a set (``set``), and is replaced whole otherwise (``atomic``).
 Each apply records the fields its configuration sets (``FieldsV1``: ``f:`` a field, ``k:`` a
@@ -47,6 +48,12 @@ def _field(schema: Schema, resolve: Resolve, name: str) -> Schema:
         return resolve(properties[name])
     extra = node.get("additionalProperties")
     return resolve(extra) if isinstance(extra, dict) else None
+
+
+def _atomic(schema: Schema, resolve: Resolve) -> bool:
+    """An object or map replaced and owned whole (``x-kubernetes-map-type: atomic``: a label
+    selector, a node selector, an object reference)."""
+    return schema is not None and resolve(schema).get("x-kubernetes-map-type") == "atomic"
 
 
 def _is_map(schema: Schema, resolve: Resolve) -> bool:
@@ -99,7 +106,7 @@ def leaves(document: Any, schema: Schema, resolve: Resolve) -> dict[Path, Any]:
 
 
 def _walk(value: Any, schema: Schema, resolve: Resolve, at: Path, found: dict[Path, Any]) -> None:
-    if isinstance(value, dict) and value:
+    if isinstance(value, dict) and value and not _atomic(schema, resolve):
         if at and _is_map(schema, resolve):
             found[(*at, _SELF)] = None
         for key, child in value.items():
@@ -171,7 +178,7 @@ def _shown(path: Path) -> str:
 
 def merge(live: Any, config: Any, schema: Schema, resolve: Resolve) -> Any:
     """``config`` merged into ``live`` (a new document)."""
-    if isinstance(config, dict) and isinstance(live, dict):
+    if isinstance(config, dict) and isinstance(live, dict) and not _atomic(schema, resolve):
         result = copy.deepcopy(live)
         for key, value in config.items():
             result[key] = merge(live.get(key), value, _field(schema, resolve, key), resolve)
