@@ -8,7 +8,6 @@ One node for the module (the daemon restarts in one scenario); each scenario has
 its own, made with kubectl."""
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -24,7 +23,7 @@ from vgpu_limiter import library_path as limiter_library
 from tests.device_plugin.kubelet import Container, FakeKubelet, Pod
 from tests.hypervisor.conftest import Daemon, clean_environment, wait_for
 from tests.hypervisor.test_cluster_backend import driver_present, run_daemon
-from tests.kubernetes.test_apiserver_clients import KUBECTL, needs_kubectl
+from tests.kubernetes.conftest import needs_kubectl, run_kubectl
 from tests.support.apiserver import ApiServer
 from tests.support.tenant import TenantTools, needs_root, tenant_tools
 
@@ -51,29 +50,16 @@ class Cluster:
     kubeconfig: Path
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        assert KUBECTL is not None
-        result = subprocess.run(
-            [KUBECTL, *args],
-            input=stdin,
-            env={
-                "PATH": os.environ.get("PATH", ""),
-                "HOME": str(self.tools.root),
-                "KUBECONFIG": str(self.kubeconfig),
-            },
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = self.kubectl_run(*args, stdin=stdin)
         assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stderr}"
         return result.stdout
 
+    def kubectl_run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(self.kubeconfig, self.tools.root, *args, stdin=stdin)
+
     def namespace(self, name: str) -> None:
-        """``kubectl apply`` of a Namespace (``kubectl create namespace`` sends protobuf,
-        which the stand-in does not read)."""
-        manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        applied = self.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
-        assert applied == f"namespace/{name} created\n"
+        """``kubectl create namespace``: the scenario's pods go there."""
+        assert self.kubectl("create", "namespace", name) == f"namespace/{name} created\n"
 
     def create(self, namespace: str, name: str, **spec: Any) -> None:
         """``kubectl apply`` of a pod bound to the node (as the scheduler binds it)."""
@@ -224,6 +210,51 @@ def client_core(api_client: Any) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(api_client)
+
+
+def test_a_namespace_made_listed_and_deleted_with_kubectl_takes_its_pods_along(
+    cluster: Cluster,
+) -> None:
+    """A pod needs its namespace (404 NotFound before it exists, as upstream); pods made by
+    client-side and server-side apply are admitted in it and listed page by page; deleting the
+    namespace deletes its pods, and the daemon lets go of them."""
+    from kubernetes import client
+
+    manifest = json.dumps(pod_manifest("team", "early", limits=SMALL))
+    early = cluster.kubectl_run("apply", "-f", "-", stdin=manifest)
+    assert early.returncode != 0 and 'namespaces "team" not found' in early.stderr
+    with pytest.raises(client.ApiException) as refused:
+        cluster.core.create_namespaced_pod("team", pod_manifest("team", "early", limits=SMALL))
+    assert refused.value.status == 404
+    assert json.loads(str(refused.value.body))["reason"] == "NotFound"
+    cluster.namespace("team")
+    assert "namespace/team" in cluster.kubectl("get", "namespaces", "-o", "name").split()
+    cluster.create("team", "member", limits=SMALL)
+    cluster.admit("team", "member")
+    assert cluster.region("team", "member").exists()
+    # A pod applied server-side (its managers recorded) is admitted as any other.
+    limits = {GPU: "1", MEMORY: "3", COMPUTE: "5"}
+    applied = json.dumps(pod_manifest("team", "applied", limits=limits))
+    ssa = ("apply", "--server-side", "--field-manager=admin", "-f", "-")
+    assert cluster.kubectl(*ssa, stdin=applied) == "pod/applied serverside-applied\n"
+    cluster.admit("team", "applied")
+    gpu = cluster.gpu_of("team", "applied")
+    assert cluster.limits("team", "applied") == {gpu: (3 * GiB, 5.0)}
+    pod = cluster.core.read_namespaced_pod("applied", "team")
+    assert ("admin", "Apply") in [(m.manager, m.operation) for m in pod.metadata.managed_fields]
+    listed = cluster.kubectl("get", "pods", "-n", "team", "--chunk-size=1", "-o", "name")
+    assert listed.split() == ["pod/applied", "pod/member"]
+    assert cluster.kubectl("delete", "namespace", "team") == 'namespace "team" deleted\n'
+    assert "namespace/team" not in cluster.kubectl("get", "namespaces", "-o", "name").split()
+    assert cluster.core.list_namespaced_pod("team").items == []
+
+    def forgotten() -> bool:
+        return all(
+            cluster.daemon.api("GET", f"/api/v1/pods/team/{name}").status_code == 404
+            for name in ("member", "applied")
+        )
+
+    assert wait_for(forgotten, timeout=30)
 
 
 def test_two_pods_of_one_shape_admitted_in_reverse_order_each_get_their_own_region(

@@ -10,6 +10,7 @@ import re
 from importlib import resources
 from typing import Any
 
+import jsonschema  # type: ignore[import-untyped]  # kubernetes-validate's, without types
 import kubernetes_validate
 
 from tests.support.apiserver.errors import ApiError
@@ -66,6 +67,28 @@ class Schemas:
     def root(self, kind: Kind) -> Object | None:
         name = self.definition(kind)
         return None if name is None else self.defs[name]
+
+    def decode(self, kind: Kind, obj: Any) -> None:
+        """Check what decoding checks upstream, before anything reads the object: that it is
+        an object of the URL's kind whose every field has its type (400 BadRequest: ``x in
+        version "v1" cannot be handled as a X``); the rest of the schema is ``validate``'s."""
+        what = f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}'
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", f"{what}: the body is not an object")
+        for field, expected in (("apiVersion", kind.group_version), ("kind", kind.kind)):
+            if obj.get(field) not in (None, expected):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"{what}: the object's {field} is {obj[field]!r}, not {expected!r}",
+                )
+        name = self.definition(kind)
+        if name is None:
+            return
+        error = next((e for e in _types(self.version, name).iter_errors(obj)
+                      if e.validator == "type"), None)  # fmt: skip
+        if error is not None:
+            raise ApiError(400, "BadRequest", f"{what}: {_where(error)}: {error.message}")
 
     def validate(self, obj: Object, *, strict: bool) -> list[str]:
         """Check ``obj``; raises 422 Invalid for an error of the schema, 400 for an unknown
@@ -136,7 +159,15 @@ class Schemas:
         }
 
 
-def _where(error: kubernetes_validate.ValidationError) -> str:
+@functools.cache
+def _types(version: str, name: str) -> Any:
+    """A validator of one definition (of which ``decode`` takes the type errors)."""
+    return jsonschema.Draft202012Validator(
+        {"$defs": definitions(version), "$ref": f"#/$defs/{name}"}
+    )
+
+
+def _where(error: Any) -> str:
     """The field of a schema error in Kubernetes' notation: spec.containers[0].name."""
     path = ""
     for part in error.absolute_path:

@@ -1,13 +1,15 @@
 """The HTTP side: routes, discovery, watches, tables, and the server's life.
 
 Plain HTTP/1.1 on 127.0.0.1 (kubectl, the official Python client and lightkube all take an
-``http://`` server from a kubeconfig), JSON only (a client asking for protobuf alone gets 406),
+``http://`` server from a kubeconfig), answering in JSON (a client asking for protobuf alone
+gets 406) and reading bodies in JSON, YAML or protobuf (protobuf.py),
 keep-alive for ordinary answers and chunked transfer for watches, so a watch that ends (its
 ``timeoutSeconds``, or the test cutting it) ends as upstream's do.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import select
@@ -22,12 +24,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
+
+from tests.support.apiserver import apply as applying
 from tests.support.apiserver import patch as patches
-from tests.support.apiserver import selectors
+from tests.support.apiserver import protobuf, selectors
 from tests.support.apiserver.errors import ApiError
 from tests.support.apiserver.kinds import BUILTIN, EVENT, NAMESPACE, POD, Kind
 from tests.support.apiserver.schemas import Schemas
-from tests.support.apiserver.store import Object, Store
+from tests.support.apiserver.store import Object, Store, Writer, timestamp
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _DEFAULT_WATCH_S = 1800  # upstream picks between 30 and 60 minutes
@@ -95,15 +100,47 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if not raw:
+    def _read_body(self) -> bytes:
+        """The request's body, read whole before anything is answered (a body left unread
+        would be taken for the connection's next request)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            try:
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    parts.append(self.rfile.read(size))
+                    self.rfile.readline()
+            except ValueError:
+                self.close_connection = True
+                raise ApiError(400, "BadRequest", "the chunked body is malformed") from None
+            while self.rfile.readline().strip():
+                pass  # trailers
+            return b"".join(parts)
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit():
+            self.close_connection = True
+            raise ApiError(400, "BadRequest", f"Content-Length {length!r} is not a length")
+        return self.rfile.read(int(length)) if int(length) else b""
+
+    def _raw(self) -> bytes:
+        if not self.payload:
             raise ApiError(400, "BadRequest", "the request has no body")
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise ApiError(400, "BadRequest", "the body is not JSON") from None
+        return self.payload
+
+    def _body(self) -> Any:
+        """An object sent to create or replace, in JSON, YAML or protobuf (as typed clients
+        send built-in kinds)."""
+        content = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        raw = self._raw()
+        if content == protobuf.CONTENT_TYPE:
+            return protobuf.decode(raw)
+        if content in ("application/json", "application/yaml"):
+            return _document(raw, yaml_too=content == "application/yaml")
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"application/json, application/yaml, {protobuf.CONTENT_TYPE}",
+        )
 
     def _handle(self) -> None:
         api = self.server.api
@@ -111,7 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         accept = self.headers.get("Accept", "application/json")
+        self.payload = b""
         try:
+            self.payload = self._read_body()
             if not any(
                 t.split(";")[0].strip() in ("application/json", "*/*", "application/*")
                 for t in accept.split(",")
@@ -122,13 +161,42 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "GET" and self._discovery(url.path):
                 return
             route = api.route(url.path)
-            getattr(self, f"_{self.command.lower()}")(route, query, accept)
+            verb = {"GET": self._get, "HEAD": self._get, "POST": self._post, "PUT": self._put,
+                    "PATCH": self._patch, "DELETE": self._delete}.get(self.command)  # fmt: skip
+            if verb is None:
+                raise ApiError(405, "MethodNotAllowed", f"{self.command} is not supported")
+            verb(route, query, accept)
         except ApiError as error:
             self._send(error.code, error.status())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except OSError:
+            self.close_connection = True
+        except Exception as error:  # a fault of the stand-in's own: a Status, not a traceback
+            self.close_connection = True
+            failure = ApiError(500, "InternalError", f"Internal error occurred: {error!r}")
+            self._send(500, failure.status())
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a request line or headers it cannot read, a URI too
+        long) as a Status, not its HTML page."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.1"  # a request line it could not read: headers still go
+        code = 405 if code == 501 else code  # a method it has no handler for
+        reason = {404: "NotFound", 405: "MethodNotAllowed", 414: "RequestURITooLong",
+                  431: "RequestHeaderFieldsTooLarge"}.get(code, "BadRequest")  # fmt: skip
+        status = ApiError(code, reason, message or explain or "the request is malformed").status()
+        body = json.dumps(status).encode()
+        with contextlib.suppress(OSError):
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
 
     # Discovery
 
@@ -163,10 +231,20 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("watch") in ("true", "1"):
             self._watch(route, selector, query, table)
             return
-        items, version = api.store.select(route.kind, route.namespace, selector)
-        items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        at, after = _continued(query.get("continue"))
+        items, version = api.store.select(route.kind, route.namespace, selector, at)
+        items = sorted((i for i in items if _key(i) > after), key=_key)
+        limit = query.get("limit") or "0"
+        if not limit.isdigit():
+            raise ApiError(400, "BadRequest", f"limit must be a whole number, not {limit!r}")
+        meta: Object = {"resourceVersion": str(version)}
+        if 0 < int(limit) < len(items):
+            items, rest = items[: int(limit)], items[int(limit) :]
+            meta["continue"] = _continue_token(version, _key(items[-1]))
+            if not selector.labels and not selector.fields:
+                meta["remainingItemCount"] = len(rest)
         if table:
-            self._send(200, _table(route.kind, items, query, version), _TABLE)
+            self._send(200, _table(route.kind, items, query, meta), _TABLE)
             return
         for item in items:
             item.pop("kind", None)
@@ -176,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
             {
                 "kind": f"{route.kind.kind}List",
                 "apiVersion": route.kind.group_version,
-                "metadata": {"resourceVersion": str(version)},
+                "metadata": meta,
                 "items": items,
             },
         )
@@ -189,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
         if version and not version.isdigit():
             raise ApiError(400, "BadRequest", f"invalid resource version {version!r}")
         initial = query.get("sendInitialEvents") == "true"
-        timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_S)
+        timeout = _number(query, "timeoutSeconds", _DEFAULT_WATCH_S)
         events = api.store.changes(
             route.kind,
             route.namespace,
@@ -247,16 +325,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._body(),
             strict=query.get("fieldValidation") == "Strict",
             dry_run="dryRun" in query,
+            writer=self._writer(route, query),
         )
         self._send(201, obj, warnings=warnings)
 
+    def _writer(self, route: _Route, query: dict[str, str]) -> Writer:
+        """Who writes: the request's fieldManager, else the client's name from its User-Agent
+        (``kubectl/v1.32.4 (linux/amd64) …`` is ``kubectl``), as upstream names managers."""
+        agent = (self.headers.get("User-Agent") or "").split("/")[0].strip()
+        manager = query.get("fieldManager") or agent[:128] or "unknown"
+        return Writer(manager, route.sub)
+
     def _put(self, route: _Route, query: dict[str, str], accept: str) -> None:
         body = self._body()
+        self.server.api.schemas.decode(route.kind, body)  # a body that does not decode: 400
         self._update(route, query, lambda _: body)
 
     def _patch(self, route: _Route, query: dict[str, str], accept: str) -> None:
         content = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-        body = self._body()
+        if content == "application/apply-patch+yaml":
+            self._apply(route, query)
+            return
+        body = _document(self._raw(), yaml_too=False)
         api = self.server.api
         if content == "application/merge-patch+json":
             self._update(route, query, lambda current: patches.merge_patch(current, body))
@@ -274,7 +364,46 @@ class _Handler(BaseHTTPRequestHandler):
                 415, "UnsupportedMediaType", f"the patch type {content!r} is not supported"
             )
 
-    def _update(self, route: _Route, query: dict[str, str], change: Any) -> None:
+    def _apply(self, route: _Route, query: dict[str, str]) -> None:
+        """Server-side apply: the object made from the configuration (201) where there is
+        none, else the configuration merged into it (apply.py)."""
+        api = self.server.api
+        manager = query.get("fieldManager")
+        if not manager:
+            raise ApiError(
+                422,
+                "Invalid",
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                "is required for apply patch",
+            )
+        if route.name is None:
+            raise ApiError(405, "MethodNotAllowed", "PATCH needs an object's name")
+        config = _document(self._raw(), yaml_too=True)
+        _check_applied(config, route)
+        schema, now = api.schemas.root(route.kind), timestamp(api.store.clock())
+        force = query.get("force") == "true"
+        strict = query.get("fieldValidation") == "Strict"
+
+        def merged(live: Object | None) -> Object:
+            return applying.apply(live, config, schema, api.schemas.resolve, manager=manager,
+                                  force=force, subresource=route.sub, now=now)  # fmt: skip
+
+        try:
+            self._update(route, query, merged, tracked=False)  # the apply records its fields
+        except ApiError as error:
+            if error.code != 404 or route.sub is not None or error.reason != "NotFound":
+                raise
+            if (error.details or {}).get("kind") != route.kind.plural:
+                raise  # the namespace is missing, not the object
+            obj, warnings = api.store.create(
+                route.kind, route.namespace, merged(None), strict=strict,
+                dry_run="dryRun" in query,
+            )  # fmt: skip
+            self._send(201, obj, warnings=warnings)
+
+    def _update(
+        self, route: _Route, query: dict[str, str], change: Any, *, tracked: bool = True
+    ) -> None:
         if route.name is None:
             raise ApiError(405, "MethodNotAllowed", f"{self.command} needs an object's name")
         if route.sub not in (None, "status"):
@@ -295,16 +424,19 @@ class _Handler(BaseHTTPRequestHandler):
             subresource=route.sub,
             strict=query.get("fieldValidation") == "Strict",
             dry_run="dryRun" in query,
+            writer=self._writer(route, query) if tracked else None,
         )
         self._send(200, obj, warnings=warnings)
 
     def _delete(self, route: _Route, query: dict[str, str], accept: str) -> None:
         store = self.server.api.store
-        options: Object = {}
-        if int(self.headers.get("Content-Length") or 0):
-            options = self._body()
-        grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        options: Any = self._body() if self.payload else {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "BadRequest", f"the DeleteOptions are not an object: {options!r}")
         preconditions = options.get("preconditions") or {}
+        grace = _number(query, "gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        if not isinstance(preconditions, dict) or not isinstance(grace, int | None):
+            raise ApiError(400, "BadRequest", f"the DeleteOptions are not valid: {options!r}")
         dry_run = "dryRun" in query or bool(options.get("dryRun"))
         if route.name is None:  # deletecollection
             selector = selectors.Selector(
@@ -318,7 +450,7 @@ class _Handler(BaseHTTPRequestHandler):
                         route.kind,
                         item["metadata"].get("namespace"),
                         item["metadata"]["name"],
-                        grace=None if grace is None else int(grace),
+                        grace=grace,
                         dry_run=dry_run,
                     )
             self._send(
@@ -329,7 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
             route.kind,
             route.namespace,
             route.name,
-            grace=None if grace is None else int(grace),
+            grace=grace,
             uid=preconditions.get("uid"),
             version=preconditions.get("resourceVersion"),
             dry_run=dry_run,
@@ -337,8 +469,81 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, obj)
 
 
+def _check_applied(config: Any, route: _Route) -> None:
+    """An applied configuration names its kind and the object of the URL, and leaves the
+    managers to the server."""
+    if not isinstance(config, dict) or not isinstance(config.get("metadata"), dict):
+        raise ApiError(400, "BadRequest", "the applied configuration is not an object")
+    kind = route.kind
+    if (config.get("apiVersion"), config.get("kind")) != (kind.group_version, kind.kind):
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the applied configuration is {config.get('apiVersion')} {config.get('kind')}, "
+            f"not the {kind.group_version} {kind.kind} of the URL",
+        )
+    if config["metadata"].get("name") != route.name:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the name of the object ({config['metadata'].get('name')}) does not match the "
+            f"name on the URL ({route.name})",
+        )
+    if config["metadata"].get("managedFields") is not None:
+        raise ApiError(400, "BadRequest", "metadata.managedFields must be nil")
+
+
+def _document(raw: bytes, *, yaml_too: bool) -> Any:
+    """A JSON (or YAML, a superset) body; 400 BadRequest where it is neither."""
+    try:
+        return yaml.safe_load(raw) if yaml_too else json.loads(raw)
+    except (ValueError, yaml.YAMLError) as error:
+        kind = "YAML" if yaml_too else "JSON"
+        raise ApiError(400, "BadRequest", f"the body is not {kind}: {error}") from None
+
+
+def _number(query: dict[str, str], name: str, default: Any) -> Any:
+    """A query parameter that is a whole number (``default`` where it is absent); 400
+    BadRequest otherwise."""
+    value = query.get(name) or ""
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f"{name} must be a whole number, not {value!r}") from None
+
+
+def _key(obj: Object) -> str:
+    """Where an object stands in a list: by namespace, then name (etcd's key order)."""
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+def _continue_token(version: int, last: str) -> str:
+    """A list's next page: the list's version and the last key given, as upstream's token."""
+    document = {"v": "meta.k8s.io/v1", "rv": version, "start": last + "\x00"}
+    return base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
+
+
+def _continued(token: str | None) -> tuple[int | None, str]:
+    """The version and the key after which a continued list goes on (None, "": from the
+    start, now); 400 BadRequest for a token this server did not give."""
+    if not token:
+        return None, ""
+    try:
+        document = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        version, start = document["rv"], document["start"]
+        if document["v"] != "meta.k8s.io/v1" or not isinstance(version, int) or version < 1:
+            raise ValueError(document)
+        if not isinstance(start, str) or not start.endswith("\x00"):
+            raise ValueError(document)
+    except (ValueError, KeyError, TypeError):
+        raise ApiError(400, "BadRequest", "continue key is not valid") from None
+    return version, start[:-1]
+
+
 def _table(
-    kind: Kind, items: list[Object], query: dict[str, str], version: int | None = None
+    kind: Kind, items: list[Object], query: dict[str, str], meta: Object | None = None
 ) -> Object:
     """The server-side printing kubectl asks for: name, a pod's phase, age."""
     columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name"}]
@@ -369,7 +574,7 @@ def _table(
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": {} if version is None else {"resourceVersion": str(version)},
+        "metadata": meta or {},
         "columnDefinitions": columns,
         "rows": rows,
     }
@@ -406,7 +611,12 @@ class ApiServer:
         self.schemas = Schemas(version)
         self.requests: list[str] = []
         self.kinds: list[Kind] = []
-        self.store = Store(self._validate, stop_pods_s=stop_pods_s)
+        self.store = Store(
+            self._validate,
+            track=self._track,
+            decode=self.schemas.decode,
+            stop_pods_s=stop_pods_s,
+        )
         for kind in BUILTIN:
             self.register(kind)
         for name in namespaces:
@@ -433,6 +643,11 @@ class ApiServer:
 
     def _validate(self, obj: Object, strict: bool) -> list[str]:
         return self.schemas.validate(obj, strict=strict)
+
+    def _track(self, kind: Kind, old: Object | None, new: Object, writer: Writer) -> None:
+        applying.updated(old, new, self.schemas.root(kind), self.schemas.resolve,
+                         manager=writer.manager, subresource=writer.subresource,
+                         now=timestamp(self.store.clock()))  # fmt: skip
 
     @property
     def url(self) -> str:

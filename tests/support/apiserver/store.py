@@ -27,6 +27,10 @@ from tests.support.apiserver.kinds import Invalid, Kind
 from tests.support.apiserver.selectors import Selector
 
 Object = dict[str, Any]
+# Records in the new object (its managedFields) what a client's write changed: the kind, the
+# object before (None: created), the object after, and who wrote it and where (its manager,
+# the subresource).
+Track = Callable[[Kind, Object | None, Object, "Writer"], None]
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # what generateName suffixes are made of
@@ -41,12 +45,22 @@ def timestamp(moment: datetime) -> str:
 
 
 @dataclass(frozen=True)
+class Writer:
+    """A client's write: its field manager, and the subresource it wrote (None: the object)."""
+
+    manager: str
+    subresource: str | None = None
+
+
+@dataclass(frozen=True)
 class Change:
     version: int
     type: str  # ADDED, MODIFIED, DELETED
     kind: Kind
     obj: Object
-    old: Object | None  # the object before a MODIFIED: a watch tells who entered or left
+    # The object before a change (None for ADDED): a watch tells who entered or left, a
+    # list's next page sees the objects as they were.
+    old: Object | None
 
 
 class Store:
@@ -54,10 +68,14 @@ class Store:
         self,
         validate: Callable[[Object, bool], list[str]],
         *,
+        track: Track = lambda kind, old, new, writer: None,
+        decode: Callable[[Kind, Any], None] = lambda kind, obj: None,
         stop_pods_s: float | None = 0.5,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.validate = validate
+        self.track = track
+        self.decode = decode  # raises 400 for what upstream could not decode
         self.stop_pods_s = stop_pods_s
         self.clock = clock
         self.version = 1
@@ -84,17 +102,40 @@ class Store:
             return copy.deepcopy(found[1])
 
     def select(
-        self, kind: Kind, namespace: str | None, selector: Selector
+        self, kind: Kind, namespace: str | None, selector: Selector, at: int | None = None
     ) -> tuple[list[Object], int]:
+        """The objects the selector sees, now or as they were at version ``at`` (a list's
+        next page shows the list's moment: 410 Expired once that history is compacted)."""
         with self.changed:
+            objects = self._objects if at is None else self._as_of(at)
             items = [
                 copy.deepcopy(obj)
-                for (group, plural, ns, _), (_, obj) in self._objects.items()
+                for (group, plural, ns, _), (_, obj) in objects.items()
                 if (group, plural) == (kind.group, kind.plural)
                 and (namespace is None or ns == namespace)
                 and selector.matches(obj)
             ]
-            return items, self.version
+            return items, self.version if at is None else at
+
+    def _as_of(self, version: int) -> dict[Key, tuple[Kind, Object]]:
+        if version < self.compacted or version > self.version:
+            raise ApiError(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter.",
+            )
+        objects = dict(self._objects)
+        for change in reversed(self.history):
+            if change.version <= version:
+                break
+            key = self.key(change.kind, change.obj["metadata"].get("namespace"),
+                           change.obj["metadata"]["name"])  # fmt: skip
+            if change.old is None:
+                objects.pop(key, None)  # made after the version
+            else:
+                objects[key] = (change.kind, change.old)  # as it was before the change
+        return objects
 
     # Changing
 
@@ -119,8 +160,16 @@ class Store:
             )
 
     def create(
-        self, kind: Kind, namespace: str | None, body: Object, *, strict: bool, dry_run: bool
+        self,
+        kind: Kind,
+        namespace: str | None,
+        body: Object,
+        *,
+        strict: bool,
+        dry_run: bool,
+        writer: Writer | None = None,
     ) -> tuple[Object, list[str]]:
+        self.decode(kind, body)
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -170,6 +219,8 @@ class Store:
             if kind.defaults is not None:
                 kind.defaults(obj)
             warnings = self.validate(obj, strict)
+            if writer is not None:
+                self.track(kind, None, obj, writer)
             if dry_run:
                 return obj, warnings
             self._bump(obj)
@@ -217,16 +268,27 @@ class Store:
         subresource: str | None,
         strict: bool,
         dry_run: bool,
+        writer: Writer | None = None,
     ) -> tuple[Object, list[str]]:
         """Replace an object by ``change(current)``: a PUT's body, or the patched object. A
-        resourceVersion in it that is not the current one is a conflict."""
+        resourceVersion in it that is not the current one is a conflict. A ``writer``'s
+        changes are recorded in the object's managedFields (an apply records its own)."""
         with self.changed:
             found = self._objects.get(self.key(kind, namespace, name))
             if found is None:
                 raise not_found(kind.plural, name)
             old = found[1]
-            new = self._replacement(kind, old, change(copy.deepcopy(old)), subresource)
+            changed = change(copy.deepcopy(old))
+            try:
+                self.decode(kind, changed)
+            except ApiError as error:  # what a patch made: upstream says so as the patch's fault
+                raise ApiError(
+                    422, "Invalid", f'{kind.kind} "{name}" is invalid: patch: {error.message}'
+                ) from None
+            new = self._replacement(kind, old, changed, subresource)
             warnings = self.validate(new, strict)
+            if writer is not None:
+                self.track(kind, old, new, writer)
             if subresource is None and kind.check_update is not None:
                 try:
                     kind.check_update(old, new)
@@ -270,7 +332,10 @@ class Store:
                 "the latest version and try again",
             )
         if subresource == "status":
+            fields = new["metadata"].get("managedFields", old["metadata"].get("managedFields"))
             new = {**copy.deepcopy(old), "status": new.get("status", {})}
+            if fields is not None:  # an apply of the status records its manager
+                new["metadata"]["managedFields"] = fields
         elif kind.status:
             new["status"] = copy.deepcopy(old.get("status", {}))
         new["kind"], new["apiVersion"] = kind.kind, kind.group_version
@@ -345,7 +410,7 @@ class Store:
         _, obj = self._objects.pop(self.key(kind, namespace, name))
         gone = copy.deepcopy(obj)
         self._bump(gone)
-        self._record("DELETED", kind, gone)
+        self._record("DELETED", kind, gone, obj)
         if kind.namespaced and namespace:
             self._finish_namespace(namespace)
         return gone
