@@ -107,9 +107,10 @@ def running_node(
 
 @contextmanager
 def serving(
-    node: Node, snapshot: NodeSnapshot, placement: Placement = "binpack"
+    node: Node, snapshot: NodeSnapshot, placement: Placement = "binpack", bind_every_s: float = 0.05
 ) -> Iterator[DevicePlugin]:
-    """The plugin of ``node``, started, its pods those of ``node.pods``."""
+    """The plugin of ``node``, started, its pods those of ``node.pods``; its binder looks at
+    the kubelet's list every ``bind_every_s`` while an allocation is unbound."""
     config = PluginConfig(
         node.layout,
         folder=node.kubelet.folder,
@@ -117,8 +118,8 @@ def serving(
         poll_s=0.1,
         placement=placement,
         pod_resources=node.kubelet.pod_resources,
-        bind_poll_s=0.05,
-        bind_idle_s=0.2,
+        bind_poll_s=bind_every_s,
+        bind_idle_s=max(0.2, bind_every_s),
         forget_s=0.5,
     )
     minors = {gpu.uuid: index for index, gpu in enumerate(inventory(snapshot))}

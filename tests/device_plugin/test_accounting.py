@@ -21,6 +21,7 @@ from tests.device_plugin.conftest import (
     admit,
     allocation_of,
     gpu_pod,
+    kubelet_pod,
     running_node,
     serving,
 )
@@ -112,6 +113,36 @@ def test_filling_one_gpus_memory_spills_to_the_next(
         assert small == [second if placement == "binpack" else first]
         committed = plugin.ledger.committed()
         assert committed[first].memory + committed[second].memory == (5 + 6 + 2) * tenth * GiB
+        assert not node.events
+
+
+def test_a_pod_admitted_before_its_binding_counts_when_the_next_is_placed(
+    tmp_path: Path, snapshot: NodeSnapshot
+) -> None:
+    """The kubelet admits the second pod before the binder's next look at its list: placing it,
+    GetPreferredAllocation binds the first pod first, so the second goes to the other GPU.
+    (Before, within the binder's second the first pod's GPU still looked empty, the second was
+    placed beside it and refused at binding.)"""
+    tenth = capacity(snapshot) // GiB // 10
+    with (
+        running_node(tmp_path, snapshot) as node,
+        serving(node, snapshot, bind_every_s=3600) as plugin,
+    ):
+        node.kubelet.connect()
+        answers = []
+        for name, created in (
+            ("first", "2026-01-01T00:00:01Z"),
+            ("second", "2026-01-01T00:00:02Z"),
+        ):
+            pod = gpu_pod(name, 1, created, memory=6 * tenth, compute=10)
+            node.pods.append(pod)
+            answers.append(node.kubelet.admit(kubelet_pod(pod))["main"])
+        first, second = (allocation_of(plugin, answer) for answer in answers)
+        assert first.pod == ("team", "first") and not first.refused
+        assert second.gpus != first.gpus
+        plugin.bindings.settle()
+        assert allocation_of(plugin, answers[1]).pod == ("team", "second")
+        assert not allocation_of(plugin, answers[1]).refused
         assert not node.events
 
 

@@ -121,6 +121,7 @@ class Bindings:
         self._stale_s = stale_s
         self._book = PrivateFile(base / BOOK_FOLDER, BOOK_FILE)
         self._lock = threading.Lock()
+        self._passing = threading.Lock()  # one pass at a time: the binder's, or settle()'s
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -175,8 +176,21 @@ class Bindings:
             self._wake.wait(self._poll_s if unbound else self._idle_s)
             self._wake.clear()
 
+    def settle(self) -> None:
+        """A pass now, outside the binder's rhythm: before GetPreferredAllocation places the
+        next pod, the pod admitted just before it (its Allocate answered, the kubelet's list
+        already naming it) is bound and charged, so its GPU's room is known."""
+        try:
+            self.bind_pass()
+        except Exception as error:  # as in the binder: said; its next pass tries again
+            log.error("allocation binder: %s: %s", type(error).__name__, error)
+
     def bind_pass(self) -> None:
         """One look at the kubelet's list: bind, relink, forget."""
+        with self._passing:
+            self._bind_pass()
+
+    def _bind_pass(self) -> None:
         allocations = self.all()
         if not allocations:
             return

@@ -367,7 +367,9 @@ class DevicePlugin:
         self, request: api_pb2.PreferredAllocationRequest
     ) -> api_pb2.PreferredAllocationResponse:
         """Per container, the GPU shares the placement rule takes for the pods that may be
-        the one being admitted (none: no preference, the kubelet picks; the binding checks)."""
+        the one being admitted (none: no preference, the kubelet picks; the binding checks).
+        The pods admitted before it are bound first: charged, their GPUs' room is known."""
+        self.bindings.settle()
         return api_pb2.PreferredAllocationResponse(
             container_responses=[
                 api_pb2.ContainerPreferredAllocationResponse(deviceIDs=self._preference(one))
