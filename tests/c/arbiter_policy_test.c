@@ -211,41 +211,50 @@ static void two_jobs(void) {
 }
 
 static void gangs(void) {
-    /* A rank whose pod holds the other GPU goes first, even before a party served longer ago. */
+    /* A rank whose pod holds the other GPU gets no turn before the rotation's: a tenant holding
+     * one GPU could otherwise keep another's lease by taking turns with itself on it. */
     two_jobs();
     hold(0); /* pod 7 holds GPU 0 */
     arbiter->parties[0].last_grant = 9;
     arbiter->parties[1].last_grant = 1;
     wait_for_it(1, 1); /* pod 7's rank on GPU 1 */
     wait_for_it(3, 2); /* pod 8's rank on GPU 1 */
-    CHECK(vgpu_arbiter_next_waiter(arbiter, 1, now_ns) == 1);
+    CHECK(vgpu_arbiter_next_waiter(arbiter, 1, now_ns) == 3);
     /* Crossed: pod 7 holds GPU 0 and waits for GPU 1, which pod 8 holds while waiting for GPU 0.
-     * Broken once the hold is CROSSED_NS old, in favour of the pod that holds the other GPU. */
+     * Once CROSSED_NS old, the younger hold (GPU 1's) goes to its partner (pod 7's rank). */
+    two_jobs();
+    hold(0);
+    now_ns += MS;
+    arbiter->gpus[1].holder = 3;
+    arbiter->gpus[1].held_since_ns = now_ns;
+    wait_for_it(1, 1);
+    wait_for_it(2, 2);
+    CHECK(vgpu_arbiter_crossed(arbiter, 0, now_ns) == -1);
+    CHECK(vgpu_arbiter_crossed(arbiter, 1, now_ns) == -1);
+    CHECK(vgpu_arbiter_deadline(arbiter, 1, now_ns) == now_ns + CROSSED_NS + 1);
+    now_ns += CROSSED_NS + 1;
+    CHECK(vgpu_arbiter_crossed(arbiter, 0, now_ns) == -1); /* the older hold stays */
+    CHECK(vgpu_arbiter_crossed(arbiter, 1, now_ns) == 1);
+    /* Not crossed: pod 7 waits for GPU 1, held by pod 8, which waits for nothing of pod 7's. */
     two_jobs();
     hold(0);
     arbiter->gpus[1].holder = 3;
     arbiter->gpus[1].held_since_ns = now_ns;
     wait_for_it(1, 1);
-    wait_for_it(2, 2);
-    seats[0].activity_ns = seats[3].activity_ns = now_ns;
-    CHECK(vgpu_arbiter_next_waiter(arbiter, 0, now_ns) == 2);
-    CHECK(vgpu_arbiter_judge(arbiter, 0, 2) == VGPU_ARBITER_KEEP);
-    CHECK(vgpu_arbiter_deadline(arbiter, 0, now_ns) == now_ns + CROSSED_NS + 1);
     now_ns += CROSSED_NS + 1;
-    seats[0].activity_ns = seats[3].activity_ns = now_ns;
-    CHECK(vgpu_arbiter_judge(arbiter, 0, 2) == VGPU_ARBITER_CROSSED);
-    /* Once GPU 0 went to pod 8, GPU 1's hold is not crossed: pod 7 waits for nothing else. */
-    hold(2);
-    arbiter->clients[2].waiting = false;
-    arbiter->clients[1].waiting = true;
-    CHECK(vgpu_arbiter_judge(arbiter, 1, 1) == VGPU_ARBITER_KEEP);
-    /* Not crossed either: the holder's pod waits for nothing, or the waiter holds nothing. */
+    CHECK(vgpu_arbiter_crossed(arbiter, 0, now_ns) == -1);
+    CHECK(vgpu_arbiter_crossed(arbiter, 1, now_ns) == -1);
+    /* Nor is one pod holding one GPU and waiting for another that nobody holds. */
     two_jobs();
     hold(0);
-    wait_for_it(2, 1);
+    wait_for_it(1, 1);
+    wait_for_it(2, 2);
     now_ns += CROSSED_NS + 1;
-    seats[0].activity_ns = now_ns;
-    CHECK(vgpu_arbiter_judge(arbiter, 0, 2) == VGPU_ARBITER_KEEP);
+    CHECK(vgpu_arbiter_crossed(arbiter, 0, now_ns) == -1);
+    /* A party served last for overrunning is not honoured as urgent. */
+    struct party party = {0};
+    vgpu_arbiter_penalize(&party, now_ns);
+    CHECK(!vgpu_arbiter_honour_urgent(&party, now_ns + MS));
 }
 
 static void deadlines(void) {

@@ -245,10 +245,14 @@ static void refill_after_idle_or_clock_back(void) {
     uint64_t later = T0 + 2 * VGPU_BUCKET_IDLE_NS + 1;
     CHECK_I64(vgpu_bucket_refill(&device, quarter, later, &capped), 0);
     CHECK_U64(refilled_at(), later);
-    /* A clock before the last refill (another process's clock, a scribbled word): afresh too. */
+    /* A time a little before the last refill (read before another process refilled): nothing
+     * accrues and the debt stays. Far before it (a scribbled word, another boot's region):
+     * afresh. */
     set_balance(-(int64_t)SECOND);
-    CHECK_I64(vgpu_bucket_refill(&device, quarter, later - MS, &capped), 0);
-    CHECK_U64(refilled_at(), later - MS);
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, later - MS, &capped), -(int64_t)SECOND);
+    CHECK_U64(refilled_at(), later);
+    CHECK_I64(vgpu_bucket_refill(&device, quarter, later - 2 * VGPU_BUCKET_IDLE_NS, &capped), 0);
+    CHECK_U64(refilled_at(), later - 2 * VGPU_BUCKET_IDLE_NS);
     /* The largest gap: no overflow, a fresh bucket. */
     set_balance(-(int64_t)SECOND);
     capped = 0;
@@ -403,20 +407,43 @@ static void gang_gate(void) {
     word = vgpu_gang_pack(65535, T0);
     CHECK(vgpu_gang_read(word, 65536 + 3, T0, &until) == VGPU_GANG_DECIDE);
     CHECK(vgpu_gang_read(word, 65534, T0, &until) == VGPU_GANG_LATE);
-    /* A decision of an earlier run (a second old) is no one's: decide afresh. */
+    /* A decision of an earlier run (seconds old) is no one's: decide afresh. */
     word = vgpu_gang_pack(5000, T0);
-    CHECK(vgpu_gang_read(word, 1, T0 + 2 * SECOND, &until) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 1, T0 + 3 * SECOND, &until) == VGPU_GANG_DECIDE);
     CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &until) == VGPU_GANG_LATE);
     /* A decision reaching past the longest wait is a scribble: followed that far only. */
     word = vgpu_gang_pack(9, T0 + 60 * SECOND);
     CHECK(vgpu_gang_read(word, 9, T0, &until) == VGPU_GANG_FOLLOW);
-    CHECK_U64(until, T0 + VGPU_BUCKET_WAIT_MAX_NS);
+    CHECK_U64(until, T0 + VGPU_GANG_WAIT_MAX_NS);
+    /* A gang's pause pays the whole debt (past the bucket's 100-ms wait), up to its own bound. */
+    CHECK_U64(vgpu_gang_wait_ns(-(int64_t)(60 * MS), QUARTER), 240 * MS);
+    CHECK_U64(vgpu_gang_wait_ns(-(int64_t)SECOND, QUARTER), VGPU_GANG_WAIT_MAX_NS);
+    CHECK_U64(vgpu_gang_wait_ns(INT64_MIN, 1), VGPU_GANG_WAIT_MAX_NS);
+    CHECK_U64(vgpu_gang_wait_ns(5, QUARTER), 0);
+    CHECK_U64(vgpu_gang_wait_ns(-5, 0), 0);
+}
+
+static void peek(void) {
+    fresh_device();
+    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    uint64_t capped = 0;
+    CHECK_I64(vgpu_bucket_peek(&device, quarter, T0), 0); /* never refilled */
+    vgpu_bucket_refill(&device, quarter, T0, &capped);
+    set_balance(-(int64_t)(100 * MS));
+    /* 100 ms later at 25 %: 25 ms accrued, as a refill would; nothing written. */
+    CHECK_I64(vgpu_bucket_peek(&device, quarter, T0 + 100 * MS), -(int64_t)(75 * MS));
+    CHECK_U64(refilled_at(), T0);
+    CHECK_I64(balance(), -(int64_t)(100 * MS));
+    /* A reading from before the last refill: the balance as it is. Up to the cap only. */
+    CHECK_I64(vgpu_bucket_peek(&device, quarter, T0 - MS), -(int64_t)(100 * MS));
+    CHECK_I64(vgpu_bucket_peek(&device, quarter, T0 + 9 * SECOND), cap_of(QUARTER));
 }
 
 int main(void) {
     collective_names();
     light_use();
     gang_gate();
+    peek();
     limited();
     contention();
     rate_without_limit();

@@ -61,8 +61,15 @@ int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace p
     _Atomic uint64_t *refilled = &device->compute_state[VGPU_BUCKET_REFILLED_NS];
     uint64_t last = atomic_load(refilled);
     int64_t cap = (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
+    /* A time up to VGPU_BUCKET_IDLE_NS before the last refill is a reading taken before another
+     * process's refill (or this one's, before a wait): nothing accrues, and the debt stays. */
+    bool stale = now <= last && last - now <= VGPU_BUCKET_IDLE_NS;
+    if (stale && last != 0) {
+        return (int64_t)atomic_load(bucket);
+    }
     if (last == 0 || now - last > VGPU_BUCKET_IDLE_NS) {
-        /* First use, or idle for long: start from a full-burst-free, debt-free bucket. */
+        /* First use, idle for long, or a clock far behind the last refill (a scribbled word, a
+         * region from another boot): start from a full-burst-free, debt-free bucket. */
         if (atomic_compare_exchange_strong(refilled, &last, now)) {
             atomic_store(bucket, 0);
         }
@@ -101,6 +108,30 @@ bool vgpu_use_light(uint64_t older, uint64_t now_ns, uint64_t gpu_ns, uint32_t h
     }
     /* used / window < hard / 2, in integers: both below 2^32, hard below 10^4. */
     return used * 2 * VGPU_COMPUTE_UNLIMITED < window * hard;
+}
+
+int64_t vgpu_bucket_peek(const struct vgpu_region_device *device, struct vgpu_pace pace,
+                         uint64_t now) {
+    uint64_t last = atomic_load(&device->compute_state[VGPU_BUCKET_REFILLED_NS]);
+    int64_t balance = (int64_t)atomic_load(&device->compute_state[VGPU_BUCKET_BALANCE]);
+    if (last == 0 || now <= last) {
+        return last == 0 || last - now > VGPU_BUCKET_IDLE_NS ? 0 : balance;
+    }
+    if (now - last > VGPU_BUCKET_IDLE_NS) {
+        return 0;
+    }
+    int64_t cap = (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
+    int64_t next = balance + (int64_t)((now - last) * pace.rate / VGPU_COMPUTE_UNLIMITED);
+    return next > cap ? cap : next;
+}
+
+uint64_t vgpu_gang_wait_ns(int64_t balance, uint32_t rate) {
+    if (balance >= 0 || rate == 0) {
+        return 0;
+    }
+    uint64_t debt = 0 - (uint64_t)balance;
+    uint64_t limit = VGPU_GANG_WAIT_MAX_NS * rate / VGPU_COMPUTE_UNLIMITED;
+    return debt >= limit ? VGPU_GANG_WAIT_MAX_NS : debt * VGPU_COMPUTE_UNLIMITED / rate;
 }
 
 uint64_t vgpu_bucket_time_to_budget(int64_t balance, uint32_t rate) {
@@ -151,8 +182,7 @@ enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
     /* How far `seq` is past the word's collective, modulo the bits kept. */
     uint64_t ahead = (seq - word) & GANG_SEQ_MASK;
     if (ahead == 0) {
-        *until = decided > now + VGPU_BUCKET_WAIT_MAX_NS ? now + VGPU_BUCKET_WAIT_MAX_NS
-                                                          : decided;
+        *until = decided > now + VGPU_GANG_WAIT_MAX_NS ? now + VGPU_GANG_WAIT_MAX_NS : decided;
         return VGPU_GANG_FOLLOW;
     }
     return ahead < (GANG_SEQ_MASK + 1) / 2 ? VGPU_GANG_DECIDE : VGPU_GANG_LATE;

@@ -71,8 +71,10 @@ struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_
 /* Add to the bucket what accrued at `pace.rate` since its last refill, capped at what the hard
  * limit saves in VGPU_BUCKET_BURST_NS (a pod that bursts keeps no more in hand than without); what
  * the cap cut off is added to `*capped`. The first refill, one after VGPU_BUCKET_IDLE_NS, and one
- * with `now` before the last refill empty the bucket instead. Returns the balance. Safe against
- * the pod's other processes refilling and debiting at the same time. */
+ * with `now` more than that before the last refill empty the bucket instead; a `now` less than
+ * that before it changes nothing (a reading older than another process's refill must not forgive
+ * the pod's debt). Returns the balance. Safe against the pod's other processes refilling and
+ * debiting at the same time. */
 int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace pace, uint64_t now,
                            uint64_t *capped);
 
@@ -87,6 +89,16 @@ uint64_t vgpu_use_sample(uint64_t now_ns, uint64_t gpu_ns);
  * starts now is to wait as little as can be (VGPU_ARBITER_URGENT). Its bucket cannot tell: a
  * pod's bucket fills while it waits for the lease, a busy pod's too. */
 bool vgpu_use_light(uint64_t older, uint64_t now_ns, uint64_t gpu_ns, uint32_t hard);
+
+/* The balance the bucket would have if refilled at `now` with `pace` (vgpu_bucket_refill),
+ * without writing it: another GPU's bucket, read by a rank deciding for the pod's gang. */
+int64_t vgpu_bucket_peek(const struct vgpu_region_device *device, struct vgpu_pace pace,
+                         uint64_t now);
+
+/* How long a bucket at `balance` refilling at `rate` takes to get out of debt, for a gang's
+ * pause: not bounded by VGPU_BUCKET_WAIT_MAX_NS but by VGPU_GANG_WAIT_MAX_NS; 0 when not in debt
+ * or `rate` is 0. */
+uint64_t vgpu_gang_wait_ns(int64_t balance, uint32_t rate);
 
 /* How long a bucket at `balance` takes to get out of debt at `rate` (not 0), bounded by
  * VGPU_BUCKET_WAIT_MIN_NS and VGPU_BUCKET_WAIT_MAX_NS; 0 when it is not in debt. */
@@ -108,7 +120,11 @@ void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, stru
  * in microseconds-ish units of 1024 ns. */
 #define VGPU_GANG_SEQ_BITS 16
 /* A decision older than this is from another run of the job (its counters began again). */
-#define VGPU_GANG_STALE_NS 1000000000ULL
+#define VGPU_GANG_STALE_NS 2000000000ULL
+/* The longest pause one decision makes: a step's whole debt (a rank's GPU time between two
+ * collectives, less what its limit refilled meanwhile, over that limit) is paid at once, so
+ * that no rank pauses in the middle of a step. */
+#define VGPU_GANG_WAIT_MAX_NS 1000000000ULL
 
 enum vgpu_gang_verdict {
     VGPU_GANG_DECIDE, /* the first to reach it: decide, and publish with vgpu_gang_pack */
@@ -119,7 +135,7 @@ enum vgpu_gang_verdict {
 uint64_t vgpu_gang_pack(uint64_t seq, uint64_t until_ns);
 
 /* What a rank at collective `seq` makes of the gate's `word` at `now`. A decision that reaches
- * further than VGPU_BUCKET_WAIT_MAX_NS past `now` is a scribble: followed only that far. */
+ * further than VGPU_GANG_WAIT_MAX_NS past `now` is a scribble: followed only that far. */
 enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
                                       uint64_t *until);
 

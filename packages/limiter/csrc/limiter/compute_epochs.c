@@ -173,9 +173,9 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
     if (state->stats.since_ns != 0) {
         vgpu_log(VGPU_LOG_DEBUG,
                  "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
-                 "lost, %u for a collective, %u yielded), %u launches, %u markers, %u stream switches, %llu us of GPU time "
-                 "charged, %llu us waited for the lease, %llu us beyond the bucket's cap in %llu "
-                 "ms",
+                 "lost, %u for a collective, %u yielded), %u launches, %u markers, %u stream "
+                 "switches, %llu us of GPU time charged, %llu us waited for the lease, %llu us "
+                 "beyond the bucket's cap in %llu ms",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.launches,
@@ -365,7 +365,7 @@ void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
 /* Short kernels keep two launches in flight, so the GPU never waits for the next one; long ones
  * (and kernels of unknown length, assumed longer than the backlog) one, so that an epoch is not
  * stretched past its quantum by a second long kernel. */
-bool vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
+void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
     if (now - state->retired_ns >= RETIRE_EVERY_NS) {
         vgpu_epoch_retire(state, false, 0); /* a driver call: not at every launch of tiny kernels */
         state->retired_ns = now;
@@ -381,11 +381,11 @@ bool vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
                      (uint64_t)state->queued * state->kernel_ns > backlog);
         /* Only what a marker covers can be waited for. */
         if (!over || (state->pending == 0 && !vgpu_epoch_mark(state))) {
-            return deadline != 0;
+            return;
         }
         deadline = deadline != 0 ? deadline : vgpu_monotonic_ns() + WAIT_LIMIT_NS;
         if (!vgpu_epoch_retire(state, true, deadline)) {
-            return true;
+            return;
         }
     }
 }
@@ -397,7 +397,7 @@ void vgpu_epoch_before_launch(struct paced_device *state) {
     }
 }
 
-void vgpu_epoch_after_launch(struct paced_device *state, CUresult result, uint64_t now) {
+void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
     if (result == CUDA_SUCCESS) {
         state->unmarked++;
         state->stats.launches++;
@@ -407,7 +407,9 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result, uint64
             vgpu_epoch_mark(state);
         }
     }
-    state->last_launch_ns = now;
+    /* Read after the launch: one that blocked (a module loaded lazily, a graph's first upload)
+     * would otherwise say its work drains before it was even queued, and lose the lease. */
+    state->last_launch_ns = vgpu_monotonic_ns();
     if (state->lease != NULL) {
         vgpu_lease_touch(state->lease, state->last_launch_ns);
         /* What is queued should be done by then: a thread kept from launching longer (asleep

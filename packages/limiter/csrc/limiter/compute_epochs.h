@@ -29,8 +29,9 @@ struct marker {
     unsigned launches; /* launches since the previous marker */
 };
 
-/* Kernels whose names were looked at (compute_gang.c), per device. */
-#define KERNEL_NAMES 256
+/* Kernels whose names were looked at (compute_gang.c), per device: room for a framework's
+ * hundreds of kernels (a name is asked once each, not at every launch). */
+#define KERNEL_NAMES 2048
 
 struct kernel_name {
     CUfunction function; /* NULL: a free slot */
@@ -67,6 +68,7 @@ struct paced_device {
     uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
     struct kernel_name kernels[KERNEL_NAMES]; /* this context's, looked at */
     uint64_t collectives;   /* collective launches so far: each rank's n-th is the same one */
+    unsigned gang_late;     /* collectives running at which the gate was past this rank's */
     uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest */
     struct {              /* what pacing did, logged about once a second at debug level */
         uint64_t since_ns;
@@ -111,15 +113,12 @@ bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t deadline)
 bool vgpu_epoch_mark(struct paced_device *state);
 /* A launch goes to `stream`: a marker covers the launches of one stream. */
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream);
-/* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. Whether
- * it waited. */
-bool vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now);
+/* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. */
+void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now);
 
 /* Around a launch of the open epoch: before, whether the GPU has run dry since the last one;
  * after, the launch counted (when it succeeded), marked when due, and the lease told. */
 void vgpu_epoch_before_launch(struct paced_device *state);
-/* `now`: a time read before the launch (a few microseconds early is near enough for the pause,
- * the lease's activity and its drain estimate, and saves a clock read per launch). */
-void vgpu_epoch_after_launch(struct paced_device *state, CUresult result, uint64_t now);
+void vgpu_epoch_after_launch(struct paced_device *state, CUresult result);
 
 #endif

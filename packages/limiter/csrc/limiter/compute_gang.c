@@ -43,7 +43,7 @@ bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function) {
     }
     uint64_t hash = ((uint64_t)(uintptr_t)function >> 4) * 0x9e3779b97f4a7c15ULL;
     unsigned first = (unsigned)(hash >> 32) % KERNEL_NAMES;
-    for (unsigned probe = 0; probe < 8; probe++) {
+    for (unsigned probe = 0; probe < 16; probe++) {
         struct kernel_name *slot = &state->kernels[(first + probe) % KERNEL_NAMES];
         if (slot->function == function) {
             return slot->collective;
@@ -118,26 +118,41 @@ bool vgpu_gang_graph_is_collective(CUgraphExec exec) {
     return false;
 }
 
-uint64_t vgpu_gang_until(uint64_t seq, uint64_t now, uint64_t (*decide)(void *, uint64_t *now),
-                         void *context) {
+uint64_t vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
+                         uint64_t (*decide)(void *, uint64_t *now), void *context) {
     _Atomic uint64_t *gate = &vgpu_state.region->gang_gate;
     uint64_t word = atomic_load(gate);
     uint64_t until = 0;
-    switch (vgpu_gang_read(word, seq, now, &until)) {
+    switch (vgpu_gang_read(word, *seq, now, &until)) {
     case VGPU_GANG_FOLLOW:
+        *late = 0;
         return until;
     case VGPU_GANG_LATE:
+        if (++*late >= VGPU_GANG_RESYNC) {
+            *seq += (word - *seq) & ((1ULL << VGPU_GANG_SEQ_BITS) - 1);
+            *late = 0;
+        }
         return 0;
     case VGPU_GANG_DECIDE:
+        *late = 0;
         break;
     }
     uint64_t wait = decide(context, &now);
     until = now + wait;
-    if (!atomic_compare_exchange_strong(gate, &word, vgpu_gang_pack(seq, until))) {
-        /* Another rank decided meanwhile: its decision holds for all. */
+    /* Published unless another rank decided this collective (or a later one) meanwhile; a word
+     * about an earlier one is replaced. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        if (atomic_compare_exchange_strong(gate, &word, vgpu_gang_pack(*seq, until))) {
+            return until;
+        }
         uint64_t theirs = 0;
-        if (vgpu_gang_read(word, seq, now, &theirs) == VGPU_GANG_FOLLOW) {
+        switch (vgpu_gang_read(word, *seq, now, &theirs)) {
+        case VGPU_GANG_FOLLOW:
             return theirs;
+        case VGPU_GANG_LATE:
+            return 0;
+        case VGPU_GANG_DECIDE:
+            break;
         }
     }
     return until;

@@ -21,14 +21,17 @@ static uint64_t token(void) {
     static _Atomic uint64_t cached;
     static _Atomic unsigned cached_forks;
     unsigned forks = vgpu_lease_forks();
-    uint64_t known = atomic_load_explicit(&cached, memory_order_acquire);
-    if (known == 0 || atomic_load_explicit(&cached_forks, memory_order_relaxed) != forks) {
+    /* The count is stored after the token and loaded before it: a count that matches is never
+     * paired with an earlier process's token. */
+    bool current = atomic_load_explicit(&cached_forks, memory_order_acquire) == forks;
+    uint64_t known = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (known == 0 || !current) {
         int32_t pid = (int32_t)getpid();
         known = (((uint64_t)(uint32_t)pid << 32) ^ vgpu_process_start_time(pid) ^
                  (vgpu_pid_namespace() << 7)) |
                 1;
-        atomic_store_explicit(&cached_forks, forks, memory_order_relaxed);
-        atomic_store_explicit(&cached, known, memory_order_release);
+        atomic_store_explicit(&cached, known, memory_order_relaxed);
+        atomic_store_explicit(&cached_forks, forks, memory_order_release);
     }
     return known;
 }

@@ -305,9 +305,12 @@ static void receive(struct vgpu_arbiter *arbiter, int index, uint64_t now) {
 static uint64_t settle(struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now) {
     struct gpu *gpu = &arbiter->gpus[gpu_index];
     int next = vgpu_arbiter_next_waiter(arbiter, gpu_index, now);
-    enum vgpu_arbiter_verdict verdict = gpu->holder >= 0 && next >= 0
+    int partner = vgpu_arbiter_crossed(arbiter, gpu_index, now);
+    enum vgpu_arbiter_verdict verdict = partner >= 0 ? VGPU_ARBITER_CROSSED
+                                        : gpu->holder >= 0 && next >= 0
                                             ? vgpu_arbiter_judge(arbiter, gpu_index, next)
                                             : VGPU_ARBITER_KEEP;
+    next = partner >= 0 ? partner : next;
     if (verdict != VGPU_ARBITER_KEEP) {
         struct client *holder = &arbiter->clients[gpu->holder];
         if (verdict == VGPU_ARBITER_OVERRAN) {
@@ -319,10 +322,10 @@ static uint64_t settle(struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now
         atomic_fetch_add(&arbiter->taken_back, 1);
         end_hold(arbiter, gpu, now);
     }
+    bool granting = gpu->holder < 0 && next >= 0;
     while (gpu->holder < 0 && next >= 0) {
         struct client *client = &arbiter->clients[next];
         client->waiting = false;
-        client->urgent = false;
         gpu->holder = next;
         gpu->held_since_ns = now;
         arbiter->parties[client->party].last_grant = atomic_fetch_add(&arbiter->grants, 1) + 1;
@@ -333,6 +336,15 @@ static uint64_t settle(struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now
         if (!send_message(client->fd, VGPU_ARBITER_GRANT, client->request, -1)) {
             drop(arbiter, next, now); /* gone, or not reading its socket */
             next = vgpu_arbiter_next_waiter(arbiter, gpu_index, now);
+        }
+    }
+    if (granting) {
+        /* An honoured urgency ends one epoch: the hand-over it asked for happened, whoever was
+         * served (a waiter passed over asks again with its next request). */
+        for (int index = 0; index < MAX_CLIENTS; index++) {
+            if (arbiter->clients[index].gpu == gpu_index) {
+                arbiter->clients[index].urgent = false;
+            }
         }
     }
     uint64_t waiting = vgpu_arbiter_tell(arbiter, gpu_index);

@@ -74,23 +74,28 @@ enum vgpu_arbiter_verdict {
     VGPU_ARBITER_DONE,    /* its seat says it stopped launching, or left the GPU idle */
     VGPU_ARBITER_OVERRAN, /* held past VGPU_LEASE_HOLD_NS, active by its own word */
     VGPU_ARBITER_YIELDS,  /* its party is served last for now, and another party waits */
-    VGPU_ARBITER_CROSSED, /* its pod waits for a GPU whose holder's pod waits for this one */
+    VGPU_ARBITER_CROSSED, /* vgpu_arbiter_crossed: its hold and another pod's block each other */
 };
 
 /* A crossed hold is broken only after this long: a pod gathering its GPUs one by one is not. */
 #define CROSSED_NS 2000000ULL
 
+/* Two jobs' ranks, each pod holding one GPU and waiting for the other's: each one's collective
+ * spins until the other lets go, which its own spinning collective never lets it do. When the
+ * hold of `gpu` is such a hold, CROSSED_NS old and the younger of the two, the waiter of the
+ * other pod to hand `gpu` to; else -1. */
+int vgpu_arbiter_crossed(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
+
 /* The waiter of `gpu` to serve next, or -1: a party that overran the hold only when no other
- * waits; before the others, one whose pod holds another GPU's lease (a job's rank, whose
- * collective on that GPU waits for this one), then an urgent waiter, then parties in turn (the
- * one served longest ago first), first come first served within one. */
+ * waits; an urgent waiter first, then parties in turn (the one served longest ago first), first
+ * come first served within one. */
 int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now);
 /* Whether the holder of `gpu` (there is one) loses the lease to waiter `next`; reads the
  * holder's seat, then the clock. */
 enum vgpu_arbiter_verdict vgpu_arbiter_judge(const struct vgpu_arbiter *arbiter, int gpu,
                                              int next);
-/* Whether an urgent request of `party` at `now` is honoured (at most one every
- * VGPU_ARBITER_URGENT_EVERY_NS), noting it when it is. */
+/* Whether an urgent request of `party` at `now` is honoured (never while it is served last for
+ * overrunning; at most one every VGPU_ARBITER_URGENT_EVERY_NS), noting it when it is. */
 bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now);
 /* Serve `party` last for a while, longer each time it overruns again soon. */
 void vgpu_arbiter_penalize(struct party *party, uint64_t now);

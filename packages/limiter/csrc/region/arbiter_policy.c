@@ -29,6 +29,9 @@ void vgpu_arbiter_penalize(struct party *party, uint64_t now) {
 }
 
 bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now) {
+    if (party->penalty_until_ns > now) {
+        return false; /* served last for overrunning: no one ends an epoch for it */
+    }
     if (party->urgent_ns != 0 && now >= party->urgent_ns &&
         now - party->urgent_ns < VGPU_ARBITER_URGENT_EVERY_NS) {
         return false;
@@ -37,26 +40,39 @@ bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now) {
     return true;
 }
 
-/* Whether `pod` holds the lease of a GPU other than `gpu`. */
-static bool holds_another(const struct vgpu_arbiter *arbiter, int gpu, uint64_t pod) {
-    for (int other = 0; other < arbiter->gpu_count; other++) {
-        int holder = arbiter->gpus[other].holder;
-        if (other != gpu && holder >= 0 && arbiter->clients[holder].pod == pod) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Whether a client of `pod` waits for the lease of a GPU other than `gpu`. */
-static bool waits_elsewhere(const struct vgpu_arbiter *arbiter, int gpu, uint64_t pod) {
+/* Whether a client of `pod` waits for the lease of `gpu`; the first one's index, else -1. */
+static int waiter_of(const struct vgpu_arbiter *arbiter, int gpu, uint64_t pod) {
     for (int index = 0; index < MAX_CLIENTS; index++) {
         const struct client *client = &arbiter->clients[index];
-        if (client->fd >= 0 && client->waiting && client->gpu != gpu && client->pod == pod) {
-            return true;
+        if (client->fd >= 0 && client->waiting && client->gpu == gpu && client->pod == pod) {
+            return index;
         }
     }
-    return false;
+    return -1;
+}
+
+int vgpu_arbiter_crossed(const struct vgpu_arbiter *arbiter, int gpu_index, uint64_t now) {
+    const struct gpu *gpu = &arbiter->gpus[gpu_index];
+    if (gpu->holder < 0 || now - gpu->held_since_ns <= CROSSED_NS) {
+        return -1;
+    }
+    uint64_t pod = arbiter->clients[gpu->holder].pod;
+    for (int other = 0; other < arbiter->gpu_count; other++) {
+        const struct gpu *held = &arbiter->gpus[other];
+        if (other == gpu_index || held->holder < 0 || waiter_of(arbiter, other, pod) < 0) {
+            continue; /* this pod does not wait for that GPU, or nobody holds it */
+        }
+        uint64_t theirs = arbiter->clients[held->holder].pod;
+        int partner = theirs != pod ? waiter_of(arbiter, gpu_index, theirs) : -1;
+        /* Of the two holds, the younger one goes (the same one whichever GPU is looked at). */
+        bool younger = gpu->held_since_ns != held->held_since_ns
+                           ? gpu->held_since_ns > held->held_since_ns
+                           : gpu_index > other;
+        if (partner >= 0 && younger) {
+            return partner;
+        }
+    }
+    return -1;
 }
 
 int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64_t now) {
@@ -76,10 +92,7 @@ int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64
         bool best_penalized = theirs->penalty_until_ns > now;
         bool urgent = client->urgent;
         bool best_urgent = arbiter->clients[best].urgent;
-        bool gathering = holds_another(arbiter, gpu, client->pod);
-        bool best_gathering = holds_another(arbiter, gpu, arbiter->clients[best].pod);
         if (penalized != best_penalized ? !penalized
-            : gathering != best_gathering ? gathering
             : urgent != best_urgent       ? urgent
             : mine->last_grant != theirs->last_grant
                 ? mine->last_grant < theirs->last_grant
@@ -153,15 +166,6 @@ enum vgpu_arbiter_verdict vgpu_arbiter_judge(const struct vgpu_arbiter *arbiter,
     uint64_t now = arbiter->clock();
     if (now - gpu->held_since_ns > VGPU_LEASE_HOLD_NS) {
         return VGPU_ARBITER_OVERRAN;
-    }
-    /* Two jobs' ranks, each holding one GPU and waiting for the other's: each one's collective
-     * spins until the other lets go, which its own spinning collective never lets it do. The
-     * waiter's pod gathers this GPU too (it comes first: next_waiter). */
-    const struct client *waiter = &arbiter->clients[next];
-    if (now - gpu->held_since_ns > CROSSED_NS && waiter->pod != holder->pod &&
-        holds_another(arbiter, gpu_index, waiter->pod) &&
-        waits_elsewhere(arbiter, gpu_index, holder->pod)) {
-        return VGPU_ARBITER_CROSSED;
     }
     /* A party served last for a while gives way to any other that waits, at once. */
     bool last = arbiter->parties[holder->party].penalty_until_ns > now;
