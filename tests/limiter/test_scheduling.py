@@ -294,7 +294,6 @@ def test_without_a_daemon_a_pod_under_its_limit_waits_little_beside_a_busy_one(
     trained = report(busy)
     print(f"alone p90 {alone['round_ms_p90']} ms, beside p50/p90 {beside['round_ms_p50']}/"
           f"{beside['round_ms_p90']} ms")  # fmt: skip
-    assert isinstance(beside["round_ms_p90"], float) and isinstance(alone["round_ms_p90"], float)
-    assert beside["round_ms_p90"] <= alone["round_ms_p90"] + 8
+    assert float(str(beside["round_ms_p90"])) <= float(str(alone["round_ms_p90"])) + 8
     # The busy pod keeps its limit.
     assert 100 * float(str(trained["achieved_kernels_per_s"])) * KERNEL_US / 1e6 >= 45
