@@ -104,6 +104,17 @@ def cluster(tmp_path: Path, *flags: str) -> Iterator[tuple[ApiServer, FakeKubele
         api.down()
 
 
+def _wait_linked(daemon: Daemon, answer: api_pb2.ContainerAllocateResponse) -> None:
+    """Until the allocation's folder holds its pod's region; past 30 s, the daemon's log says
+    why not."""
+    try:
+        wait_for((_host_folder(answer) / "shm").exists, timeout=30)
+    except AssertionError as error:
+        log = daemon.log_file.read_text(errors="replace") if daemon.log_file.exists() else ""
+        message = f"no region linked in 30 s; the daemon's log ends:\n{log[-3000:]}"
+        raise AssertionError(message) from error
+
+
 def test_with_the_pod_source_each_allocation_is_bound_to_the_pod_the_kubelet_lists(
     tmp_path: Path,
 ) -> None:
@@ -128,12 +139,12 @@ def test_with_the_pod_source_each_allocation_is_bound_to_the_pod_the_kubelet_lis
             )
         kubelet.connect()
         young = kubelet.admit(pods["younger"])["main"]
-        wait_for((_host_folder(young) / "shm").exists, timeout=30)
+        _wait_linked(daemon, young)
         assert daemon.stop() == 0
         daemon.start()
         kubelet.connect()  # the restarted plugin's registrations
         old = kubelet.admit(pods["older"])["main"]
-        wait_for((_host_folder(old) / "shm").exists, timeout=30)
+        _wait_linked(daemon, old)
 
         for answer, pod_name, size in ((young, "younger", 3), (old, "older", 2)):
             region = daemon.base / "default" / pod_name / "shm"
