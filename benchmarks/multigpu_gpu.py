@@ -12,6 +12,9 @@ preloaded and the pod named (POD_NAMESPACE, POD_NAME), as the daemon's pods are 
             each GPU: the loss after the same steps, the throughput ratio, and the memory the
             pod is charged on each GPU beside what NVML sees the job use
   ddp_pair  two such jobs at once in pods of 30 % and 70 % on both GPUs: their shares
+The DDP cases also report what the limiter's pacing did in the limited runs ("pacing", from its
+debug log): the collective kernels it recognised, the epochs it ended to pause the ranks together
+before a collective, and the epochs whose work did not finish within the wait limit.
   ipc       one process of a pod allocates 1 GiB and a second opens it by CUDA IPC: the pod's
             charge (the memory once, one context charge per process)
 Shares are work per second over the same program's unlimited rate alone on the same GPU.
@@ -21,6 +24,7 @@ Usage: python benchmarks/multigpu_gpu.py --library path/to/libcuda_limiter.so [-
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -44,6 +48,24 @@ CONTEXT_CHARGE = 544 * MiB  # the daemon's default, given explicitly: the checks
 
 def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
+
+
+def pacing_log(node: "Node", name: str) -> dict[str, str]:
+    """The environment that has a pod's limiter log its pacing to a file of the run's own."""
+    return {"TF_LOG_LEVEL": "debug", "TF_LOG_PATH": str(node.work / f"{name}-limiter.log")}
+
+
+def pacing_summary(node: "Node", name: str) -> dict[str, Any]:
+    """What the limiter's debug log of `name`'s runs says its pacing did."""
+    path = node.work / f"{name}-limiter.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    kernels = sorted(set(re.findall(r"collective kernel (\S+):", text)))
+    return {
+        "collective_kernels": [k[:60] for k in kernels[:5]],
+        "collective_kernel_count": len(kernels),
+        "epochs_ended_for_a_collective": sum(map(int, re.findall(r"(\d+) for a collective", text))),
+        "epochs_past_the_wait_limit": text.count("did not finish in"),
+    }
 
 
 def last_json(text: str) -> dict[str, Any]:
@@ -323,7 +345,8 @@ def ddp(node: Node, steps: int) -> None:
     free = unlimited_ddp(node, steps)
     node.create("ddp", {str(i): {"memory": 8 * GiB, "compute": 50} for i in (0, 1)})
     sampler = Sampler(node, ["ddp"])
-    limited = finish(torchrun(node.env("ddp"), free_port(), steps, 0), 240)
+    environment = node.env("ddp") | pacing_log(node, "ddp")
+    limited = finish(torchrun(environment, free_port(), steps, 0), 240)
     sampler.stop()
     ratio = rate(limited) / rate(free) if rate(free) else None
     emit(
@@ -344,6 +367,7 @@ def ddp(node: Node, steps: int) -> None:
             "nvml_max": [sampler.nvml.get(uuid, 0) for uuid in node.uuids[:2]],
             "torch_reserved": limited.get("torch_reserved"),
             "context_charge": node.charge,
+            "pacing": pacing_summary(node, "ddp"),
         }
     )
 
@@ -355,7 +379,10 @@ def ddp_pair(node: Node, steps: int) -> None:
     for name, share in shares.items():
         node.create(name, {str(i): {"memory": 8 * GiB, "compute": share} for i in (0, 1)})
     seconds = node.seconds * 2
-    jobs = [torchrun(node.env(name), free_port(), 1 << 30, seconds) for name in shares]
+    jobs = [
+        torchrun(node.env(name) | pacing_log(node, name), free_port(), 1 << 30, seconds)
+        for name in shares
+    ]
     reports = [finish(job, seconds + 240) for job in jobs]
     if any("marks" not in r for r in reports):
         emit({"measure": "ddp_pair", "reports": reports})
@@ -368,6 +395,7 @@ def ddp_pair(node: Node, steps: int) -> None:
             "limits": list(shares.values()),
             "share_pct": got,
             "steps": [r["steps"] for r in reports],
+            "pacing": {name: pacing_summary(node, name) for name in shares},
             "shares_ok": all(
                 abs(g - s) <= TOLERANCE_POINTS for g, s in zip(got, shares.values(), strict=True)
             ),
