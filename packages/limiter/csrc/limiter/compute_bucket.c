@@ -55,27 +55,44 @@ struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_
     return pace;
 }
 
+/* What a refill at `now` of a bucket last refilled at `last` does (the one rule of refill and
+ * peek). */
+enum refill { KEEP, AFRESH, ACCRUE };
+
+static enum refill refill_at(uint64_t last, uint64_t now) {
+    if (last != 0 && now <= last && last - now <= VGPU_BUCKET_IDLE_NS) {
+        /* A time up to VGPU_BUCKET_IDLE_NS before the last refill is a reading taken before
+         * another process's refill (or this one's, before a wait): nothing accrues, and the debt
+         * stays. */
+        return KEEP;
+    }
+    /* First use, idle for long, or a clock far behind the last refill (a scribbled word, a
+     * region from another boot): a full-burst-free, debt-free bucket. */
+    return last == 0 || now - last > VGPU_BUCKET_IDLE_NS ? AFRESH : ACCRUE;
+}
+
+static int64_t cap_of(struct vgpu_pace pace) {
+    return (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
+}
+
+/* Below VGPU_BUCKET_IDLE_NS at no more than 100 %: far from overflowing. */
+static int64_t accrued_since(uint64_t last, uint64_t now, struct vgpu_pace pace) {
+    return (int64_t)((now - last) * pace.rate / VGPU_COMPUTE_UNLIMITED);
+}
+
 int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace pace, uint64_t now,
                            uint64_t *capped) {
     _Atomic uint64_t *bucket = &device->compute_state[VGPU_BUCKET_BALANCE];
     _Atomic uint64_t *refilled = &device->compute_state[VGPU_BUCKET_REFILLED_NS];
     uint64_t last = atomic_load(refilled);
-    int64_t cap = (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
-    /* A time up to VGPU_BUCKET_IDLE_NS before the last refill is a reading taken before another
-     * process's refill (or this one's, before a wait): nothing accrues, and the debt stays. */
-    bool stale = now <= last && last - now <= VGPU_BUCKET_IDLE_NS;
-    if (stale && last != 0) {
-        return (int64_t)atomic_load(bucket);
-    }
-    if (last == 0 || now - last > VGPU_BUCKET_IDLE_NS) {
-        /* First use, idle for long, or a clock far behind the last refill (a scribbled word, a
-         * region from another boot): start from a full-burst-free, debt-free bucket. */
+    int64_t cap = cap_of(pace);
+    enum refill kind = refill_at(last, now);
+    if (kind == AFRESH) {
         if (atomic_compare_exchange_strong(refilled, &last, now)) {
             atomic_store(bucket, 0);
         }
-    } else if (now > last && atomic_compare_exchange_strong(refilled, &last, now)) {
-        /* Below VGPU_BUCKET_IDLE_NS at no more than 100 %: far from overflowing. */
-        int64_t accrued = (int64_t)((now - last) * pace.rate / VGPU_COMPUTE_UNLIMITED);
+    } else if (kind == ACCRUE && atomic_compare_exchange_strong(refilled, &last, now)) {
+        int64_t accrued = accrued_since(last, now, pace);
         uint64_t current = atomic_load(bucket);
         int64_t next;
         do {
@@ -114,15 +131,16 @@ int64_t vgpu_bucket_peek(const struct vgpu_region_device *device, struct vgpu_pa
                          uint64_t now) {
     uint64_t last = atomic_load(&device->compute_state[VGPU_BUCKET_REFILLED_NS]);
     int64_t balance = (int64_t)atomic_load(&device->compute_state[VGPU_BUCKET_BALANCE]);
-    if (last == 0 || now <= last) {
-        return last == 0 || last - now > VGPU_BUCKET_IDLE_NS ? 0 : balance;
-    }
-    if (now - last > VGPU_BUCKET_IDLE_NS) {
+    switch (refill_at(last, now)) {
+    case KEEP:
+        return balance;
+    case AFRESH:
         return 0;
+    case ACCRUE:
+        break;
     }
-    int64_t cap = (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
-    int64_t next = balance + (int64_t)((now - last) * pace.rate / VGPU_COMPUTE_UNLIMITED);
-    return next > cap ? cap : next;
+    int64_t next = balance + accrued_since(last, now, pace);
+    return next > cap_of(pace) ? cap_of(pace) : next;
 }
 
 uint64_t vgpu_gang_wait_ns(int64_t balance, uint32_t rate) {

@@ -63,6 +63,7 @@ bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function) {
 
 #define COLLECTIVE_GRAPHS 256
 static _Atomic(uintptr_t) collective_graphs[COLLECTIVE_GRAPHS];
+static _Atomic unsigned collective_graph_count; /* 0: a graph launch looks no further */
 
 /* Whether one of the graph's kernel nodes is a collective's (child graphs are not looked in). */
 static bool graph_has_collective(CUgraph graph) {
@@ -95,6 +96,7 @@ void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph) {
     for (unsigned i = 0; i < COLLECTIVE_GRAPHS; i++) {
         uintptr_t free_slot = 0;
         if (atomic_compare_exchange_strong(&collective_graphs[i], &free_slot, (uintptr_t)exec)) {
+            atomic_fetch_add(&collective_graph_count, 1);
             return;
         }
     }
@@ -105,11 +107,16 @@ void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph) {
 void vgpu_gang_forget_graph(CUgraphExec exec) {
     for (unsigned i = 0; i < COLLECTIVE_GRAPHS && exec != NULL; i++) {
         uintptr_t known = (uintptr_t)exec;
-        atomic_compare_exchange_strong(&collective_graphs[i], &known, 0);
+        if (atomic_compare_exchange_strong(&collective_graphs[i], &known, 0)) {
+            atomic_fetch_sub(&collective_graph_count, 1);
+        }
     }
 }
 
 bool vgpu_gang_graph_is_collective(CUgraphExec exec) {
+    if (atomic_load_explicit(&collective_graph_count, memory_order_relaxed) == 0) {
+        return false; /* the common case: one load per graph launch */
+    }
     for (unsigned i = 0; i < COLLECTIVE_GRAPHS && exec != NULL; i++) {
         if (atomic_load_explicit(&collective_graphs[i], memory_order_relaxed) == (uintptr_t)exec) {
             return true;
