@@ -403,6 +403,13 @@ static void gang_gate(void) {
     CHECK(until <= T0 + 5 * MS && until + 1024 > T0 + 5 * MS);
     CHECK(vgpu_gang_read(word, 6, T0 + MS, &until) == VGPU_GANG_LATE);
     CHECK(vgpu_gang_read(word, 8, T0 + MS, &until) == VGPU_GANG_DECIDE);
+    /* A rank a step's collectives behind lags; thousands behind, its count went astray. */
+    word = vgpu_gang_pack(5000, T0 + 5 * MS);
+    CHECK(vgpu_gang_read(word, 5000 - 300, T0 + MS, &until) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX, T0 + MS, &until) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX - 1, T0 + MS, &until) ==
+          VGPU_GANG_ASTRAY);
+    CHECK(vgpu_gang_read(vgpu_gang_pack(2, T0), 65535, T0, &until) == VGPU_GANG_LATE);
     /* The numbers wrap: 65536 + 3 is past 65535. */
     word = vgpu_gang_pack(65535, T0);
     CHECK(vgpu_gang_read(word, 65536 + 3, T0, &until) == VGPU_GANG_DECIDE);
@@ -410,7 +417,7 @@ static void gang_gate(void) {
     /* A decision of an earlier run (seconds old) is no one's: decide afresh. */
     word = vgpu_gang_pack(5000, T0);
     CHECK(vgpu_gang_read(word, 1, T0 + 3 * SECOND, &until) == VGPU_GANG_DECIDE);
-    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &until) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &until) == VGPU_GANG_ASTRAY);
     /* A decision reaching past the longest wait is a scribble: followed that far only. */
     word = vgpu_gang_pack(9, T0 + 60 * SECOND);
     CHECK(vgpu_gang_read(word, 9, T0, &until) == VGPU_GANG_FOLLOW);

@@ -224,6 +224,25 @@ static void pause_for_collective(struct paced_device *state, int entry) {
     pthread_mutex_lock(&state->lock);
 }
 
+/* The GPU time an epoch runs before it ends for its quantum. A process that runs collectives
+ * ends it at its next collective instead (end_at_collective), up to twice as long: there all
+ * the pod's ranks end theirs at nearly the same time, so that another pod's ranks get every GPU
+ * together. Ended mid-step, one rank's GPU went to the other pod a few milliseconds before the
+ * other's, and each pod's collectives spun that long at every hand-over, charged: a 30/70 pair
+ * of DDP jobs on two H200s got 24.6/58.9 % of a job alone. */
+static uint64_t quantum_of(const struct paced_device *state, uint64_t now) {
+    bool gang = state->collective_ns != 0 && now - state->collective_ns < GANG_HOLD_NS;
+    return gang ? 2 * QUANTUM_NS : QUANTUM_NS;
+}
+
+/* Before a collective's kernel: an epoch past its quantum ends here, as every rank's does. */
+static void end_at_collective(struct paced_device *state) {
+    if (state->open && state->done_ns >= QUANTUM_NS) {
+        state->stats.gang++;
+        vgpu_epoch_close(state, true);
+    }
+}
+
 /* Whether a new epoch of a process that runs collectives starts without waiting for the
  * bucket (its debt is paid before its next collective); sets the epoch's pace when it does. */
 static bool gang_defers(struct paced_device *state, int entry) {
@@ -377,7 +396,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
         if (state->lease != NULL && vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
-        if (state->done_ns < QUANTUM_NS) {
+        if (state->done_ns < quantum_of(state, now)) {
             return true;
         }
         /* The epoch has had its share of GPU time: this launch belongs to the next one. */
@@ -407,6 +426,7 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
     if (ready && (function != NULL ? vgpu_gang_is_collective(state, function)
                                    : vgpu_gang_graph_is_collective(graph))) {
+        end_at_collective(state);
         pause_for_collective(state, entry);
     }
     if (!ready || !enter_epoch(state, stream, ordinal, entry, context)) {

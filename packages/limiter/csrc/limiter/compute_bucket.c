@@ -203,5 +203,8 @@ enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
         *until = decided > now + VGPU_GANG_WAIT_MAX_NS ? now + VGPU_GANG_WAIT_MAX_NS : decided;
         return VGPU_GANG_FOLLOW;
     }
-    return ahead < (GANG_SEQ_MASK + 1) / 2 ? VGPU_GANG_DECIDE : VGPU_GANG_LATE;
+    if (ahead < (GANG_SEQ_MASK + 1) / 2) {
+        return VGPU_GANG_DECIDE;
+    }
+    return GANG_SEQ_MASK + 1 - ahead <= VGPU_GANG_LAG_MAX ? VGPU_GANG_LATE : VGPU_GANG_ASTRAY;
 }

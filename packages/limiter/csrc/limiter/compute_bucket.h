@@ -125,11 +125,17 @@ void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, stru
  * collectives, less what its limit refilled meanwhile, over that limit) is paid at once, so
  * that no rank pauses in the middle of a step. */
 #define VGPU_GANG_WAIT_MAX_NS 1000000000ULL
+/* How far behind the gate a rank's number may be and still be a rank that lags: one rank's
+ * launches may run a step or more behind another's, and a data-parallel step can hold hundreds
+ * of collectives (a bucket of gradients each, a layer each for sharded parameters). Farther
+ * behind, its count went astray (a rank of an earlier run, or one that missed collectives). */
+#define VGPU_GANG_LAG_MAX 4096
 
 enum vgpu_gang_verdict {
     VGPU_GANG_DECIDE, /* the first to reach it: decide, and publish with vgpu_gang_pack */
     VGPU_GANG_FOLLOW, /* decided by another rank: pause until *until */
-    VGPU_GANG_LATE    /* the gang is already past it: no pause */
+    VGPU_GANG_LATE,   /* the gang is already past it (the rank lags): no pause */
+    VGPU_GANG_ASTRAY  /* past it by more than VGPU_GANG_LAG_MAX: no pause, the count is off */
 };
 
 uint64_t vgpu_gang_pack(uint64_t seq, uint64_t until_ns);

@@ -24,9 +24,10 @@ bool vgpu_gang_graph_is_collective(CUgraphExec exec);
 /* Until when the rank at its collective number `*seq` pauses, by the pod's gate: the first rank
  * to reach the collective decides for all, as `now + decide(context)` (decide may close the
  * rank's epoch and so take time: it reads the clock again); the others follow; a rank behind
- * the gang does not pause (0). A rank found behind VGPU_GANG_RESYNC times running takes the
- * gate's number as its own (`*late` counts them): its count had drifted (a rank restarted, a
- * collective launched unpaced), and behind for good it would never pause with the others. */
+ * the gang does not pause (0). A rank found astray (farther behind than any rank lags,
+ * VGPU_GANG_LAG_MAX) VGPU_GANG_RESYNC times running takes the gate's number as its own (`*late`
+ * counts them): its count had drifted (a rank restarted, collectives launched unpaced), and
+ * behind for good it would never pause with the others. */
 #define VGPU_GANG_RESYNC 4
 uint64_t vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
                          uint64_t (*decide)(void *, uint64_t *now), void *context);
