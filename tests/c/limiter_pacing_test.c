@@ -393,35 +393,42 @@ static void light_use(void) {
     CHECK(vgpu_use_light(older, wrap + 100 * MS, wrap + 10 * MS, HALF));
 }
 
+static uint64_t gate(uint64_t seq, uint64_t until_ns, bool handover) {
+    return vgpu_gang_pack(seq, (struct vgpu_gang_decision){until_ns, handover});
+}
+
 static void gang_gate(void) {
-    uint64_t until = 0;
+    struct vgpu_gang_decision got = {0, false};
     /* Nobody decided yet: the first rank decides. */
-    CHECK(vgpu_gang_read(0, 1, T0, &until) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(0, 1, T0, &got) == VGPU_GANG_DECIDE);
     /* Decided for collective 7 until T0 + 5 ms: rank at 7 follows, at 6 is late, at 8 decides. */
-    uint64_t word = vgpu_gang_pack(7, T0 + 5 * MS);
-    CHECK(vgpu_gang_read(word, 7, T0 + MS, &until) == VGPU_GANG_FOLLOW);
-    CHECK(until <= T0 + 5 * MS && until + 1024 > T0 + 5 * MS);
-    CHECK(vgpu_gang_read(word, 6, T0 + MS, &until) == VGPU_GANG_LATE);
-    CHECK(vgpu_gang_read(word, 8, T0 + MS, &until) == VGPU_GANG_DECIDE);
+    uint64_t word = gate(7, T0 + 5 * MS, false);
+    CHECK(vgpu_gang_read(word, 7, T0 + MS, &got) == VGPU_GANG_FOLLOW);
+    CHECK(got.until_ns <= T0 + 5 * MS && got.until_ns + 1024 > T0 + 5 * MS && !got.handover);
+    CHECK(vgpu_gang_read(word, 6, T0 + MS, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 8, T0 + MS, &got) == VGPU_GANG_DECIDE);
+    /* The decider ended its epoch there: its followers are told to, its time kept whole. */
+    CHECK(vgpu_gang_read(gate(7, T0 + 5 * MS, true), 7, T0 + MS, &got) == VGPU_GANG_FOLLOW);
+    CHECK(got.handover && got.until_ns <= T0 + 5 * MS && got.until_ns + 1024 > T0 + 5 * MS);
     /* A rank a step's collectives behind lags; thousands behind, its count went astray. */
-    word = vgpu_gang_pack(5000, T0 + 5 * MS);
-    CHECK(vgpu_gang_read(word, 5000 - 300, T0 + MS, &until) == VGPU_GANG_LATE);
-    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX, T0 + MS, &until) == VGPU_GANG_LATE);
-    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX - 1, T0 + MS, &until) ==
+    word = gate(5000, T0 + 5 * MS, false);
+    CHECK(vgpu_gang_read(word, 5000 - 300, T0 + MS, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX, T0 + MS, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX - 1, T0 + MS, &got) ==
           VGPU_GANG_ASTRAY);
-    CHECK(vgpu_gang_read(vgpu_gang_pack(2, T0), 65535, T0, &until) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(gate(2, T0, false), 65535, T0, &got) == VGPU_GANG_LATE);
     /* The numbers wrap: 65536 + 3 is past 65535. */
-    word = vgpu_gang_pack(65535, T0);
-    CHECK(vgpu_gang_read(word, 65536 + 3, T0, &until) == VGPU_GANG_DECIDE);
-    CHECK(vgpu_gang_read(word, 65534, T0, &until) == VGPU_GANG_LATE);
+    word = gate(65535, T0, true);
+    CHECK(vgpu_gang_read(word, 65536 + 3, T0, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 65534, T0, &got) == VGPU_GANG_LATE);
     /* A decision of an earlier run (seconds old) is no one's: decide afresh. */
-    word = vgpu_gang_pack(5000, T0);
-    CHECK(vgpu_gang_read(word, 1, T0 + 3 * SECOND, &until) == VGPU_GANG_DECIDE);
-    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &until) == VGPU_GANG_ASTRAY);
+    word = gate(5000, T0, false);
+    CHECK(vgpu_gang_read(word, 1, T0 + 3 * SECOND, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &got) == VGPU_GANG_ASTRAY);
     /* A decision reaching past the longest wait is a scribble: followed that far only. */
-    word = vgpu_gang_pack(9, T0 + 60 * SECOND);
-    CHECK(vgpu_gang_read(word, 9, T0, &until) == VGPU_GANG_FOLLOW);
-    CHECK_U64(until, T0 + VGPU_GANG_WAIT_MAX_NS);
+    word = gate(9, T0 + 60 * SECOND, false);
+    CHECK(vgpu_gang_read(word, 9, T0, &got) == VGPU_GANG_FOLLOW);
+    CHECK_U64(got.until_ns, T0 + VGPU_GANG_WAIT_MAX_NS);
     /* A gang's pause pays the whole debt (past the bucket's 100-ms wait), up to its own bound. */
     CHECK_U64(vgpu_gang_wait_ns(-(int64_t)(60 * MS), QUARTER), 240 * MS);
     CHECK_U64(vgpu_gang_wait_ns(-(int64_t)SECOND, QUARTER), VGPU_GANG_WAIT_MAX_NS);

@@ -181,18 +181,22 @@ static uint64_t gang_wait(struct paced_device *state, int own, uint64_t now) {
     return longest < GANG_MIN_PAUSE_NS ? 0 : longest;
 }
 
-/* The first rank at a collective decides: when any bucket is in debt, its own epoch ends first
- * (its GPU time is then in its bucket), and the wait is read again. */
-static uint64_t decide_gang_pause(void *context, uint64_t *now) {
+/* The first rank at a collective decides. Its epoch ends here when it has had its quantum (a
+ * hand-over: every rank's ends here too, so that another pod's ranks get all the GPUs at once)
+ * or when any bucket is in debt (its GPU time is then in its bucket, and the wait is read
+ * again). */
+static struct vgpu_gang_decision decide_gang_pause(void *context, uint64_t *now) {
     struct gang_decision *decision = context;
-    uint64_t wait = gang_wait(decision->state, decision->entry, *now);
-    if (wait > 0 && decision->state->open) {
-        decision->state->stats.gang++;
-        vgpu_epoch_close(decision->state, true);
+    struct paced_device *state = decision->state;
+    uint64_t wait = gang_wait(state, decision->entry, *now);
+    bool handover = state->open && (wait > 0 || state->done_ns >= QUANTUM_NS);
+    if (handover) {
+        state->stats.gang++;
+        vgpu_epoch_close(state, true);
         *now = vgpu_monotonic_ns();
-        wait = gang_wait(decision->state, decision->entry, *now);
+        wait = gang_wait(state, decision->entry, *now);
     }
-    return wait;
+    return (struct vgpu_gang_decision){*now + wait, handover || wait > 0};
 }
 
 /* Before a collective's kernel, under the device's lock (let go while pausing): the pod's
@@ -202,45 +206,38 @@ static void pause_for_collective(struct paced_device *state, int entry) {
     state->collective_ns = now;
     struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
     atomic_store(&device->compute_state[VGPU_COMPUTE_COLLECTIVE_NS], now);
-    struct gang_decision decision = {state, entry};
+    struct gang_decision context = {state, entry};
     ++state->collectives;
-    uint64_t until = vgpu_gang_until(&state->collectives, &state->gang_late, now,
-                                     decide_gang_pause, &decision);
+    struct vgpu_gang_decision decision = vgpu_gang_until(
+        &state->collectives, &state->gang_late, now, decide_gang_pause, &context);
     now = vgpu_monotonic_ns();
-    if (until <= now + GANG_MIN_PAUSE_NS) {
-        return;
-    }
-    if (state->open) { /* a follower's epoch: its work so far is done before the pause */
+    bool pause = decision.until_ns > now + GANG_MIN_PAUSE_NS;
+    if (state->open && (pause || decision.handover)) {
+        /* A follower's epoch: ends where the decider's did, its work so far done first. */
         state->stats.gang++;
         vgpu_epoch_close(state, true);
         now = vgpu_monotonic_ns();
     }
+    if (!pause) {
+        return;
+    }
     pthread_mutex_unlock(&state->lock);
-    if (until > now) {
-        vgpu_compute_pause(until - now);
+    if (decision.until_ns > now) {
+        vgpu_compute_pause(decision.until_ns - now);
         atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - now,
                                   memory_order_relaxed);
     }
     pthread_mutex_lock(&state->lock);
 }
 
-/* The GPU time an epoch runs before it ends for its quantum. A process that runs collectives
- * ends it at its next collective instead (end_at_collective), up to twice as long: there all
- * the pod's ranks end theirs at nearly the same time, so that another pod's ranks get every GPU
- * together. Ended mid-step, one rank's GPU went to the other pod a few milliseconds before the
- * other's, and each pod's collectives spun that long at every hand-over, charged: a 30/70 pair
- * of DDP jobs on two H200s got 24.6/58.9 % of a job alone. */
+/* The GPU time an epoch runs before it ends for its quantum. The epochs of a process that runs
+ * collectives end at a collective instead (decide_gang_pause), up to twice as long: there all
+ * the pod's ranks end theirs together. Ended mid-step, one rank's GPU went to another pod a few
+ * milliseconds before the other's, and each pod's collectives spun that long at every
+ * hand-over, charged: a 30/70 pair of DDP jobs on two H200s got 24.6/58.9 % of a job alone. */
 static uint64_t quantum_of(const struct paced_device *state, uint64_t now) {
     bool gang = state->collective_ns != 0 && now - state->collective_ns < GANG_HOLD_NS;
     return gang ? 2 * QUANTUM_NS : QUANTUM_NS;
-}
-
-/* Before a collective's kernel: an epoch past its quantum ends here, as every rank's does. */
-static void end_at_collective(struct paced_device *state) {
-    if (state->open && state->done_ns >= QUANTUM_NS) {
-        state->stats.gang++;
-        vgpu_epoch_close(state, true);
-    }
 }
 
 /* Whether a new epoch of a process that runs collectives starts without waiting for the
@@ -426,7 +423,6 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
     if (ready && (function != NULL ? vgpu_gang_is_collective(state, function)
                                    : vgpu_gang_graph_is_collective(graph))) {
-        end_at_collective(state);
         pause_for_collective(state, entry);
     }
     if (!ready || !enter_epoch(state, stream, ordinal, entry, context)) {

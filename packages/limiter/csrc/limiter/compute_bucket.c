@@ -185,22 +185,27 @@ void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, stru
 }
 
 #define GANG_SEQ_MASK ((1ULL << VGPU_GANG_SEQ_BITS) - 1)
-#define GANG_TIME_SHIFT 10 /* units of 1024 ns: 48 bits last 9 years of uptime */
+#define GANG_HANDOVER (1ULL << VGPU_GANG_SEQ_BITS)
+#define GANG_TIME_AT (VGPU_GANG_SEQ_BITS + 1)
+#define GANG_TIME_SHIFT 10 /* units of 1024 ns: 47 bits last 4 years of uptime */
 
-uint64_t vgpu_gang_pack(uint64_t seq, uint64_t until_ns) {
-    return (until_ns >> GANG_TIME_SHIFT) << VGPU_GANG_SEQ_BITS | (seq & GANG_SEQ_MASK);
+uint64_t vgpu_gang_pack(uint64_t seq, struct vgpu_gang_decision decision) {
+    return (decision.until_ns >> GANG_TIME_SHIFT) << GANG_TIME_AT |
+           (decision.handover ? GANG_HANDOVER : 0) | (seq & GANG_SEQ_MASK);
 }
 
 enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
-                                      uint64_t *until) {
-    uint64_t decided = (word >> VGPU_GANG_SEQ_BITS) << GANG_TIME_SHIFT;
+                                      struct vgpu_gang_decision *decision) {
+    uint64_t decided = (word >> GANG_TIME_AT) << GANG_TIME_SHIFT;
     if (word == 0 || decided + VGPU_GANG_STALE_NS < now) {
         return VGPU_GANG_DECIDE; /* never decided, or by an earlier run of the job */
     }
     /* How far `seq` is past the word's collective, modulo the bits kept. */
     uint64_t ahead = (seq - word) & GANG_SEQ_MASK;
     if (ahead == 0) {
-        *until = decided > now + VGPU_GANG_WAIT_MAX_NS ? now + VGPU_GANG_WAIT_MAX_NS : decided;
+        decision->until_ns =
+            decided > now + VGPU_GANG_WAIT_MAX_NS ? now + VGPU_GANG_WAIT_MAX_NS : decided;
+        decision->handover = (word & GANG_HANDOVER) != 0;
         return VGPU_GANG_FOLLOW;
     }
     if (ahead < (GANG_SEQ_MASK + 1) / 2) {

@@ -116,8 +116,9 @@ void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, stru
 /* The pod's gang gate (the region's gang_gate word): for the pod's collective number `seq`
  * (counted by each process on each GPU, so that every rank's n-th collective is the same one),
  * until when every rank pauses before launching it. The first rank to reach a collective decides
- * for all (compute_gang.c); the word packs the number's low VGPU_GANG_SEQ_BITS bits and the time
- * in microseconds-ish units of 1024 ns. */
+ * for all (compute_gang.c); the word packs the number's low VGPU_GANG_SEQ_BITS bits, whether the
+ * decider ended its epoch there (every rank then ends its own: a hand-over), and the time in
+ * microseconds-ish units of 1024 ns. */
 #define VGPU_GANG_SEQ_BITS 16
 /* A decision older than this is from another run of the job (its counters began again). */
 #define VGPU_GANG_STALE_NS 2000000000ULL
@@ -133,16 +134,23 @@ void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, stru
 
 enum vgpu_gang_verdict {
     VGPU_GANG_DECIDE, /* the first to reach it: decide, and publish with vgpu_gang_pack */
-    VGPU_GANG_FOLLOW, /* decided by another rank: pause until *until */
+    VGPU_GANG_FOLLOW, /* decided by another rank: pause until until_ns, hand over if told */
     VGPU_GANG_LATE,   /* the gang is already past it (the rank lags): no pause */
     VGPU_GANG_ASTRAY  /* past it by more than VGPU_GANG_LAG_MAX: no pause, the count is off */
 };
 
-uint64_t vgpu_gang_pack(uint64_t seq, uint64_t until_ns);
+/* One collective's decision: until when its ranks pause, and whether they end their epochs. */
+struct vgpu_gang_decision {
+    uint64_t until_ns;
+    bool handover;
+};
 
-/* What a rank at collective `seq` makes of the gate's `word` at `now`. A decision that reaches
- * further than VGPU_GANG_WAIT_MAX_NS past `now` is a scribble: followed only that far. */
+uint64_t vgpu_gang_pack(uint64_t seq, struct vgpu_gang_decision decision);
+
+/* What a rank at collective `seq` makes of the gate's `word` at `now` (and, when it follows, the
+ * decision). A decision that reaches further than VGPU_GANG_WAIT_MAX_NS past `now` is a
+ * scribble: followed only that far. */
 enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
-                                      uint64_t *until);
+                                      struct vgpu_gang_decision *decision);
 
 #endif

@@ -125,15 +125,17 @@ bool vgpu_gang_graph_is_collective(CUgraphExec exec) {
     return false;
 }
 
-uint64_t vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
-                         uint64_t (*decide)(void *, uint64_t *now), void *context) {
+struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
+                                          struct vgpu_gang_decision (*decide)(void *,
+                                                                              uint64_t *now),
+                                          void *context) {
     _Atomic uint64_t *gate = &vgpu_state.region->gang_gate;
     uint64_t word = atomic_load(gate);
-    uint64_t until = 0;
-    switch (vgpu_gang_read(word, *seq, now, &until)) {
+    struct vgpu_gang_decision decision = {0, false};
+    switch (vgpu_gang_read(word, *seq, now, &decision)) {
     case VGPU_GANG_FOLLOW:
         *late = 0;
-        return until;
+        return decision;
     case VGPU_GANG_LATE:
         /* A rank that lags is no rank astray: counted as such, a rank a few collectives behind
          * (whose leader decides each collective, most without a pause, so that the gate is
@@ -141,7 +143,7 @@ uint64_t vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
          * others, whose collectives then spun through its pauses, charged: a DDP job at 50 % on
          * two H200s ran at 2 % of its speed. */
         *late = 0;
-        return 0;
+        return decision;
     case VGPU_GANG_ASTRAY:
         if (++*late >= VGPU_GANG_RESYNC) {
             *seq += (word - *seq) & ((1ULL << VGPU_GANG_SEQ_BITS) - 1);
@@ -149,29 +151,30 @@ uint64_t vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
             vgpu_log(VGPU_LOG_DEBUG, "collectives: this rank's count was astray; it takes the "
                                      "gang's number %llu", (unsigned long long)*seq);
         }
-        return 0;
+        return decision;
     case VGPU_GANG_DECIDE:
         *late = 0;
         break;
     }
-    uint64_t wait = decide(context, &now);
-    until = now + wait;
+    decision = decide(context, &now);
     /* Published unless another rank decided this collective (or a later one) meanwhile; a word
      * about an earlier one is replaced. */
     for (int attempt = 0; attempt < 8; attempt++) {
-        if (atomic_compare_exchange_strong(gate, &word, vgpu_gang_pack(*seq, until))) {
-            return until;
+        if (atomic_compare_exchange_strong(gate, &word, vgpu_gang_pack(*seq, decision))) {
+            return decision;
         }
-        uint64_t theirs = 0;
+        struct vgpu_gang_decision theirs = {0, false};
         switch (vgpu_gang_read(word, *seq, now, &theirs)) {
         case VGPU_GANG_FOLLOW:
+            /* Its epoch already ended, if the rank's own decision said so. */
+            theirs.handover = theirs.handover || decision.handover;
             return theirs;
         case VGPU_GANG_LATE:
         case VGPU_GANG_ASTRAY:
-            return 0;
+            return decision;
         case VGPU_GANG_DECIDE:
             break;
         }
     }
-    return until;
+    return decision;
 }

@@ -21,15 +21,18 @@ void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph);
 void vgpu_gang_forget_graph(CUgraphExec exec);
 bool vgpu_gang_graph_is_collective(CUgraphExec exec);
 
-/* Until when the rank at its collective number `*seq` pauses, by the pod's gate: the first rank
- * to reach the collective decides for all, as `now + decide(context)` (decide may close the
- * rank's epoch and so take time: it reads the clock again); the others follow; a rank behind
- * the gang does not pause (0). A rank found astray (farther behind than any rank lags,
- * VGPU_GANG_LAG_MAX) VGPU_GANG_RESYNC times running takes the gate's number as its own (`*late`
- * counts them): its count had drifted (a rank restarted, collectives launched unpaced), and
- * behind for good it would never pause with the others. */
+/* What the rank at its collective number `*seq` does, by the pod's gate: the first rank to reach
+ * the collective decides for all, by `decide(context, &now)` (which may end the rank's epoch,
+ * and so take time: it reads the clock again); the others follow: pause until the decision's
+ * time, and end their epochs where the decider ended its own. A rank behind the gang neither
+ * pauses nor hands over (its decision is {0, false}). A rank found astray (farther behind than
+ * any rank lags, VGPU_GANG_LAG_MAX) VGPU_GANG_RESYNC times running takes the gate's number as
+ * its own (`*late` counts them): its count had drifted (a rank restarted, collectives launched
+ * unpaced), and behind for good it would never pause with the others. */
 #define VGPU_GANG_RESYNC 4
-uint64_t vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
-                         uint64_t (*decide)(void *, uint64_t *now), void *context);
+struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_t now,
+                                          struct vgpu_gang_decision (*decide)(void *,
+                                                                              uint64_t *now),
+                                          void *context);
 
 #endif
