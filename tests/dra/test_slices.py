@@ -94,3 +94,39 @@ def test_an_unreachable_api_server_is_one_line(tmp_path: Path, facts: NodeFacts)
     with pytest.raises(KubeError, match=r"^ResourceSlice node-1-gpu.vgpu.io: ") as caught:
         publisher.publish([gpu.uuid for gpu in facts.gpus])
     assert "\n" not in str(caught.value)
+
+
+def test_the_slice_is_owned_by_its_node(
+    server: tuple[ApiServer, Path], facts: NodeFacts, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the kubelet's DRA helpers make it: deleting the Node deletes its slice (garbage
+    collection), so no claim is placed on GPUs of a node that is gone."""
+    api, config = server
+    node = api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    publisher = SlicePublisher(open_client(str(config)), NODE, facts)
+    assert publisher.publish([gpu.uuid for gpu in facts.gpus])
+    (only,) = objects(api, SLICES)
+    assert only["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": NODE,
+            "uid": node["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    assert "without its Node" not in caplog.text
+
+
+def test_a_node_that_cannot_be_read_leaves_the_slice_without_owner_said_once(
+    server: tuple[ApiServer, Path], facts: NodeFacts, caplog: pytest.LogCaptureFixture
+) -> None:
+    api, config = server
+    publisher = SlicePublisher(open_client(str(config)), NODE, facts)
+    uuids = [gpu.uuid for gpu in facts.gpus]
+    assert publisher.publish(uuids)
+    assert publisher.publish(uuids[1:])
+    (only,) = objects(api, SLICES)
+    assert "ownerReferences" not in only["metadata"]
+    warnings = [r.getMessage() for r in caplog.records if "without its Node" in r.getMessage()]
+    assert len(warnings) == 1 and f"node {NODE}: " in warnings[0], warnings

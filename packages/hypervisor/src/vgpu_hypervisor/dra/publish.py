@@ -2,7 +2,9 @@
 the set of healthy GPUs changes, under one name per node (``{node}-gpu.vgpu.io``), so a
 restarted daemon replaces its slice instead of adding one; other slices of this driver and node
 (left by an older daemon) are deleted. Each change raises the pool's generation, as the
-scheduler expects of a pool that changed.
+scheduler expects of a pool that changed. The slice is owned by its Node, as the kubelet's own
+DRA helpers make it: a node deleted from the cluster takes its slice with it, and the scheduler
+places no claim on GPUs that no longer exist.
 """
 
 import logging
@@ -11,7 +13,8 @@ from typing import Any
 
 import httpx2
 from lightkube import ApiError, Client
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
+from lightkube.resources.core_v1 import Node
 
 from vgpu_hypervisor.dra.claims import DRIVER
 from vgpu_hypervisor.dra.inventory import NodeFacts
@@ -27,6 +30,7 @@ class SlicePublisher:
         self.node = node
         self.facts = facts
         self._published: frozenset[str] | None = None
+        self._owner: list[OwnerReference] | None = None
 
     def publish(self, healthy: Iterable[str]) -> bool:
         """The slice with the GPUs ``healthy`` (UUIDs) written unless it says so already;
@@ -62,7 +66,9 @@ class SlicePublisher:
         obj = ResourceSlice(
             apiVersion=body["apiVersion"],
             kind=body["kind"],
-            metadata=ObjectMeta(name=name, resourceVersion=version),
+            metadata=ObjectMeta(
+                name=name, resourceVersion=version, ownerReferences=self._node_owner()
+            ),
             spec=body["spec"],
         )
         if old is None:
@@ -75,6 +81,33 @@ class SlicePublisher:
             len(body["spec"]["devices"]),
             generation,
         )
+
+    def _node_owner(self) -> list[OwnerReference] | None:
+        """The Node as the slice's owner, read once; None (said once) when it cannot be read:
+        the slice is then published without one and outlives a deleted Node."""
+        if self._owner is None:
+            try:
+                node = self._client.get(Node, self.node)
+            except ApiError as error:
+                log.warning(
+                    "ResourceSlice %s: published without its Node as owner (node %s: %s)",
+                    slice_name(self.node),
+                    self.node,
+                    api_error(error),
+                )
+                self._owner = []
+            else:
+                uid = node.metadata.uid if node.metadata is not None else None
+                self._owner = (
+                    [
+                        OwnerReference(
+                            apiVersion="v1", kind="Node", name=self.node, uid=uid, controller=True
+                        )
+                    ]
+                    if uid
+                    else []
+                )
+        return self._owner or None
 
     def remove(self) -> None:
         """The slice deleted (the daemon stops serving claims on this node)."""
