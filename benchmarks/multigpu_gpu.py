@@ -65,6 +65,14 @@ def pacing_summary(node: "Node", name: str) -> dict[str, Any]:
         "collective_kernel_count": len(kernels),
         "epochs_ended_for_a_collective": sum(map(int, re.findall(r"(\d+) for a collective", text))),
         "epochs_past_the_wait_limit": text.count("did not finish in"),
+        # All ranks' waits, summed: for other pods' epochs, and of that for the pod's own other
+        # ranks (a rank that got its lease waits for theirs, so that all start together).
+        "lease_wait_ms": round(
+            sum(map(int, re.findall(r"(\d+) us waited for the lease", text))) / 1e3
+        ),
+        "gang_start_wait_ms": round(
+            sum(map(int, re.findall(r"(\d+) us of it for the gang's other ranks", text))) / 1e3
+        ),
     }
 
 

@@ -125,7 +125,11 @@ struct vgpu_region {
     /* The pod's gang gate: one pause decision for all the ranks of a collective job (the
      * compute limiter's, compute_bucket.h); 0: none yet. */
     VGPU_ATOMIC(uint64_t) gang_gate;
-    uint64_t reserved[13];
+    /* Bit i set while a rank of the pod's collective job waits for the lease of device entry i:
+     * a rank that got its own waits a moment for the others' (the compute limiter's,
+     * compute_gang.h). */
+    VGPU_ATOMIC(uint64_t) gang_waiting;
+    uint64_t reserved[12];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };

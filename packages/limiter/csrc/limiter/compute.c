@@ -151,6 +151,11 @@ static bool light_use(struct paced_device *state, int entry, uint64_t now) {
 /* A rank that stamped its collective a moment after the decider read the clock is in. */
 #define GANG_CLOCK_SLACK_NS 1000000ULL
 
+/* Whether the process launched a collective lately: one of a job's ranks. */
+static bool in_gang(const struct paced_device *state, uint64_t now) {
+    return state->collective_ns != 0 && now - state->collective_ns < GANG_HOLD_NS;
+}
+
 struct gang_decision {
     struct paced_device *state;
     int entry;
@@ -236,15 +241,14 @@ static void pause_for_collective(struct paced_device *state, int entry) {
  * milliseconds before the other's, and each pod's collectives spun that long at every
  * hand-over, charged: a 30/70 pair of DDP jobs on two H200s got 24.6/58.9 % of a job alone. */
 static uint64_t quantum_of(const struct paced_device *state, uint64_t now) {
-    bool gang = state->collective_ns != 0 && now - state->collective_ns < GANG_HOLD_NS;
-    return gang ? 2 * QUANTUM_NS : QUANTUM_NS;
+    return in_gang(state, now) ? 2 * QUANTUM_NS : QUANTUM_NS;
 }
 
 /* Whether a new epoch of a process that runs collectives starts without waiting for the
  * bucket (its debt is paid before its next collective); sets the epoch's pace when it does. */
 static bool gang_defers(struct paced_device *state, int entry) {
     uint64_t now = vgpu_monotonic_ns(); /* after the drains and closes before it */
-    if (state->collective_ns == 0 || now - state->collective_ns >= GANG_HOLD_NS) {
+    if (!in_gang(state, now)) {
         return false;
     }
     state->pace = pace_now(state, entry);
@@ -385,7 +389,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             }
         }
         if (!state->open) {
-            vgpu_epoch_open(state, stream, entry);
+            vgpu_epoch_open(state, stream, entry, in_gang(state, vgpu_monotonic_ns()));
         }
         vgpu_epoch_switch_stream(state, stream);
         vgpu_epoch_wait_for_backlog(state, now);

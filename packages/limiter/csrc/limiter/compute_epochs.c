@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "compute_gang.h"
 #include "core.h"
 #include "lease.h"
 #include "log.h"
@@ -174,14 +175,15 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
         vgpu_log(VGPU_LOG_DEBUG,
                  "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
                  "lost, %u for a collective, %u yielded), %u launches, %u markers, %u stream "
-                 "switches, %llu us of GPU time charged, %llu us waited for the lease, %llu us "
-                 "beyond the bucket's cap in %llu ms",
+                 "switches, %llu us of GPU time charged, %llu us waited for the lease (%llu us "
+                 "of it for the gang's other ranks), %llu us beyond the bucket's cap in %llu ms",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.launches,
                  state->stats.markers, state->stats.switches,
                  (unsigned long long)(state->stats.charged_ns / 1000),
                  (unsigned long long)(state->stats.lease_wait_ns / 1000),
+                 (unsigned long long)(state->stats.gang_start_ns / 1000),
                  (unsigned long long)(state->stats.capped_ns / 1000),
                  (unsigned long long)((now - state->stats.since_ns) / 1000000));
     }
@@ -331,10 +333,14 @@ void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
     }
 }
 
-void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry) {
+void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, bool gang) {
     if (state->lease != NULL) {
         uint64_t asked = vgpu_monotonic_ns();
-        vgpu_lease_acquire(state->lease, state->urgent); /* without it when scribbled */
+        if (gang) {
+            vgpu_gang_acquire(state, entry); /* with the pod's other ranks */
+        } else {
+            vgpu_lease_acquire(state->lease, state->urgent); /* without it when scribbled */
+        }
         uint64_t waited = vgpu_monotonic_ns() - asked;
         state->stats.lease_wait_ns += waited;
         if (waited > 20000) { /* waited for another pod, not just taken */

@@ -75,6 +75,7 @@ struct paced_device {
         uint64_t charged_ns;
         uint64_t capped_ns;     /* what the pod's bucket could not hold (its cap) */
         uint64_t lease_wait_ns; /* waited for the device lease */
+        uint64_t gang_start_ns; /* of it, for the pod's other ranks (vgpu_gang_acquire) */
         unsigned epochs, launches, markers, switches;
         unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
     } stats;
@@ -99,8 +100,9 @@ void vgpu_epoch_release_events(struct paced_device *state);
 /* End an open epoch that paused (no launch for a while), or whose lease was taken. */
 void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now);
 /* Start an epoch on `stream`: take the lease (a wait for another pod is throttled time of the
- * pod's region `entry`; urgent when state->urgent) and record the start event. */
-void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry);
+ * pod's region `entry`; urgent when state->urgent; with the pod's other ranks when `gang`:
+ * vgpu_gang_acquire) and record the start event. */
+void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, bool gang);
 /* End the epoch: its GPU time is debited and the lease given back. With `drain`, the epoch's
  * work is waited for first (bounded); a holder that lost its lease charges what is done. */
 void vgpu_epoch_close(struct paced_device *state, bool drain);

@@ -21,6 +21,13 @@ void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph);
 void vgpu_gang_forget_graph(CUgraphExec exec);
 bool vgpu_gang_graph_is_collective(CUgraphExec exec);
 
+/* The lease of the rank's GPU for an epoch of a process that runs collectives (what
+ * vgpu_lease_acquire does for others): got, it waits until the pod's ranks that wait for their
+ * GPUs' leases have theirs too, up to VGPU_GANG_START_MAX_NS, so that all start their epochs
+ * together. Under the device's lock. */
+#define VGPU_GANG_START_MAX_NS 5000000ULL
+void vgpu_gang_acquire(struct paced_device *state, int entry);
+
 /* What the rank at its collective number `*seq` does, by the pod's gate: the first rank to reach
  * the collective decides for all, by `decide(context, &now)` (which may end the rank's epoch,
  * and so take time: it reads the clock again); the others follow: pause until the decision's
