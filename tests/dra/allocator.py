@@ -21,6 +21,10 @@ For a pending pod, :meth:`Scheduler.schedule`
    - a device with ``allowMultipleAllocations`` is shared: the amounts consumed of each of its
      capacities by all allocated claims (this one's shares included) never exceed the
      capacity's value, and each share gets a ``shareID``; any other device is given once;
+   - a device with a taint (DRADeviceTaints) of effect ``NoSchedule`` or ``NoExecute`` is
+     passed over unless the request tolerates it: a toleration with the taint's key (operator
+     ``Equal`` and its value, or ``Exists``) or with no key and ``Exists``, and with the
+     taint's effect or none;
    - ``exactly`` requests only (``firstAvailable`` is not followed), allocation mode
      ``ExactCount`` (count devices, each device once per request) or ``All``; constraints
      ``matchAttribute`` and ``distinctAttribute``; devices are tried in slice order, first fit,
@@ -317,6 +321,29 @@ def _constraints_hold(claim: Mapping[str, Any], picks: Sequence[Pick]) -> bool:
     return True
 
 
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        operator = toleration.get("operator", "Equal")
+        key = toleration.get("key", "")
+        if key and key != taint["key"]:
+            continue
+        if not key and operator != "Exists":
+            continue
+        if operator == "Equal" and toleration.get("value", "") != taint.get("value", ""):
+            continue
+        if toleration.get("effect") in (None, "", taint["effect"]):
+            return True
+    return False
+
+
+def _untainted(device: Device, tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the device may be allocated: each of its taints is tolerated."""
+    return all(
+        taint.get("effect") not in ("NoSchedule", "NoExecute") or _tolerates(tolerations, taint)
+        for taint in device.spec.get("taints") or []
+    )
+
+
 def _matching(
     request: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]], devices: Sequence[Device]
 ) -> Iterator[tuple[Device, dict[str, int]]]:
@@ -329,7 +356,10 @@ def _matching(
         for s in [*device_class.get("spec", {}).get("selectors", []), *exact.get("selectors", [])]
     ]
     asked = exact.get("capacity", {}).get("requests", {})
+    tolerations = exact.get("tolerations", [])
     for device in devices:
+        if not _untainted(device, tolerations):
+            continue
         if all(cel_matches(e, device.driver, device.spec) for e in selectors):
             amounts = device.consumption(asked)
             if amounts is not None:

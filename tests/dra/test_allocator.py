@@ -228,6 +228,40 @@ def test_first_fit_in_slice_order_and_a_full_device_passed_over() -> None:
     assert allocate(claim, CLASSES, devs, usage) is None  # 2 + 2 left: 4 fits nowhere
 
 
+def test_a_tainted_device_is_passed_over_unless_tolerated() -> None:
+    capacity = {"memory": {"value": "10"}}
+    taint = {"key": "gpu.vgpu.io/unhealthy", "effect": "NoSchedule"}
+    devs = [
+        Device(DRIVER, "pool", "node", {"name": "gpu-0", "capacity": capacity, "taints": [taint]}),
+        Device(DRIVER, "pool", "node", {"name": "gpu-1", "capacity": capacity}),
+    ]
+
+    def claim(*tolerations: dict[str, str]) -> dict[str, Any]:
+        exactly = {"deviceClassName": "any", "tolerations": list(tolerations)}
+        return {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+
+    def placed(one: dict[str, Any], among: list[Device]) -> str | None:
+        picks = allocate(one, CLASSES, among, Usage(defaultdict(lambda: defaultdict(int)), set()))
+        return None if picks is None else picks[0].device.spec["name"]
+
+    assert placed(claim(), devs) == "gpu-1"
+    assert placed(claim(), devs[:1]) is None
+    tolerated = [
+        {"key": "gpu.vgpu.io/unhealthy", "operator": "Exists"},
+        {"key": "gpu.vgpu.io/unhealthy", "operator": "Equal", "value": ""},
+        {"operator": "Exists", "effect": "NoSchedule"},
+    ]
+    for toleration in tolerated:
+        assert placed(claim(toleration), devs[:1]) == "gpu-0", toleration
+    not_tolerated = [
+        {"key": "other", "operator": "Exists"},
+        {"key": "gpu.vgpu.io/unhealthy", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "gpu.vgpu.io/unhealthy", "value": "x"},
+    ]
+    for toleration in not_tolerated:
+        assert placed(claim(toleration), devs[:1]) is None, toleration
+
+
 def test_rounding_by_the_policy() -> None:
     ranged = {
         "value": "100",

@@ -56,10 +56,10 @@ def dra_daemon(root: Path, api: ApiServer) -> Daemon:
     )  # fmt: skip
 
 
-def published(api: ApiServer) -> list[str]:
-    """The devices of the node's one ResourceSlice."""
+def published(api: ApiServer, *, tainted: bool = False) -> list[str]:
+    """The devices of the node's one ResourceSlice, untainted (or ``tainted``)."""
     (found,) = objects(api, SLICES)
-    return [device["name"] for device in found["spec"]["devices"]]
+    return [d["name"] for d in found["spec"]["devices"] if bool(d.get("taints")) == tainted]
 
 
 def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> None:
@@ -105,10 +105,13 @@ def lose_gpu(daemon: Daemon, index: int, *options: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("taints", [False, True], ids=["left-out", "tainted"])
 def test_a_gpu_that_falls_off_the_bus_leaves_the_slice_and_a_claim_for_it_waits(
-    tmp_path: Path,
+    tmp_path: Path, taints: bool
 ) -> None:
-    with ApiServer() as api:
+    """Where the API server keeps device taints (DRADeviceTaints), the GPU stays in the slice,
+    tainted; elsewhere it leaves the slice. Either way no new claim is placed on it."""
+    with ApiServer(feature_gates={"DRADeviceTaints": taints}) as api:
         serve_namespace(api)
         users = Users(api)
         users.install()
@@ -123,6 +126,7 @@ def test_a_gpu_that_falls_off_the_bus_leaves_the_slice_and_a_claim_for_it_waits(
 
             lose_gpu(daemon, 1)  # the daemon's next sample cannot read it
             wait_for(lambda: published(api) == ["gpu-0"], timeout=30)
+            assert published(api, tainted=True) == (["gpu-1"] if taints else [])
 
             selector = f'device.attributes["gpu.vgpu.io"].uuid == "{broken}"'
             request = gpu_request(memory="1Gi")
@@ -158,5 +162,6 @@ def test_a_gpu_that_falls_off_the_bus_leaves_the_slice_and_a_claim_for_it_waits(
             kubelet.close()
             assert daemon.stop() == 0
     log = daemon.log_file.read_text()
-    assert f"ResourceSlice: unhealthy GPU(s) left out: {broken}" in log
+    how = "tainted" if taints else "left out"
+    assert f"ResourceSlice: unhealthy GPU(s) {how}: {broken}" in log
     assert "ResourceSlice: every GPU published (2)" in log

@@ -20,6 +20,9 @@ from tests.support.apiserver import ApiServer
 def test_the_slice_validates_against_the_published_schema(facts: NodeFacts, version: str) -> None:
     body = node_slice(NODE, facts, {gpu.uuid for gpu in facts.gpus}, 1)
     kubernetes_validate.validate(body, version, strict=True)
+    tainted = node_slice(NODE, facts, {facts.gpus[0].uuid}, 1, taint=True)
+    assert [bool(d.get("taints")) for d in tainted["spec"]["devices"]] == [False, True]
+    kubernetes_validate.validate(tainted, version, strict=True)
 
 
 def test_one_shared_device_per_gpu_with_capacities_and_attributes(facts: NodeFacts) -> None:
@@ -73,15 +76,17 @@ def test_published_once_replaced_on_change_and_never_duplicated(
     assert only["metadata"]["name"] == "node-1-gpu.vgpu.io"
     assert len(only["spec"]["devices"]) == 2
 
-    assert publisher.publish(uuids[1:])  # the first GPU became unhealthy
+    # The first GPU became unhealthy: tainted, which this API server (1.34, DRADeviceTaints off)
+    # drops; so written again without it.
+    assert publisher.publish(uuids[1:])
     (only,) = objects(api, SLICES)
     assert [d["name"] for d in only["spec"]["devices"]] == ["gpu-1"]
-    assert only["spec"]["pool"]["generation"] == 2
+    assert only["spec"]["pool"]["generation"] == 3
 
     restarted = SlicePublisher(open_client(str(config)), NODE, facts)
     assert restarted.publish(uuids)
     (only,) = objects(api, SLICES)
-    assert only["spec"]["pool"]["generation"] == 3 and len(only["spec"]["devices"]) == 2
+    assert only["spec"]["pool"]["generation"] == 4 and len(only["spec"]["devices"]) == 2
     restarted.remove()
     assert objects(api, SLICES) == []
 
@@ -130,3 +135,41 @@ def test_a_node_that_cannot_be_read_leaves_the_slice_without_owner_said_once(
     assert "ownerReferences" not in only["metadata"]
     warnings = [r.getMessage() for r in caplog.records if "without its Node" in r.getMessage()]
     assert len(warnings) == 1 and f"node {NODE}: " in warnings[0], warnings
+
+
+@pytest.mark.parametrize("version", ["1.34.0", "1.37.0"])
+def test_an_unhealthy_gpu_is_tainted_where_the_api_server_keeps_device_taints(
+    tmp_path: Path, facts: NodeFacts, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ApiServer(version=version, feature_gates={"DRADeviceTaints": True}) as api:
+        publisher = SlicePublisher(open_client(str(api.kubeconfig(tmp_path / "k"))), NODE, facts)
+        uuids = [gpu.uuid for gpu in facts.gpus]
+        assert publisher.publish(uuids[1:])
+        (only,) = objects(api, SLICES)
+        taints = {d["name"]: d.get("taints") for d in only["spec"]["devices"]}
+        assert taints == {
+            "gpu-0": [{"key": "gpu.vgpu.io/unhealthy", "effect": "NoSchedule"}],
+            "gpu-1": None,
+        }
+        assert only["spec"]["pool"]["generation"] == 1
+        kubernetes_validate.validate(only, version, strict=True)  # raises when invalid
+        assert publisher.publish(uuids)  # healthy again: untainted
+        (only,) = objects(api, SLICES)
+        assert [d.get("taints") for d in only["spec"]["devices"]] == [None, None]
+    assert "drops device taints" not in caplog.text
+
+
+def test_where_taints_are_dropped_unhealthy_gpus_leave_the_slice_said_once(
+    server: tuple[ApiServer, Path], facts: NodeFacts, caplog: pytest.LogCaptureFixture
+) -> None:
+    api, config = server  # 1.34 without the DRADeviceTaints feature gate
+    publisher = SlicePublisher(open_client(str(config)), NODE, facts)
+    uuids = [gpu.uuid for gpu in facts.gpus]
+    assert publisher.publish(uuids[1:])
+    assert publisher.publish(uuids)
+    assert publisher.publish(uuids[:1])  # no taint tried again: one write
+    (only,) = objects(api, SLICES)
+    assert [d["name"] for d in only["spec"]["devices"]] == ["gpu-0"]
+    assert only["spec"]["pool"]["generation"] == 4
+    said = [r for r in caplog.records if "drops device taints" in r.getMessage()]
+    assert len(said) == 1 and not publisher.taints

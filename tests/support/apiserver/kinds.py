@@ -201,6 +201,14 @@ def _node_defaults(node: Object) -> None:
     labels.setdefault("kubernetes.io/hostname", node["metadata"]["name"])
 
 
+def drop_device_taints(resource_slice: Object) -> None:
+    """What an API server without the DRADeviceTaints feature gate does to a ResourceSlice it
+    stores (its strategy's dropDisabledFields): the devices' taints are dropped, silently."""
+    for device in resource_slice.get("spec", {}).get("devices") or []:
+        if isinstance(device, dict):
+            device.pop("taints", None)
+
+
 BUILTIN: tuple[Kind, ...] = (
     NAMESPACE,
     POD,

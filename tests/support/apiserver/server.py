@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,7 +31,14 @@ from tests.support.apiserver import apply as applying
 from tests.support.apiserver import patch as patches
 from tests.support.apiserver import protobuf, selectors
 from tests.support.apiserver.errors import ApiError
-from tests.support.apiserver.kinds import BUILTIN, EVENT, NAMESPACE, POD, Kind
+from tests.support.apiserver.kinds import (
+    BUILTIN,
+    EVENT,
+    NAMESPACE,
+    POD,
+    Kind,
+    drop_device_taints,
+)
 from tests.support.apiserver.schemas import Schemas
 from tests.support.apiserver.store import Object, Store, Writer, timestamp
 
@@ -595,7 +603,9 @@ class ApiServer:
     ``version`` is the Kubernetes version it says it is, whose published schemas check what
     clients create and update. ``stop_pods_s`` is how long its nodes take to stop a deleted
     pod (at most the pod's grace period; None: never, as a node that is gone). Watches that
-    ask for bookmarks get one after ``bookmark_s`` without a change.
+    ask for bookmarks get one after ``bookmark_s`` without a change. ``feature_gates`` turns
+    gated fields on: off (as by default in 1.34), ``DRADeviceTaints`` has ResourceSlices'
+    device taints dropped as they are stored.
     """
 
     def __init__(
@@ -605,6 +615,7 @@ class ApiServer:
         stop_pods_s: float | None = 0.5,
         bookmark_s: float = 1.0,
         namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public", "kube-node-lease"),
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         self.version = version
         self.bookmark_s = bookmark_s
@@ -617,8 +628,11 @@ class ApiServer:
             decode=self.schemas.decode,
             stop_pods_s=stop_pods_s,
         )
+        gates = dict(feature_gates or {})
+        taints = gates.get("DRADeviceTaints", False)
         for kind in BUILTIN:
-            self.register(kind)
+            gated = kind.plural == "resourceslices" and not taints
+            self.register(dataclasses.replace(kind, defaults=drop_device_taints) if gated else kind)
         for name in namespaces:
             self.store.create(
                 NAMESPACE, None, {"metadata": {"name": name}}, strict=True, dry_run=False

@@ -5,6 +5,11 @@ restarted daemon replaces its slice instead of adding one; other slices of this 
 scheduler expects of a pool that changed. The slice is owned by its Node, as the kubelet's own
 DRA helpers make it: a node deleted from the cluster takes its slice with it, and the scheduler
 places no claim on GPUs that no longer exist.
+
+An unhealthy GPU is tainted in the slice (slices.py). An API server without the DRADeviceTaints
+feature gate drops taints silently, which would leave the GPU open to new claims: the slice it
+stored is read back, and once its taints are found dropped the unhealthy GPUs are left out of
+the slice instead, for as long as the daemon runs.
 """
 
 import logging
@@ -31,6 +36,7 @@ class SlicePublisher:
         self.facts = facts
         self._published: frozenset[str] | None = None
         self._owner: list[OwnerReference] | None = None
+        self.taints = True  # unhealthy GPUs tainted, until the API server drops taints
 
     def publish(self, healthy: Iterable[str]) -> bool:
         """The slice with the GPUs ``healthy`` (UUIDs) written unless it says so already;
@@ -48,6 +54,18 @@ class SlicePublisher:
         return True
 
     def _write(self, healthy: frozenset[str]) -> None:
+        stored = self._put(healthy)
+        if self.taints and not _taints_kept(stored, len(self.facts.gpus) - len(healthy)):
+            self.taints = False
+            log.warning(
+                "ResourceSlice %s: the API server drops device taints (feature gate "
+                "DRADeviceTaints off): unhealthy GPUs are left out of the slice instead",
+                slice_name(self.node),
+            )
+            self._put(healthy)
+
+    def _put(self, healthy: frozenset[str]) -> Any:
+        """The slice written (created, or replacing the node's one); the object as stored."""
         name = slice_name(self.node)
         existing = {
             one.metadata.name: one
@@ -61,7 +79,7 @@ class SlicePublisher:
             log.info("ResourceSlice %s deleted (not this daemon's name)", other)
         old = existing.get(name)
         generation = _generation(old) + 1 if old is not None else 1
-        body = node_slice(self.node, self.facts, set(healthy), generation)
+        body = node_slice(self.node, self.facts, set(healthy), generation, taint=self.taints)
         version = old.metadata.resourceVersion if old and old.metadata is not None else None
         obj = ResourceSlice(
             apiVersion=body["apiVersion"],
@@ -71,16 +89,14 @@ class SlicePublisher:
             ),
             spec=body["spec"],
         )
-        if old is None:
-            self._client.create(obj)
-        else:
-            self._client.replace(obj)
+        stored = self._client.create(obj) if old is None else self._client.replace(obj)
         log.info(
             "ResourceSlice %s: %d GPU(s), pool generation %d",
             name,
             len(body["spec"]["devices"]),
             generation,
         )
+        return stored
 
     def _node_owner(self) -> list[OwnerReference] | None:
         """The Node as the slice's owner, read once; None (said once) when it cannot be read:
@@ -117,6 +133,12 @@ class SlicePublisher:
             if error.status.code != 404:
                 raise KubeError(f"ResourceSlice: {api_error(error)}") from None
         self._published = None
+
+
+def _taints_kept(stored: Any, unhealthy: int) -> bool:
+    """Whether the stored slice still has the taints of its ``unhealthy`` devices."""
+    devices = (stored.get("spec") or {}).get("devices") or []
+    return sum(1 for one in devices if one.get("taints")) >= unhealthy
 
 
 def _generation(obj: Any) -> int:

@@ -43,7 +43,8 @@ class DraRunning:
             return
         unhealthy = [uuid for uuid, healthy in health.items() if not healthy]
         if written and unhealthy:
-            log.warning("ResourceSlice: unhealthy GPU(s) left out: %s", ", ".join(unhealthy))
+            how = "tainted" if self.publisher.taints else "left out"
+            log.warning("ResourceSlice: unhealthy GPU(s) %s: %s", how, ", ".join(unhealthy))
         elif written:
             log.info("ResourceSlice: every GPU published (%d)", len(health))
 

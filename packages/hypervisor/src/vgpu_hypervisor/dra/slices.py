@@ -1,6 +1,6 @@
 """The node's ResourceSlice (resource.k8s.io/v1): one pool named after the node, one device per
-healthy GPU, shared by several claims (allowMultipleAllocations), each claim consuming part of
-its capacities:
+GPU, shared by several claims (allowMultipleAllocations), each claim consuming part of its
+capacities:
 
 - ``memory``: the GPU's bytes; a request is rounded up to whole MiB, 1 MiB at least; one that
   names none takes the whole GPU's;
@@ -9,6 +9,9 @@ its capacities:
 So a claim that asks for no capacity gets the whole GPU to itself, as with the device plugin.
 Attributes for CEL selectors, under the driver's domain: uuid, index, productName,
 architecture, computeCapability, driverVersion and cudaVersion (versions as semver).
+
+An unhealthy GPU is tainted ``gpu.vgpu.io/unhealthy`` (NoSchedule) where the API server keeps
+device taints (the DRADeviceTaints feature gate), and left out of the slice otherwise.
 """
 
 import re
@@ -19,6 +22,9 @@ from vgpu_hypervisor.dra.inventory import GpuFacts, NodeFacts
 from vgpu_hypervisor.dra.quota import DEVICE_PREFIX
 
 API_VERSION: Final = "resource.k8s.io/v1"
+# An unhealthy GPU's taint: the scheduler places no new claim on it that does not tolerate it;
+# claims prepared already stay, as with the device plugin (NoExecute would evict their pods).
+UNHEALTHY_TAINT: Final = {"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule"}
 MiB: Final = 1 << 20
 
 
@@ -75,8 +81,17 @@ def device(gpu: GpuFacts, facts: NodeFacts) -> dict[str, Any]:
     }
 
 
-def node_slice(node: str, facts: NodeFacts, healthy: set[str], generation: int) -> dict[str, Any]:
-    """The slice of ``node`` with the GPUs whose UUID is in ``healthy``."""
+def node_slice(
+    node: str, facts: NodeFacts, healthy: set[str], generation: int, *, taint: bool = False
+) -> dict[str, Any]:
+    """The slice of ``node``: the GPUs whose UUID is in ``healthy``, and with ``taint`` the
+    others too, tainted."""
+    devices = []
+    for gpu in facts.gpus:
+        if gpu.uuid in healthy:
+            devices.append(device(gpu, facts))
+        elif taint:
+            devices.append(device(gpu, facts) | {"taints": [dict(UNHEALTHY_TAINT)]})
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",
@@ -85,6 +100,6 @@ def node_slice(node: str, facts: NodeFacts, healthy: set[str], generation: int) 
             "driver": DRIVER,
             "nodeName": node,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": [device(gpu, facts) for gpu in facts.gpus if gpu.uuid in healthy],
+            "devices": devices,
         },
     }
