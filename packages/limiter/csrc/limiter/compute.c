@@ -367,8 +367,10 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
                         CUcontext context) {
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
-        vgpu_epoch_end_paused_or_lost(state, now);
-        if (state->open && state->lease != NULL && vgpu_lease_yield_asked(state->lease, now)) {
+        bool look = vgpu_epoch_look(state, now);
+        vgpu_epoch_end_paused_or_lost(state, now, look);
+        if (look && state->open && state->lease != NULL &&
+            vgpu_lease_yield_asked(state->lease, now)) {
             /* A pod that used less than its share waits with a short burst: its wait is one
              * drain of this epoch's backlog, not the rest of the epoch. */
             state->stats.yielded++;
@@ -394,7 +396,8 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
         vgpu_epoch_switch_stream(state, stream);
         vgpu_epoch_wait_for_backlog(state, now);
         /* Only another pod waiting ends a burst (the pod's own processes share its bucket). */
-        if (state->lease != NULL && vgpu_lease_wanted_by_other_pod(state->lease, now)) {
+        if (state->looking && state->lease != NULL &&
+            vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
         if (state->done_ns < quantum_of(state, now)) {

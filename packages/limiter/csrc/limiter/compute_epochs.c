@@ -319,12 +319,19 @@ bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcon
     return true;
 }
 
-void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
+bool vgpu_epoch_look(struct paced_device *state, uint64_t now) {
+    state->looking = state->looked_ns == 0 || now < state->looked_ns ||
+                     now - state->looked_ns >= VGPU_LEASE_LOOK_EVERY_NS;
+    state->looked_ns = state->looking ? now : state->looked_ns;
+    return state->looking;
+}
+
+void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now, bool look) {
     bool paused = state->open && now - state->last_launch_ns > PAUSE_NS &&
                   (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
                    !vgpu_lease_wanted(state->lease, now));
     if (state->open &&
-        (paused || (state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
+        (paused || (look && state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
         /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
          * The lease taken: charge what ran. */
         state->stats.paused += paused;
@@ -358,6 +365,9 @@ void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, boo
     state->idle_ns = 0;
     state->opened_ns = vgpu_monotonic_ns();
     state->last_launch_ns = state->opened_ns;
+    /* Its first launch says it is active; the next one reads the lease's words again. */
+    state->looked_ns = 0;
+    state->looking = true;
 }
 
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
@@ -416,7 +426,7 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
     /* Read after the launch: one that blocked (a module loaded lazily, a graph's first upload)
      * would otherwise say its work drains before it was even queued, and lose the lease. */
     state->last_launch_ns = vgpu_monotonic_ns();
-    if (state->lease != NULL) {
+    if (state->lease != NULL && state->looking) {
         vgpu_lease_touch(state->lease, state->last_launch_ns);
         /* What is queued should be done by then: a thread kept from launching longer (asleep
          * on a busy host) lets a waiting pod have the idle GPU. */
