@@ -129,7 +129,10 @@ struct vgpu_region {
      * a rank that got its own waits a moment for the others' (the compute limiter's,
      * compute_gang.h). */
     VGPU_ATOMIC(uint64_t) gang_waiting;
-    uint64_t reserved[12];
+    /* The newest collective at which the deciding rank ended its epoch (gang_gate's packing):
+     * a rank that lags reaches it after the gate has moved on, and ends its own there too. */
+    VGPU_ATOMIC(uint64_t) gang_handover;
+    uint64_t reserved[11];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };

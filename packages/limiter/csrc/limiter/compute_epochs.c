@@ -343,6 +343,7 @@ void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now, boo
 void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, bool gang) {
     if (state->lease != NULL) {
         uint64_t asked = vgpu_monotonic_ns();
+        uint64_t for_ranks = state->stats.gang_start_ns;
         if (gang) {
             vgpu_gang_acquire(state, entry); /* with the pod's other ranks */
         } else {
@@ -350,6 +351,7 @@ void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, boo
         }
         uint64_t waited = vgpu_monotonic_ns() - asked;
         state->stats.lease_wait_ns += waited;
+        waited -= state->stats.gang_start_ns - for_ranks; /* the pod's own ranks: not throttled */
         if (waited > 20000) { /* waited for another pod, not just taken */
             atomic_fetch_add_explicit(&vgpu_state.region->devices[entry].throttled_ns, waited,
                                       memory_order_relaxed);
@@ -365,9 +367,11 @@ void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, boo
     state->idle_ns = 0;
     state->opened_ns = vgpu_monotonic_ns();
     state->last_launch_ns = state->opened_ns;
-    /* Its first launch says it is active; the next one reads the lease's words again. */
+    /* Its first launch says it is active, and the next one reads the lease's words (a lease
+     * taken back or a yield asked while it started). */
     state->looked_ns = 0;
     state->looking = true;
+    state->expected_ns = 0;
 }
 
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
@@ -426,13 +430,20 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
     /* Read after the launch: one that blocked (a module loaded lazily, a graph's first upload)
      * would otherwise say its work drains before it was even queued, and lose the lease. */
     state->last_launch_ns = vgpu_monotonic_ns();
-    if (state->lease != NULL && state->looking) {
+    if (state->lease == NULL) {
+        return;
+    }
+    /* What is queued should be done by then: a thread kept from launching longer (asleep on a
+     * busy host) lets a waiting pod have the idle GPU. Written when the launch looks, or when
+     * it moved the time on by more than a quarter of what the arbiter allows a drained holder:
+     * a few long kernels launched between two looks must not make the holder seem drained while
+     * they run. */
+    uint64_t backlog = (uint64_t)state->queued * state->kernel_ns;
+    uint64_t drains =
+        state->last_launch_ns + (backlog < VGPU_LEASE_HOLD_NS ? backlog : VGPU_LEASE_HOLD_NS);
+    if (state->looking || drains > state->expected_ns + VGPU_LEASE_DRAINED_NS / 4) {
         vgpu_lease_touch(state->lease, state->last_launch_ns);
-        /* What is queued should be done by then: a thread kept from launching longer (asleep
-         * on a busy host) lets a waiting pod have the idle GPU. */
-        uint64_t backlog = (uint64_t)state->queued * state->kernel_ns;
-        vgpu_lease_expect(state->lease, state->last_launch_ns + (backlog < VGPU_LEASE_HOLD_NS
-                                                                     ? backlog
-                                                                     : VGPU_LEASE_HOLD_NS));
+        vgpu_lease_expect(state->lease, drains);
+        state->expected_ns = drains;
     }
 }

@@ -62,6 +62,7 @@ struct paced_device {
     uint64_t retired_ns;  /* when finished markers were last looked for */
     uint64_t looked_ns;   /* when a launch last read and wrote the lease's words; 0: now */
     bool looking;         /* this launch does (vgpu_epoch_look) */
+    uint64_t expected_ns; /* when its queued work drains, as last written in the lease */
     uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
     _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
     struct vgpu_pace pace; /* the epoch's rate (the hard or the soft limit) and hard limit */

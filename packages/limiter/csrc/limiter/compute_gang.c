@@ -152,14 +152,27 @@ void vgpu_gang_acquire(struct paced_device *state, int entry) {
     say_waiting(entry, true);
     vgpu_lease_acquire(state->lease, state->urgent);
     say_waiting(entry, false);
+    _Atomic uint64_t *waiting = &vgpu_state.region->gang_waiting;
     uint64_t others = ~(1ULL << entry);
+    uint64_t stuck = atomic_load(waiting) & others; /* set all along so far */
     uint64_t began = vgpu_monotonic_ns();
     uint64_t now = began;
-    while ((atomic_load(&vgpu_state.region->gang_waiting) & others) != 0 &&
-           now - began < VGPU_GANG_START_MAX_NS) {
+    /* A lease taken back or a yield asked meanwhile is seen at the epoch's first launches. */
+    while (stuck != 0 && now - began < VGPU_GANG_START_MAX_NS) {
         vgpu_lease_touch(state->lease, now);
         vgpu_compute_pause(20000);
         now = vgpu_monotonic_ns();
+        uint64_t set = atomic_load(waiting) & others;
+        stuck &= set;
+        if (set == 0) {
+            break;
+        }
+    }
+    if (stuck != 0 && now - began >= VGPU_GANG_START_MAX_NS) {
+        /* Set the whole wait: a rank killed while it waited for its lease left its bit, and
+         * every start would wait the whole time for it. A live rank that still waits sets its
+         * bit again at its next wait: cleared, only this start goes without it. */
+        atomic_fetch_and(waiting, ~stuck);
     }
     state->stats.gang_start_ns += now - began;
 }
@@ -180,8 +193,12 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
          * (whose leader decides each collective, most without a pause, so that the gate is
          * always ahead of it) took the gate's number and paused at other collectives than the
          * others, whose collectives then spun through its pauses, charged: a DDP job at 50 % on
-         * two H200s ran at 2 % of its speed. */
+         * two H200s ran at 2 % of its speed. It still ends its epoch where the decider ended
+         * its own, which the gate may no longer say. */
         *late = 0;
+        decision.handover = vgpu_gang_read(atomic_load(&vgpu_state.region->gang_handover), *seq,
+                                           now, &decision) == VGPU_GANG_FOLLOW;
+        decision.until_ns = 0;
         return decision;
     case VGPU_GANG_ASTRAY:
         if (++*late >= VGPU_GANG_RESYNC) {
@@ -196,6 +213,9 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
         break;
     }
     decision = decide(context, &now);
+    if (decision.handover) {
+        atomic_store(&vgpu_state.region->gang_handover, vgpu_gang_pack(*seq, decision));
+    }
     /* Published unless another rank decided this collective (or a later one) meanwhile; a word
      * about an earlier one is replaced. */
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -210,7 +230,9 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
             return theirs;
         case VGPU_GANG_LATE:
         case VGPU_GANG_ASTRAY:
-            return decision;
+            /* The gang is past this collective already: no pause alone here (the peers'
+             * collectives would spin through it); its epoch ended, if the decision said so. */
+            return (struct vgpu_gang_decision){0, decision.handover};
         case VGPU_GANG_DECIDE:
             break;
         }
