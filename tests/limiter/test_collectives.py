@@ -8,8 +8,11 @@ effect on a real job is measured by benchmarks/multigpu_gpu.py."""
 import json
 import re
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
+from vgpu_limiter.region import open_region
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv
 from tests.limiter.test_compute_limits import TOLERANCE_PP
@@ -112,3 +115,29 @@ def test_a_process_without_collectives_is_not_held_by_the_gang(compute_env: Limi
     assert "collective kernel" not in plain.log
     assert plain.share == pytest.approx(50, abs=TOLERANCE_PP), plain.log
     assert rank.share == pytest.approx(25, abs=TOLERANCE_PP), rank.log
+
+
+def test_a_rank_killed_while_it_waited_for_its_lease_delays_the_others_once(
+    compute_env: LimitedEnv,
+) -> None:
+    """A rank that gets its lease waits for the pod's other ranks that wait for theirs (their
+    bits in the region's gang_waiting word), so that all start together. A rank killed while it
+    waited leaves its bit set: the first start that waits the whole 5 ms for it clears it, and
+    the next starts do not wait."""
+    environment = compute_env() | limits(g0=50, g1=50)
+    rank = start(environment, 0, ALL_REDUCE, 3.0)
+    region_file = Path(environment["SHM_PATH"]) / "shm"
+    deadline = time.monotonic() + 30
+    while not region_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # running, its epochs paced
+    with open_region(region_file) as region:
+        region._live().gang_waiting = 1 << 1  # GPU 1's rank, gone while it waited
+        rank.finish(60)
+        left = int(region._live().gang_waiting)
+    waited_us = sum(int(n) for n in re.findall(r"(\d+) us of it for the gang's other", rank.log))
+    epochs = sum(int(n) for n in re.findall(r"pacing: (\d+) epochs", rank.log))
+    assert left == 0, rank.log
+    assert epochs >= 20, rank.log  # a bit never cleared would have cost 5 ms at each
+    assert 4_000 <= waited_us < 40_000, rank.log
+    assert rank.share == pytest.approx(50, abs=TOLERANCE_PP)
