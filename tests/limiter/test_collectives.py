@@ -141,3 +141,23 @@ def test_a_rank_killed_while_it_waited_for_its_lease_delays_the_others_once(
     assert epochs >= 20, rank.log  # a bit never cleared would have cost 5 ms at each
     assert 4_000 <= waited_us < 40_000, rank.log
     assert rank.share == pytest.approx(50, abs=TOLERANCE_PP)
+
+
+def test_collectives_launched_without_a_limit_are_counted_too(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """A limit set while a job runs: every rank has counted the job's collectives from its start
+    (paced or not), so that its n-th is every other rank's n-th. Counted only from the limit on,
+    ranks a few collectives apart would count differently for good and pause at different
+    collectives."""
+    rank = start(compute_env() | limits(g0=100), 0, ALL_REDUCE, 4.0)
+    time.sleep(1.5)  # unlimited: its collectives run unpaced
+    with open_region(tmp_path / "pod" / "shm") as region:
+        region.set_limits(region.devices[0].uuid, compute_limit=5000)  # 50 %
+    out, rank.log = rank.process.communicate(timeout=60)
+    launched = json.loads(out)["kernels"]
+    counted = [int(n) for n in re.findall(r"(\d+) collectives so far", rank.log)]
+    assert counted, rank.log
+    # 1.5 s at 100 %, then 2.5 s at 50 %: the limited part is under half of what it launched,
+    # and the last report (a second after the one before) comes after a second at 50 %.
+    assert 0.6 * launched < counted[-1] <= launched, (counted, launched)

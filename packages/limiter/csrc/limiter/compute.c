@@ -32,7 +32,7 @@
  * This file decides which launches are paced and takes each through an epoch, and holds the
  * launch hooks; compute_epochs.c keeps the epochs' events, markers and lease,
  * compute_bucket.c the pod's bucket and the rate it refills at, and compute_gang.c which
- * launches are collectives and the pod's gate. */
+ * launches are collectives and how the pod's ranks pause, hand over and start together. */
 #define _GNU_SOURCE
 #include "compute.h"
 #include "pacing.h"
@@ -99,6 +99,14 @@ static struct vgpu_pace pace_now(struct paced_device *state, int entry) {
     return pace_of(entry, contended, state);
 }
 
+struct vgpu_pace vgpu_compute_pace(struct paced_device *state, int entry) {
+    return pace_now(state, entry);
+}
+
+struct vgpu_pace vgpu_compute_hard_pace(int entry) {
+    return pace_of(entry, always_contended, NULL);
+}
+
 /* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once);
  * the time waited is the pod's throttled time. Sets the pace the next epoch runs at; adds what
  * the bucket's cap cut off to `*capped`. */
@@ -138,125 +146,6 @@ static bool light_use(struct paced_device *state, int entry, uint64_t now) {
                           state->pace.hard);
 }
 
-/* --- collectives: one pause for all the pod's ranks (compute_gang.c) -------------------------- */
-
-/* A process that launched a collective this recently pauses only before its next one, unless
- * its bucket is deeper in debt than GANG_DEBT_MAX_NS (a step's work between two collectives is
- * then paid for at once). A gang's wait shorter than GANG_MIN_PAUSE_NS is not taken: the debt
- * is carried to a later collective rather than spend an epoch's end and a hand-over on it (a
- * rank at 70 % beside a 30 % pod, with a collective every 0.5 ms, got 59.8 % otherwise). */
-#define GANG_HOLD_NS 1000000000ULL
-#define GANG_DEBT_MAX_NS 500000000ULL
-#define GANG_MIN_PAUSE_NS 2000000ULL
-/* A rank that stamped its collective a moment after the decider read the clock is in. */
-#define GANG_CLOCK_SLACK_NS 1000000ULL
-
-/* Whether the process launched a collective lately: one of a job's ranks. */
-static bool in_gang(const struct paced_device *state, uint64_t now) {
-    return state->collective_ns != 0 && now - state->collective_ns < GANG_HOLD_NS;
-}
-
-struct gang_decision {
-    struct paced_device *state;
-    int entry;
-};
-
-/* The longest wait among the buckets of the pod's GPUs that ran a collective lately: every
- * rank pauses that long, so that all are out of debt after (each rank's whole debt: a pause
- * bounded by the bucket's 100 ms left debt that made ranks pause mid-step). Other GPUs' buckets
- * are read, not refilled, at their hard limits (their burst is not known here). */
-static uint64_t gang_wait(struct paced_device *state, int own, uint64_t now) {
-    uint64_t longest = 0;
-    uint32_t count = atomic_load(&vgpu_state.region->device_count);
-    for (uint32_t i = 0; i < count && i < VGPU_REGION_MAX_DEVICES; i++) {
-        struct vgpu_region_device *device = &vgpu_state.region->devices[i];
-        uint64_t seen = atomic_load(&device->compute_state[VGPU_COMPUTE_COLLECTIVE_NS]);
-        if ((int)i != own &&
-            (seen > now + GANG_CLOCK_SLACK_NS || seen + GANG_HOLD_NS <= now)) {
-            continue;
-        }
-        uint64_t capped = 0;
-        struct vgpu_pace pace = (int)i == own ? pace_now(state, own)
-                                              : pace_of((int)i, always_contended, NULL);
-        int64_t balance = (int)i == own ? vgpu_bucket_refill(device, pace, now, &capped)
-                                        : vgpu_bucket_peek(device, pace, now);
-        uint64_t wait = vgpu_gang_wait_ns(balance, pace.rate);
-        longest = wait > longest ? wait : longest;
-    }
-    return longest < GANG_MIN_PAUSE_NS ? 0 : longest;
-}
-
-/* The first rank at a collective decides. Its epoch ends here when it has had its quantum (a
- * hand-over: every rank's ends here too, so that another pod's ranks get all the GPUs at once)
- * or when any bucket is in debt (its GPU time is then in its bucket, and the wait is read
- * again). */
-static struct vgpu_gang_decision decide_gang_pause(void *context, uint64_t *now) {
-    struct gang_decision *decision = context;
-    struct paced_device *state = decision->state;
-    uint64_t wait = gang_wait(state, decision->entry, *now);
-    bool handover = state->open && (wait > 0 || state->done_ns >= QUANTUM_NS);
-    if (handover) {
-        state->stats.gang++;
-        vgpu_epoch_close(state, true);
-        *now = vgpu_monotonic_ns();
-        wait = gang_wait(state, decision->entry, *now);
-    }
-    return (struct vgpu_gang_decision){*now + wait, handover || wait > 0};
-}
-
-/* Before a collective's kernel, under the device's lock (let go while pausing): the pod's
- * decision for this collective, taken. */
-static void pause_for_collective(struct paced_device *state, int entry) {
-    uint64_t now = vgpu_monotonic_ns();
-    state->collective_ns = now;
-    struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
-    atomic_store(&device->compute_state[VGPU_COMPUTE_COLLECTIVE_NS], now);
-    struct gang_decision context = {state, entry};
-    ++state->collectives;
-    struct vgpu_gang_decision decision = vgpu_gang_until(
-        &state->collectives, &state->gang_late, now, decide_gang_pause, &context);
-    now = vgpu_monotonic_ns();
-    bool pause = decision.until_ns > now + GANG_MIN_PAUSE_NS;
-    if (state->open && (pause || decision.handover)) {
-        /* A follower's epoch: ends where the decider's did, its work so far done first. */
-        state->stats.gang++;
-        vgpu_epoch_close(state, true);
-        now = vgpu_monotonic_ns();
-    }
-    if (!pause) {
-        return;
-    }
-    pthread_mutex_unlock(&state->lock);
-    if (decision.until_ns > now) {
-        vgpu_compute_pause(decision.until_ns - now);
-        atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - now,
-                                  memory_order_relaxed);
-    }
-    pthread_mutex_lock(&state->lock);
-}
-
-/* The GPU time an epoch runs before it ends for its quantum. The epochs of a process that runs
- * collectives end at a collective instead (decide_gang_pause), up to twice as long: there all
- * the pod's ranks end theirs together. Ended mid-step, one rank's GPU went to another pod a few
- * milliseconds before the other's, and each pod's collectives spun that long at every
- * hand-over, charged: a 30/70 pair of DDP jobs on two H200s got 24.6/58.9 % of a job alone. */
-static uint64_t quantum_of(const struct paced_device *state, uint64_t now) {
-    return in_gang(state, now) ? 2 * QUANTUM_NS : QUANTUM_NS;
-}
-
-/* Whether a new epoch of a process that runs collectives starts without waiting for the
- * bucket (its debt is paid before its next collective); sets the epoch's pace when it does. */
-static bool gang_defers(struct paced_device *state, int entry) {
-    uint64_t now = vgpu_monotonic_ns(); /* after the drains and closes before it */
-    if (!in_gang(state, now)) {
-        return false;
-    }
-    state->pace = pace_now(state, entry);
-    uint64_t capped = 0;
-    return vgpu_bucket_refill(&vgpu_state.region->devices[entry], state->pace, now, &capped) >
-           -(int64_t)GANG_DEBT_MAX_NS;
-}
-
 /* --- which launches are paced ---------------------------------------------------------------- */
 
 static void drop_context_events(struct paced_device *state, const void *context) {
@@ -268,6 +157,7 @@ static void drop_context_events(struct paced_device *state, const void *context)
 void vgpu_compute_context_gone(CUcontext context) {
     atomic_fetch_add_explicit(&contexts_gone, 1, memory_order_release);
     vgpu_paced_each_device(drop_context_events, context);
+    vgpu_gang_forget_functions(); /* its functions' handles may be reused */
 }
 
 /* Whether any device of the pod has a compute limit: the common case has none, and then a launch
@@ -380,7 +270,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
             uint64_t capped = 0;
-            if (!gang_defers(state, entry)) {
+            if (!vgpu_gang_defers(state, entry)) {
                 wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
             }
             pthread_mutex_lock(&state->lock);
@@ -391,7 +281,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             }
         }
         if (!state->open) {
-            vgpu_epoch_open(state, stream, entry, in_gang(state, vgpu_monotonic_ns()));
+            vgpu_epoch_open(state, stream, entry, vgpu_gang_member(state, vgpu_monotonic_ns()));
         }
         vgpu_epoch_switch_stream(state, stream);
         vgpu_epoch_wait_for_backlog(state, now);
@@ -400,13 +290,38 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
-        if (state->done_ns < quantum_of(state, now)) {
+        if (state->done_ns < vgpu_gang_quantum(state, now)) {
             return true;
         }
         /* The epoch has had its share of GPU time: this launch belongs to the next one. */
         state->stats.quantum++;
         vgpu_epoch_close(state, true);
     }
+}
+
+/* A collective launched unpaced (no limit on its GPU now) is counted all the same: every rank
+ * counts the pod's collectives from its start, so that a limit set while a job runs finds every
+ * rank's n-th collective the same one. Counted from the limit on, ranks a few collectives apart
+ * would count differently for good, pause at different collectives, and spin through each
+ * other's pauses. A collective captured into a graph counts when the graph is launched. */
+static void count_unpaced(CUstream stream, CUfunction function, CUgraphExec graph) {
+    if (vgpu_state.region == NULL ||
+        !(function != NULL ? vgpu_gang_is_collective(function)
+                           : vgpu_gang_graph_is_collective(graph))) {
+        return;
+    }
+    CUcontext context;
+    CUdevice ordinal;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!current_device(&context, &ordinal) || ordinal < 0 || ordinal >= VGPU_MAX_ORDINALS ||
+        VGPU_REAL(cuStreamIsCapturing, stream, &capture) != CUDA_SUCCESS ||
+        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        return;
+    }
+    struct paced_device *state = vgpu_paced_device(ordinal);
+    pthread_mutex_lock(&state->lock);
+    state->collectives++;
+    pthread_mutex_unlock(&state->lock);
 }
 
 /* Run one launch (a kernel, `function`, or a graph, `graph`; NULL for the other, or both for a
@@ -423,14 +338,19 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     int entry;
     stream = marker_stream(stream, per_thread);
     if (!paced_device_of(stream, &context, &ordinal, &entry)) {
+        count_unpaced(stream, function, graph);
         return launch(arguments);
     }
     struct paced_device *state = vgpu_paced_device(ordinal);
     pthread_mutex_lock(&state->lock);
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
-    if (ready && (function != NULL ? vgpu_gang_is_collective(state, function)
-                                   : vgpu_gang_graph_is_collective(graph))) {
-        pause_for_collective(state, entry);
+    if (function != NULL ? vgpu_gang_is_collective(function)
+                         : vgpu_gang_graph_is_collective(graph)) {
+        if (ready) {
+            vgpu_gang_pause(state, entry); /* counts it */
+        } else {
+            state->collectives++;
+        }
     }
     if (!ready || !enter_epoch(state, stream, ordinal, entry, context)) {
         pthread_mutex_unlock(&state->lock);

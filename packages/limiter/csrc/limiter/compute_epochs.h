@@ -29,15 +29,6 @@ struct marker {
     unsigned launches; /* launches since the previous marker */
 };
 
-/* Kernels whose names were looked at (compute_gang.c), per device: room for a framework's
- * hundreds of kernels (a name is asked once each, not at every launch). */
-#define KERNEL_NAMES 2048
-
-struct kernel_name {
-    CUfunction function; /* NULL: a free slot */
-    bool collective;
-};
-
 /* This process's pacing of one GPU (by CUDA ordinal). */
 struct paced_device {
     pthread_mutex_t lock;
@@ -69,7 +60,6 @@ struct paced_device {
     bool estimated;       /* kernel_ns comes from a measurement */
     bool urgent;          /* the pod's use is light (vgpu_use_light): its epoch is urgent */
     uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
-    struct kernel_name kernels[KERNEL_NAMES]; /* this context's, looked at */
     uint64_t collectives;   /* collective launches so far: each rank's n-th is the same one */
     unsigned gang_late;     /* collectives running at which the gate was past this rank's */
     uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest */

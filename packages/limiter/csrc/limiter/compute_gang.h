@@ -9,9 +9,10 @@
 #include "compute_epochs.h"
 #include "cuda_api.h"
 
-/* Whether `function` is a collective's kernel (by its name: collectives.c), remembered per
- * device; under the device's lock. */
-bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function);
+/* Whether `function` is a collective's kernel (by its name: collectives.c), remembered for
+ * the process; lock-free. Forgotten when a context goes (a handle may then be reused). */
+bool vgpu_gang_is_collective(CUfunction function);
+void vgpu_gang_forget_functions(void);
 
 /* Executable graphs with a collective's kernel among their nodes (a collective captured into a
  * CUDA graph, as tensor-parallel inference servers do): noted when instantiated (graphs.c),
@@ -20,6 +21,19 @@ bool vgpu_gang_is_collective(struct paced_device *state, CUfunction function);
 void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph);
 void vgpu_gang_forget_graph(CUgraphExec exec);
 bool vgpu_gang_graph_is_collective(CUgraphExec exec);
+
+/* Whether the process launched a collective lately (in the last VGPU_GANG_HOLD_NS): one of a
+ * job's ranks, paced by the gang's rules. */
+#define VGPU_GANG_HOLD_NS 1000000000ULL
+bool vgpu_gang_member(const struct paced_device *state, uint64_t now);
+/* Before a collective's kernel, under the device's lock (let go while pausing): counts the
+ * collective and takes the pod's decision for it (a pause, the epoch's end). */
+void vgpu_gang_pause(struct paced_device *state, int entry);
+/* The GPU time a member's epoch runs before it ends for its quantum (others': QUANTUM_NS). */
+uint64_t vgpu_gang_quantum(const struct paced_device *state, uint64_t now);
+/* Whether a member's new epoch starts without waiting for the bucket (its debt is paid before
+ * its next collective); sets the epoch's pace when it does. */
+bool vgpu_gang_defers(struct paced_device *state, int entry);
 
 /* The lease of the rank's GPU for an epoch of a process that runs collectives (what
  * vgpu_lease_acquire does for others): got, it waits until the pod's ranks that wait for their
