@@ -95,12 +95,8 @@ static struct vgpu_pace pace_of(int entry, bool (*is_contended)(void *, uint64_t
     return vgpu_pace_choose(&read, vgpu_monotonic_ns(), is_contended, context);
 }
 
-static struct vgpu_pace pace_now(struct paced_device *state, int entry) {
-    return pace_of(entry, contended, state);
-}
-
 struct vgpu_pace vgpu_compute_pace(struct paced_device *state, int entry) {
-    return pace_now(state, entry);
+    return pace_of(entry, contended, state);
 }
 
 struct vgpu_pace vgpu_compute_hard_pace(int entry) {
@@ -114,7 +110,7 @@ static void wait_for_budget(struct paced_device *state, struct vgpu_region_devic
                             int entry, uint64_t *capped) {
     uint64_t began = 0;
     for (;;) {
-        state->pace = pace_now(state, entry);
+        state->pace = vgpu_compute_pace(state, entry);
         uint64_t wait = vgpu_bucket_wait_ns(device, state->pace, vgpu_monotonic_ns(), capped);
         if (wait == 0) {
             break;
@@ -257,9 +253,9 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
                         CUcontext context) {
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
-        bool look = vgpu_epoch_look(state, now);
-        vgpu_epoch_end_paused_or_lost(state, now, look);
-        if (look && state->open && state->lease != NULL &&
+        vgpu_epoch_look(state, now);
+        vgpu_epoch_end_paused_or_lost(state, now);
+        if (state->looking && state->open && state->lease != NULL &&
             vgpu_lease_yield_asked(state->lease, now)) {
             /* A pod that used less than its share waits with a short burst: its wait is one
              * drain of this epoch's backlog, not the rest of the epoch. */
@@ -304,12 +300,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
  * rank's n-th collective the same one. Counted from the limit on, ranks a few collectives apart
  * would count differently for good, pause at different collectives, and spin through each
  * other's pauses. A collective captured into a graph counts when the graph is launched. */
-static void count_unpaced(CUstream stream, CUfunction function, CUgraphExec graph) {
-    if (vgpu_state.region == NULL ||
-        !(function != NULL ? vgpu_gang_is_collective(function)
-                           : vgpu_gang_graph_is_collective(graph))) {
-        return;
-    }
+static void count_unpaced(CUstream stream) {
     CUcontext context;
     CUdevice ordinal;
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -337,15 +328,17 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     CUdevice ordinal;
     int entry;
     stream = marker_stream(stream, per_thread);
+    bool collective = vgpu_state.region != NULL && vgpu_gang_launches_collective(function, graph);
     if (!paced_device_of(stream, &context, &ordinal, &entry)) {
-        count_unpaced(stream, function, graph);
+        if (collective) {
+            count_unpaced(stream);
+        }
         return launch(arguments);
     }
     struct paced_device *state = vgpu_paced_device(ordinal);
     pthread_mutex_lock(&state->lock);
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
-    if (function != NULL ? vgpu_gang_is_collective(function)
-                         : vgpu_gang_graph_is_collective(graph)) {
+    if (collective) {
         if (ready) {
             vgpu_gang_pause(state, entry); /* counts it */
         } else {

@@ -320,19 +320,18 @@ bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcon
     return true;
 }
 
-bool vgpu_epoch_look(struct paced_device *state, uint64_t now) {
+void vgpu_epoch_look(struct paced_device *state, uint64_t now) {
     state->looking = state->looked_ns == 0 || now < state->looked_ns ||
                      now - state->looked_ns >= VGPU_LEASE_LOOK_EVERY_NS;
     state->looked_ns = state->looking ? now : state->looked_ns;
-    return state->looking;
 }
 
-void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now, bool look) {
+void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
     bool paused = state->open && now - state->last_launch_ns > PAUSE_NS &&
                   (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
                    !vgpu_lease_wanted(state->lease, now));
     if (state->open &&
-        (paused || (look && state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
+        (paused || (state->looking && state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
         /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
          * The lease taken: charge what ran. */
         state->stats.paused += paused;

@@ -90,16 +90,17 @@ bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcon
 /* Destroy the device's events (their context still exists) and forget the context. */
 void vgpu_epoch_release_events(struct paced_device *state);
 
-/* End an open epoch that paused (no launch for a while), or whose lease was taken. */
-void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now, bool look);
-/* Whether a launch at `now` reads and writes the lease's words: at most every
- * VGPU_LEASE_LOOK_EVERY_NS. They are other processes' cache lines (the arbiter's, other pods'),
+/* End an open epoch that paused (no launch for a while), or whose lease was taken (seen when
+ * the launch looks: vgpu_epoch_look). */
+void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now);
+/* Sets state->looking: whether a launch at `now` reads and writes the lease's words, at most
+ * every VGPU_LEASE_LOOK_EVERY_NS. They are other processes' cache lines (the arbiter's, other pods'),
  * each a cache miss per launch where reading them at every launch cost a launch of empty
  * kernels on an H100 about 2.2x what the same path cost on the simulated GPU; a lease lost, a
  * yield asked or another pod waiting is seen at most that much later, and the holder's activity
  * is that much older than it is, far inside the arbiter's 500 µs and 10 ms. */
 #define VGPU_LEASE_LOOK_EVERY_NS 20000ULL
-bool vgpu_epoch_look(struct paced_device *state, uint64_t now);
+void vgpu_epoch_look(struct paced_device *state, uint64_t now);
 /* Start an epoch on `stream`: take the lease (a wait for another pod is throttled time of the
  * pod's region `entry`; urgent when state->urgent; with the pod's other ranks when `gang`:
  * vgpu_gang_acquire) and record the start event. */

@@ -87,6 +87,11 @@ bool vgpu_gang_is_collective(CUfunction function) {
     return named_collective(function, (CUkernel)(void *)function); /* crowded */
 }
 
+bool vgpu_gang_launches_collective(CUfunction function, CUgraphExec graph) {
+    return function != NULL ? vgpu_gang_is_collective(function)
+                            : vgpu_gang_graph_is_collective(graph);
+}
+
 void vgpu_gang_forget_functions(void) {
     for (unsigned i = 0; i < KNOWN_FUNCTIONS; i++) {
         atomic_store_explicit(&known_functions[i], 0, memory_order_relaxed);

@@ -21,6 +21,8 @@ void vgpu_gang_forget_functions(void);
 void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph);
 void vgpu_gang_forget_graph(CUgraphExec exec);
 bool vgpu_gang_graph_is_collective(CUgraphExec exec);
+/* Whether a launch of `function`, or else of `graph`, is a collective's. */
+bool vgpu_gang_launches_collective(CUfunction function, CUgraphExec graph);
 
 /* Whether the process launched a collective lately (in the last VGPU_GANG_HOLD_NS): one of a
  * job's ranks, paced by the gang's rules. */
