@@ -73,7 +73,37 @@ def pacing_summary(node: "Node", name: str) -> dict[str, Any]:
         "gang_start_wait_ms": round(
             sum(map(int, re.findall(r"(\d+) us of it for the gang's other ranks", text))) / 1e3
         ),
+        "per_process": pacing_per_process(text),
     }
+
+
+PACING_LINE = re.compile(
+    r"vgpu-limiter\[(\d+)\]: \w+: pacing: .*?(\d+) us of GPU time charged, (\d+) us waited for "
+    r"the lease.*?, (\d+) us paused for the limit, (\d+) us beyond the bucket's cap in (\d+) ms"
+)
+
+
+def pacing_per_process(text: str) -> dict[str, dict[str, float]]:
+    """Each process's pacing over its logged seconds, as percentages of that time: where the
+    time went that its share did not get (paused for its own limit, waited for other pods, or
+    cut off by its bucket's cap)."""
+    sums: dict[str, list[int]] = {}
+    for match in PACING_LINE.finditer(text):
+        pid, *values = match.groups()
+        total = sums.setdefault(pid, [0, 0, 0, 0, 0])
+        for i, value in enumerate(values):
+            total[i] += int(value)
+    report: dict[str, dict[str, float]] = {}
+    for pid, (charged, waited, paused, capped, ms) in sums.items():
+        if ms > 0:
+            report[pid] = {
+                "seconds": round(ms / 1e3, 1),
+                "charged_pct": round(charged / (10 * ms), 1),
+                "lease_wait_pct": round(waited / (10 * ms), 1),
+                "paused_pct": round(paused / (10 * ms), 1),
+                "capped_pct": round(capped / (10 * ms), 1),
+            }
+    return report
 
 
 def last_json(text: str) -> dict[str, Any]:

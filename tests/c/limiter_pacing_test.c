@@ -201,7 +201,7 @@ static void rate_effective(void) {
 
 static void refill_accrues_up_to_cap(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
     uint64_t capped = 0;
     /* The first refill starts the bucket: empty, refilled now. */
     CHECK_I64(vgpu_bucket_refill(&device, quarter, T0, &capped), 0);
@@ -217,15 +217,26 @@ static void refill_accrues_up_to_cap(void) {
     CHECK_U64(capped, 3 * MS / 4 + SECOND / 4 - (uint64_t)cap_of(QUARTER));
 }
 
+/* A gang's bucket (a job's ranks, which end epochs only at collectives) holds twice as much. */
+static void a_gang_holds_twice_as_much(void) {
+    fresh_device();
+    struct vgpu_pace gang = {QUARTER, QUARTER, true};
+    uint64_t capped = 0;
+    vgpu_bucket_refill(&device, gang, T0, &capped);
+    CHECK_I64(vgpu_bucket_refill(&device, gang, T0 + SECOND, &capped), 2 * cap_of(QUARTER));
+    CHECK_U64(capped, SECOND / 4 - 2 * (uint64_t)cap_of(QUARTER));
+    CHECK_I64(vgpu_bucket_peek(&device, gang, T0 + 2 * SECOND), 2 * cap_of(QUARTER));
+}
+
 static void refill_pays_debt_at_rate(void) {
     fresh_device();
     uint64_t capped = 0;
-    vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF}, T0, &capped);
+    vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF, false}, T0, &capped);
     set_balance(-(int64_t)(10 * MS));
-    CHECK_I64(vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF}, T0 + 4 * MS, &capped),
+    CHECK_I64(vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF, false}, T0 + 4 * MS, &capped),
               -(int64_t)(8 * MS));
     /* Bursting: it accrues at the soft limit, but the cap is the hard limit's. */
-    struct vgpu_pace burst = {HALF, QUARTER};
+    struct vgpu_pace burst = {HALF, QUARTER, false};
     CHECK_I64(vgpu_bucket_refill(&device, burst, T0 + 20 * MS, &capped), 0);
     CHECK_I64(vgpu_bucket_refill(&device, burst, T0 + SECOND, &capped), cap_of(QUARTER));
     CHECK(cap_of(QUARTER) < cap_of(HALF));
@@ -233,7 +244,7 @@ static void refill_pays_debt_at_rate(void) {
 
 static void refill_after_idle_or_clock_back(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
     uint64_t capped = 0;
     vgpu_bucket_refill(&device, quarter, T0, &capped);
     set_balance(-(int64_t)SECOND);
@@ -259,7 +270,7 @@ static void refill_after_idle_or_clock_back(void) {
     CHECK_I64(vgpu_bucket_refill(&device, quarter, UINT64_MAX, &capped), 0);
     CHECK_U64(capped, 0);
     /* The largest gap that accrues, at 100 %: 10 s, cut to the cap, without overflow. */
-    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, 9999};
+    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, 9999, false};
     fresh_device();
     vgpu_bucket_refill(&device, full, T0, &capped);
     capped = 0;
@@ -292,9 +303,9 @@ static void wait_for_budget(void) {
     fresh_device();
     uint64_t capped = 0;
     /* Not limited: no wait, and the bucket is not even looked at. */
-    CHECK_U64(vgpu_bucket_wait_ns(&device, (struct vgpu_pace){0, 0}, T0, &capped), 0);
+    CHECK_U64(vgpu_bucket_wait_ns(&device, (struct vgpu_pace){0, 0, false}, T0, &capped), 0);
     CHECK_U64(refilled_at(), 0);
-    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
     CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0, &capped), 0); /* a fresh bucket */
     set_balance(-(int64_t)MS);
     /* 1 ms of debt, 0.25 ms paid back in the last ms: 3 ms to wait. */
@@ -302,28 +313,28 @@ static void wait_for_budget(void) {
     CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0 + 4 * MS, &capped), 0);
     CHECK_I64(balance(), 0);
     /* At 100 % (a soft limit's burst) the bucket is still paced: a debt is waited for. */
-    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, QUARTER};
+    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, QUARTER, false};
     set_balance(-(int64_t)(2 * MS));
     CHECK_U64(vgpu_bucket_wait_ns(&device, full, T0 + 5 * MS, &capped), MS);
 }
 
 static void charge(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
     vgpu_bucket_charge(&device, 3 * MS, quarter);
     CHECK_I64(balance(), -(int64_t)(3 * MS));
     CHECK_U64(atomic_load(&device.gpu_ns), 3 * MS);
     CHECK_U64(atomic_load(&device.burst_ns), 0);
     /* At 50 % over a 25 % hard limit, half of the GPU time was burst. */
-    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){HALF, QUARTER});
+    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){HALF, QUARTER, false});
     CHECK_I64(balance(), -(int64_t)(7 * MS));
     CHECK_U64(atomic_load(&device.gpu_ns), 7 * MS);
     CHECK_U64(atomic_load(&device.burst_ns), 2 * MS);
     /* At 100 % over 25 %: three quarters. */
-    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){VGPU_COMPUTE_UNLIMITED, QUARTER});
+    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){VGPU_COMPUTE_UNLIMITED, QUARTER, false});
     CHECK_U64(atomic_load(&device.burst_ns), 5 * MS);
     /* No hard limit known: no burst counted. */
-    vgpu_bucket_charge(&device, MS, (struct vgpu_pace){HALF, 0});
+    vgpu_bucket_charge(&device, MS, (struct vgpu_pace){HALF, 0, false});
     CHECK_U64(atomic_load(&device.burst_ns), 5 * MS);
     CHECK_U64(atomic_load(&device.gpu_ns), 12 * MS);
     CHECK_I64(balance(), -(int64_t)(12 * MS));
@@ -351,9 +362,9 @@ static uint64_t busy_pod(struct vgpu_pace pace, uint64_t epoch_ns, uint64_t seco
 
 static void pod_gets_its_limit(void) {
     /* 25 % of 10 s is 2.5 s, give or take an epoch and what the bucket starts with. */
-    uint64_t used = busy_pod((struct vgpu_pace){QUARTER, QUARTER}, 32 * MS, 10);
+    uint64_t used = busy_pod((struct vgpu_pace){QUARTER, QUARTER, false}, 32 * MS, 10);
     CHECK(used >= 10 * SECOND / 4 - 32 * MS && used <= 10 * SECOND / 4 + 32 * MS);
-    used = busy_pod((struct vgpu_pace){7000, 7000}, 2 * MS, 10);
+    used = busy_pod((struct vgpu_pace){7000, 7000, false}, 2 * MS, 10);
     CHECK(used >= 7 * SECOND - 2 * MS && used <= 7 * SECOND + 2 * MS);
     CHECK_U64(atomic_load(&device.gpu_ns), used);
 }
@@ -439,7 +450,7 @@ static void gang_gate(void) {
 
 static void peek(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
     uint64_t capped = 0;
     CHECK_I64(vgpu_bucket_peek(&device, quarter, T0), 0); /* never refilled */
     vgpu_bucket_refill(&device, quarter, T0, &capped);
@@ -465,6 +476,7 @@ int main(void) {
     rate_burst_beside_others();
     rate_effective();
     refill_accrues_up_to_cap();
+    a_gang_holds_twice_as_much();
     refill_pays_debt_at_rate();
     refill_after_idle_or_clock_back();
     time_to_budget();

@@ -105,9 +105,10 @@ struct vgpu_pace vgpu_compute_hard_pace(int entry) {
 
 /* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once);
  * the time waited is the pod's throttled time. Sets the pace the next epoch runs at; adds what
- * the bucket's cap cut off to `*capped`. */
+ * the bucket's cap cut off to `*capped` and sets `*paused` to the time waited. Not under the
+ * device's lock. */
 static void wait_for_budget(struct paced_device *state, struct vgpu_region_device *device,
-                            int entry, uint64_t *capped) {
+                            int entry, uint64_t *capped, uint64_t *paused) {
     uint64_t began = 0;
     for (;;) {
         state->pace = vgpu_compute_pace(state, entry);
@@ -119,8 +120,8 @@ static void wait_for_budget(struct paced_device *state, struct vgpu_region_devic
         vgpu_compute_pause(wait);
     }
     if (began != 0) {
-        atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - began,
-                                  memory_order_relaxed);
+        *paused = vgpu_monotonic_ns() - began;
+        atomic_fetch_add_explicit(&device->throttled_ns, *paused, memory_order_relaxed);
     }
 }
 
@@ -266,12 +267,15 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
         if (!state->open) {
             pthread_mutex_unlock(&state->lock);
             uint64_t capped = 0;
-            if (!vgpu_gang_defers(state, entry)) {
-                wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped);
+            uint64_t paused = 0;
+            if (!vgpu_gang_defers(state, entry, &capped)) {
+                wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped,
+                                &paused);
             }
             pthread_mutex_lock(&state->lock);
             state->urgent = light_use(state, entry, vgpu_monotonic_ns());
             state->stats.capped_ns += capped;
+            state->stats.paused_ns += paused;
             if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */
                 return false;
             }

@@ -11,7 +11,13 @@
  * Burst: a pod runs at its soft limit only while no other pod has wanted this GPU for
  * VGPU_CONTENDED_HOLD_NS: seen waiting for the lease, or holding it. Contention is seen at the
  * first launch of the other pod that waits, so a bursting pod falls back within one contended
- * epoch. */
+ * epoch.
+ *
+ * A gang's bucket (the ranks of a job that runs collectives) holds twice as much: its epochs end
+ * only at a collective, and another pod's gang may hold a GPU up to twice the quantum while it
+ * waits. At the single cap the 70 % job of a 30/70 pair of DDP jobs on two H200s was charged
+ * 61-62 % of the GPUs' time, paused 14 % of it for a bucket the cap had cut short, and ran at
+ * 61-62 % of its speed alone; at twice the cap it was charged 68-70 % and ran at 65-66 %. */
 #include "compute_bucket.h"
 
 #include <stdatomic.h>
@@ -72,7 +78,8 @@ static enum refill refill_at(uint64_t last, uint64_t now) {
 }
 
 static int64_t cap_of(struct vgpu_pace pace) {
-    return (int64_t)(VGPU_BUCKET_BURST_NS * pace.hard / VGPU_COMPUTE_UNLIMITED);
+    return (int64_t)(VGPU_BUCKET_BURST_NS * (pace.gang ? 2 : 1) * pace.hard /
+                     VGPU_COMPUTE_UNLIMITED);
 }
 
 /* Below VGPU_BUCKET_IDLE_NS at no more than 100 %: far from overflowing. */

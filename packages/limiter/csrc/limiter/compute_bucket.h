@@ -23,7 +23,8 @@ enum {
     VGPU_COMPUTE_USE_NEWER = 7
 };
 
-/* The bucket holds at most the hard limit's share of this much wall time (compute_bucket.c). */
+/* The bucket holds at most the hard limit's share of this much wall time (compute_bucket.c),
+ * a gang's twice as much. */
 #define VGPU_BUCKET_BURST_NS 50000000ULL
 /* A refill after this long starts the bucket afresh, empty and out of debt. */
 #define VGPU_BUCKET_IDLE_NS 10000000000ULL
@@ -52,6 +53,8 @@ struct vgpu_pace_limits {
 struct vgpu_pace {
     uint32_t rate;
     uint32_t hard;
+    /* The pace of a job's rank (compute_gang.h): its bucket holds twice as much. */
+    bool gang;
 };
 
 /* Whether another pod wants the GPU: `wanted_now` (it waits for or holds the device lease at

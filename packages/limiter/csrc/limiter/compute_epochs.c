@@ -176,8 +176,8 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
                  "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
                  "lost, %u for a collective, %u yielded), %u launches, %u markers, %u stream "
                  "switches, %llu us of GPU time charged, %llu us waited for the lease (%llu us "
-                 "of it for the gang's other ranks), %llu us beyond the bucket's cap in %llu ms; "
-                 "%llu collectives so far",
+                 "of it for the gang's other ranks), %llu us paused for the limit, %llu us beyond "
+                 "the bucket's cap in %llu ms; %llu collectives so far",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.launches,
@@ -185,6 +185,7 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
                  (unsigned long long)(state->stats.charged_ns / 1000),
                  (unsigned long long)(state->stats.lease_wait_ns / 1000),
                  (unsigned long long)(state->stats.gang_start_ns / 1000),
+                 (unsigned long long)(state->stats.paused_ns / 1000),
                  (unsigned long long)(state->stats.capped_ns / 1000),
                  (unsigned long long)((now - state->stats.since_ns) / 1000000),
                  (unsigned long long)state->collectives);

@@ -69,6 +69,7 @@ struct paced_device {
         uint64_t capped_ns;     /* what the pod's bucket could not hold (its cap) */
         uint64_t lease_wait_ns; /* waited for the device lease */
         uint64_t gang_start_ns; /* of it, for the pod's other ranks (vgpu_gang_acquire) */
+        uint64_t paused_ns;     /* paused for the pod's bucket (its limit) */
         unsigned epochs, launches, markers, switches;
         unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
     } stats;

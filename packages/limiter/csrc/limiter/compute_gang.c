@@ -301,11 +301,12 @@ static uint64_t gang_wait(struct paced_device *state, int own, uint64_t now) {
             (seen > now + GANG_CLOCK_SLACK_NS || seen + VGPU_GANG_HOLD_NS <= now)) {
             continue;
         }
-        uint64_t capped = 0;
         struct vgpu_pace pace = (int)i == own ? vgpu_compute_pace(state, own)
                                               : vgpu_compute_hard_pace((int)i);
-        int64_t balance = (int)i == own ? vgpu_bucket_refill(device, pace, now, &capped)
-                                        : vgpu_bucket_peek(device, pace, now);
+        pace.gang = true;
+        int64_t balance = (int)i == own
+                              ? vgpu_bucket_refill(device, pace, now, &state->stats.capped_ns)
+                              : vgpu_bucket_peek(device, pace, now);
         uint64_t wait = vgpu_gang_wait_ns(balance, pace.rate);
         longest = wait > longest ? wait : longest;
     }
@@ -353,12 +354,14 @@ void vgpu_gang_pause(struct paced_device *state, int entry) {
         return;
     }
     pthread_mutex_unlock(&state->lock);
+    uint64_t paused = 0;
     if (decision.until_ns > now) {
         vgpu_compute_pause(decision.until_ns - now);
-        atomic_fetch_add_explicit(&device->throttled_ns, vgpu_monotonic_ns() - now,
-                                  memory_order_relaxed);
+        paused = vgpu_monotonic_ns() - now;
+        atomic_fetch_add_explicit(&device->throttled_ns, paused, memory_order_relaxed);
     }
     pthread_mutex_lock(&state->lock);
+    state->stats.paused_ns += paused;
 }
 
 /* The GPU time an epoch runs before it ends for its quantum. The epochs of a process that runs
@@ -372,13 +375,13 @@ uint64_t vgpu_gang_quantum(const struct paced_device *state, uint64_t now) {
 
 /* Whether a new epoch of a process that runs collectives starts without waiting for the
  * bucket (its debt is paid before its next collective); sets the epoch's pace when it does. */
-bool vgpu_gang_defers(struct paced_device *state, int entry) {
+bool vgpu_gang_defers(struct paced_device *state, int entry, uint64_t *capped) {
     uint64_t now = vgpu_monotonic_ns(); /* after the drains and closes before it */
     if (!vgpu_gang_member(state, now)) {
         return false;
     }
     state->pace = vgpu_compute_pace(state, entry);
-    uint64_t capped = 0;
-    return vgpu_bucket_refill(&vgpu_state.region->devices[entry], state->pace, now, &capped) >
+    state->pace.gang = true;
+    return vgpu_bucket_refill(&vgpu_state.region->devices[entry], state->pace, now, capped) >
            -(int64_t)GANG_DEBT_MAX_NS;
 }

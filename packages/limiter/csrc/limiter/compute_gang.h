@@ -34,8 +34,9 @@ void vgpu_gang_pause(struct paced_device *state, int entry);
 /* The GPU time a member's epoch runs before it ends for its quantum (others': QUANTUM_NS). */
 uint64_t vgpu_gang_quantum(const struct paced_device *state, uint64_t now);
 /* Whether a member's new epoch starts without waiting for the bucket (its debt is paid before
- * its next collective); sets the epoch's pace when it does. */
-bool vgpu_gang_defers(struct paced_device *state, int entry);
+ * its next collective); sets the epoch's pace when it does, and adds what the bucket's cap cut
+ * off to `*capped`. Not under the device's lock. */
+bool vgpu_gang_defers(struct paced_device *state, int entry, uint64_t *capped);
 
 /* The lease of the rank's GPU for an epoch of a process that runs collectives (what
  * vgpu_lease_acquire does for others): got, it waits until the pod's ranks that wait for their
