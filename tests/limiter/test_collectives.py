@@ -161,3 +161,27 @@ def test_collectives_launched_without_a_limit_are_counted_too(
     # 1.5 s at 100 %, then 2.5 s at 50 %: the limited part is under half of what it launched,
     # and the last report (a second after the one before) comes after a second at 50 %.
     assert 0.6 * launched < counted[-1] <= launched, (counted, launched)
+
+
+def test_a_rank_ends_its_epoch_at_a_collective_once_a_pod_mate_lost_its_lease(
+    compute_env: LimitedEnv,
+) -> None:
+    """When another pod takes a rank's lease, the pod's other ranks end their epochs that began
+    before that (the region's gang_lost_ns) at their next collective, so that the other pod gets
+    all their GPUs. Here the time is set ahead, as if a pod-mate kept losing its lease: every
+    epoch of this rank ends at its first collective, where without it epochs run their
+    quantum."""
+    environment = compute_env() | limits(g0=90)
+    quiet = start(environment, 0, ALL_REDUCE, 2.0).finish(60)
+    rank = start(environment, 0, ALL_REDUCE, 2.0)
+    region_file = Path(environment["SHM_PATH"]) / "shm"
+    deadline = time.monotonic() + 30
+    while not region_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open_region(region_file) as region:
+        region._live().gang_lost_ns = time.monotonic_ns() + 600 * 10**9
+        rank.finish(60)
+    assert rank.paused_for_collectives() >= 3 * max(quiet.paused_for_collectives(), 20), (
+        quiet.log,
+        rank.log,
+    )

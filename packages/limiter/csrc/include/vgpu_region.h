@@ -132,7 +132,11 @@ struct vgpu_region {
     /* The newest collective at which the deciding rank ended its epoch (gang_gate's packing):
      * a rank that lags reaches it after the gate has moved on, and ends its own there too. */
     VGPU_ATOMIC(uint64_t) gang_handover;
-    uint64_t reserved[11];
+    /* When a rank of the pod's collective job last lost its lease to another pod
+     * (CLOCK_MONOTONIC): the other ranks end their epochs that began before it at their next
+     * collective, so that the other pod gets every GPU (the compute limiter's, compute_gang.h). */
+    VGPU_ATOMIC(uint64_t) gang_lost_ns;
+    uint64_t reserved[10];
     struct vgpu_region_device devices[VGPU_REGION_MAX_DEVICES];
     struct vgpu_region_process processes[VGPU_REGION_MAX_PROCESSES];
 };

@@ -337,6 +337,9 @@ void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
          * The lease taken: charge what ran. */
         state->stats.paused += paused;
         state->stats.lost += !paused;
+        if (!paused) {
+            vgpu_gang_lost(state, now);
+        }
         vgpu_epoch_close(state, paused);
     }
 }

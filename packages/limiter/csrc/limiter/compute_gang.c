@@ -331,10 +331,21 @@ static struct vgpu_gang_decision decide_gang_pause(void *context, uint64_t *now)
     return (struct vgpu_gang_decision){*now + wait, handover || wait > 0};
 }
 
+void vgpu_gang_lost(struct paced_device *state, uint64_t now) {
+    if (vgpu_gang_member(state, now)) {
+        atomic_store(&vgpu_state.region->gang_lost_ns, now);
+    }
+}
+
 /* Before a collective's kernel, under the device's lock (let go while pausing): the pod's
  * decision for this collective, taken. */
 void vgpu_gang_pause(struct paced_device *state, int entry) {
     uint64_t now = vgpu_monotonic_ns();
+    if (state->open && state->opened_ns < atomic_load(&vgpu_state.region->gang_lost_ns)) {
+        state->stats.gang++; /* another rank's lease was taken during this epoch */
+        vgpu_epoch_close(state, true);
+        now = vgpu_monotonic_ns();
+    }
     state->collective_ns = now;
     struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
     atomic_store(&device->compute_state[VGPU_COMPUTE_COLLECTIVE_NS], now);
