@@ -53,13 +53,6 @@ static _Atomic unsigned contexts_gone;
 
 /* --- the pod's token bucket (compute_bucket.c) at the limits the region has now ------------- */
 
-static uint32_t compute_limit(int entry) {
-    uint64_t memory;
-    uint32_t compute;
-    vgpu_region_limits(vgpu_state.region, entry, &memory, &compute);
-    return compute;
-}
-
 /* Whether another pod wants the GPU now (waits for the lease or holds it), or did lately; the
  * pod's own other processes do not count. Atomic loads of the lease and the region only: nothing
  * is added per launch but them. */
@@ -242,7 +235,10 @@ static bool paced_device_of(CUstream stream, CUcontext *context, CUdevice *ordin
         return false;
     }
     *entry = vgpu_entry_of(*ordinal);
-    return *entry >= 0 && vgpu_compute_limited(compute_limit(*entry));
+    /* The limit word alone, not the seqlocked set of limits: one cache line per launch. */
+    return *entry >= 0 && *entry < VGPU_REGION_MAX_DEVICES &&
+           vgpu_compute_limited(atomic_load_explicit(
+               &vgpu_state.region->devices[*entry].compute_limit, memory_order_relaxed));
 }
 
 /* --- a launch in an epoch -------------------------------------------------------------------- */
@@ -284,13 +280,15 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             vgpu_epoch_open(state, stream, entry, vgpu_gang_member(state, vgpu_monotonic_ns()));
         }
         vgpu_epoch_switch_stream(state, stream);
-        vgpu_epoch_wait_for_backlog(state, now);
+        uint64_t entered = vgpu_epoch_wait_for_backlog(state, now);
         /* Only another pod waiting ends a burst (the pod's own processes share its bucket). */
         if (state->looking && state->lease != NULL &&
             vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
         if (state->done_ns < vgpu_gang_quantum(state, now)) {
+            /* An epoch opened meanwhile (after waiting for the lease, maybe) began later. */
+            state->entered_ns = entered > state->opened_ns ? entered : state->opened_ns;
             return true;
         }
         /* The epoch has had its share of GPU time: this launch belongs to the next one. */

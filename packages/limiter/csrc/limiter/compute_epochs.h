@@ -38,7 +38,6 @@ struct paced_device {
     CUcontext context;
     struct vgpu_lease *lease;
     CUevent start;
-    struct marker markers[MARKERS];
     unsigned head;    /* oldest pending marker */
     unsigned pending;
     unsigned unmarked;    /* launches after the newest marker */
@@ -50,6 +49,8 @@ struct paced_device {
     uint64_t idle_ns;
     uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
     uint64_t last_launch_ns;
+    uint64_t entered_ns;  /* the clock as the launch being made entered the epoch, before it */
+    bool launched;        /* the epoch has had a launch */
     uint64_t retired_ns;  /* when finished markers were last looked for */
     uint64_t looked_ns;   /* when a launch last read and wrote the lease's words; 0: now */
     bool looking;         /* this launch does (vgpu_epoch_look) */
@@ -73,6 +74,9 @@ struct paced_device {
         unsigned epochs, launches, markers, switches;
         unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
     } stats;
+    /* Last: a launch touches one marker at most, and the fields above share fewer cache lines
+     * (which the driver's launch leaves cold) without the markers between them. */
+    struct marker markers[MARKERS];
 };
 
 /* The pacing of a CUDA ordinal (0 .. VGPU_MAX_ORDINALS - 1). */
@@ -119,7 +123,7 @@ bool vgpu_epoch_mark(struct paced_device *state);
 /* A launch goes to `stream`: a marker covers the launches of one stream. */
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream);
 /* Keep the work queued ahead of the GPU short: wait for old markers past the backlog. */
-void vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now);
+uint64_t vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now);
 
 /* Around a launch of the open epoch: before, whether the GPU has run dry since the last one;
  * after, the launch counted (when it succeeded), marked when due, and the lease told. */
