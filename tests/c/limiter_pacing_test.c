@@ -226,6 +226,13 @@ static void a_gang_holds_twice_as_much(void) {
     CHECK_I64(vgpu_bucket_refill(&device, gang, T0 + SECOND, &capped), 2 * cap_of(QUARTER));
     CHECK_U64(capped, SECOND / 4 - 2 * (uint64_t)cap_of(QUARTER));
     CHECK_I64(vgpu_bucket_peek(&device, gang, T0 + 2 * SECOND), 2 * cap_of(QUARTER));
+    /* Another process of the pod, no rank, refills at the single cap: what is held stays, and
+     * only what accrued is counted as cut. */
+    struct vgpu_pace plain = {QUARTER, QUARTER, false};
+    capped = 0;
+    CHECK_I64(vgpu_bucket_peek(&device, plain, T0 + 2 * SECOND), 2 * cap_of(QUARTER));
+    CHECK_I64(vgpu_bucket_refill(&device, plain, T0 + 2 * SECOND, &capped), 2 * cap_of(QUARTER));
+    CHECK_U64(capped, SECOND / 4);
 }
 
 static void refill_pays_debt_at_rate(void) {

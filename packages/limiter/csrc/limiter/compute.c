@@ -39,6 +39,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "compute_bucket.h"
 #include "compute_epochs.h"
@@ -172,6 +174,18 @@ static CUstream marker_stream(CUstream stream, bool per_thread) {
 
 typedef CUresult (*launch_fn)(void *arguments);
 
+/* Whether every launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1), read once. */
+static bool launches_block(void) {
+    static _Atomic int blocking = -1;
+    int known = atomic_load_explicit(&blocking, memory_order_relaxed);
+    if (known < 0) {
+        const char *setting = getenv("CUDA_LAUNCH_BLOCKING");
+        known = setting != NULL && strcmp(setting, "1") == 0;
+        atomic_store_explicit(&blocking, known, memory_order_relaxed);
+    }
+    return known != 0;
+}
+
 /* initial-exec: a preloaded library has static TLS, and this needs no __tls_get_addr (which
  * would make ld.so a dependency). */
 static __thread __attribute__((tls_model("initial-exec"))) struct {
@@ -269,7 +283,8 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
                                 &paused);
             }
             pthread_mutex_lock(&state->lock);
-            state->urgent = light_use(state, entry, vgpu_monotonic_ns());
+            now = vgpu_monotonic_ns(); /* after the wait, and another thread's launches */
+            state->urgent = light_use(state, entry, now);
             state->stats.capped_ns += capped;
             state->stats.paused_ns += paused;
             if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */
@@ -330,7 +345,9 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     CUdevice ordinal;
     int entry;
     stream = marker_stream(stream, per_thread);
-    bool collective = vgpu_state.region != NULL && vgpu_gang_launches_collective(function, graph);
+    bool first = false;
+    bool collective =
+        vgpu_state.region != NULL && vgpu_gang_launches_collective(function, graph, &first);
     if (!paced_device_of(stream, &context, &ordinal, &entry)) {
         if (collective) {
             count_unpaced(stream);
@@ -353,6 +370,11 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     }
     vgpu_epoch_before_launch(state);
     result = launch(arguments);
+    if (first || graph != NULL || launches_block()) {
+        /* A launch that may have blocked (a kernel's first, which may load its module; a
+         * graph's upload; every launch under CUDA_LAUNCH_BLOCKING) ended later than it began. */
+        state->entered_ns = vgpu_monotonic_ns();
+    }
     vgpu_epoch_after_launch(state, result);
     pthread_mutex_unlock(&state->lock);
     return result;

@@ -103,8 +103,10 @@ int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace p
         uint64_t current = atomic_load(bucket);
         int64_t next;
         do {
+            /* What is held already stays: only what accrues is capped. */
+            int64_t most = (int64_t)current > cap ? (int64_t)current : cap;
             next = (int64_t)current + accrued;
-            next = next > cap ? cap : next;
+            next = next > most ? most : next;
         } while (!atomic_compare_exchange_weak(bucket, &current, (uint64_t)next));
         *capped += (uint64_t)((int64_t)current + accrued - next);
     }
@@ -146,8 +148,9 @@ int64_t vgpu_bucket_peek(const struct vgpu_region_device *device, struct vgpu_pa
     case ACCRUE:
         break;
     }
+    int64_t most = balance > cap_of(pace) ? balance : cap_of(pace);
     int64_t next = balance + accrued_since(last, now, pace);
-    return next > cap_of(pace) ? cap_of(pace) : next;
+    return next > most ? most : next;
 }
 
 uint64_t vgpu_gang_wait_ns(int64_t balance, uint32_t rate) {

@@ -435,7 +435,9 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
      * With the limit read as one word and the markers at the end of this state, a paced launch
      * of an empty kernel on an H100 added 202-256 ns (median 231) instead of 258-368 (346),
      * four runs each, alternating. */
-    state->last_launch_ns = state->entered_ns;
+    /* Never back: another thread's launch may have entered after this one. */
+    state->last_launch_ns =
+        state->entered_ns > state->last_launch_ns ? state->entered_ns : state->last_launch_ns;
     state->launched = true;
     if (state->lease == NULL) {
         return;

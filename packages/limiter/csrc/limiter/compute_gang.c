@@ -59,23 +59,25 @@ static bool named_collective(CUfunction function, CUkernel kernel) {
 #define KNOWN_FUNCTIONS 8192
 static _Atomic uintptr_t known_functions[KNOWN_FUNCTIONS];
 
-bool vgpu_gang_is_collective(CUfunction function) {
+bool vgpu_gang_is_collective(CUfunction function, bool *first) {
     uintptr_t key = (uintptr_t)function;
     if (key == 0) {
         return false;
     }
     if ((key & 1) != 0) { /* not a handle that fits the table: asked every time */
+        *first = true;
         return named_collective(function, (CUkernel)(void *)function);
     }
     uint64_t hash = ((uint64_t)key >> 4) * 0x9e3779b97f4a7c15ULL;
-    unsigned first = (unsigned)(hash >> 32) % KNOWN_FUNCTIONS;
+    unsigned start = (unsigned)(hash >> 32) % KNOWN_FUNCTIONS;
     for (unsigned probe = 0; probe < 16; probe++) {
-        _Atomic uintptr_t *slot = &known_functions[(first + probe) % KNOWN_FUNCTIONS];
+        _Atomic uintptr_t *slot = &known_functions[(start + probe) % KNOWN_FUNCTIONS];
         uintptr_t seen = atomic_load_explicit(slot, memory_order_acquire);
         if ((seen & ~(uintptr_t)1) == key) {
             return (seen & 1) != 0;
         }
         if (seen == 0) {
+            *first = true;
             bool collective = named_collective(function, (CUkernel)(void *)function);
             uintptr_t free_slot = 0;
             if (atomic_compare_exchange_strong(slot, &free_slot, key | collective) ||
@@ -84,11 +86,12 @@ bool vgpu_gang_is_collective(CUfunction function) {
             }
         }
     }
+    *first = true;
     return named_collective(function, (CUkernel)(void *)function); /* crowded */
 }
 
-bool vgpu_gang_launches_collective(CUfunction function, CUgraphExec graph) {
-    return function != NULL ? vgpu_gang_is_collective(function)
+bool vgpu_gang_launches_collective(CUfunction function, CUgraphExec graph, bool *first) {
+    return function != NULL ? vgpu_gang_is_collective(function, first)
                             : vgpu_gang_graph_is_collective(graph);
 }
 
@@ -332,16 +335,30 @@ static struct vgpu_gang_decision decide_gang_pause(void *context, uint64_t *now)
 }
 
 void vgpu_gang_lost(struct paced_device *state, uint64_t now) {
-    if (vgpu_gang_member(state, now)) {
-        atomic_store(&vgpu_state.region->gang_lost_ns, now);
+    if (!vgpu_gang_member(state, now) || state->lease == NULL ||
+        !(vgpu_lease_held_by_other_pod(state->lease) ||
+          vgpu_lease_wanted_by_other_pod(state->lease, now))) {
+        return; /* a process of the pod took it: the pod keeps its GPUs */
     }
+    _Atomic uint64_t *lost = &vgpu_state.region->gang_lost_ns;
+    uint64_t seen = atomic_load(lost);
+    while ((seen < now || seen > now + VGPU_GANG_HOLD_NS) &&
+           !atomic_compare_exchange_weak(lost, &seen, now)) {
+    }
+}
+
+/* Whether another rank of the pod lost its lease to another pod since `opened_ns`: a time in
+ * the future, or older than VGPU_GANG_HOLD_NS, is a scribble or another boot's, and ignored. */
+static bool gang_lost_since(uint64_t opened_ns, uint64_t now) {
+    uint64_t lost = atomic_load(&vgpu_state.region->gang_lost_ns);
+    return lost > opened_ns && lost <= now && now - lost < VGPU_GANG_HOLD_NS;
 }
 
 /* Before a collective's kernel, under the device's lock (let go while pausing): the pod's
  * decision for this collective, taken. */
 void vgpu_gang_pause(struct paced_device *state, int entry) {
     uint64_t now = vgpu_monotonic_ns();
-    if (state->open && state->opened_ns < atomic_load(&vgpu_state.region->gang_lost_ns)) {
+    if (state->open && gang_lost_since(state->opened_ns, now)) {
         state->stats.gang++; /* another rank's lease was taken during this epoch */
         vgpu_epoch_close(state, true);
         now = vgpu_monotonic_ns();

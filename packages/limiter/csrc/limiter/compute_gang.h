@@ -10,8 +10,9 @@
 #include "cuda_api.h"
 
 /* Whether `function` is a collective's kernel (by its name: collectives.c), remembered for
- * the process; lock-free. Forgotten when a context goes (a handle may then be reused). */
-bool vgpu_gang_is_collective(CUfunction function);
+ * the process; lock-free. Forgotten when a context goes (a handle may then be reused). Sets
+ * `*first` when the function was not known yet (its first launch, which may load its module). */
+bool vgpu_gang_is_collective(CUfunction function, bool *first);
 void vgpu_gang_forget_functions(void);
 
 /* Executable graphs with a collective's kernel among their nodes (a collective captured into a
@@ -21,8 +22,8 @@ void vgpu_gang_forget_functions(void);
 void vgpu_gang_note_graph(CUgraphExec exec, CUgraph graph);
 void vgpu_gang_forget_graph(CUgraphExec exec);
 bool vgpu_gang_graph_is_collective(CUgraphExec exec);
-/* Whether a launch of `function`, or else of `graph`, is a collective's. */
-bool vgpu_gang_launches_collective(CUfunction function, CUgraphExec graph);
+/* Whether a launch of `function`, or else of `graph`, is a collective's (`*first`: as above). */
+bool vgpu_gang_launches_collective(CUfunction function, CUgraphExec graph, bool *first);
 
 /* Whether the process launched a collective lately (in the last VGPU_GANG_HOLD_NS): one of a
  * job's ranks, paced by the gang's rules. */
