@@ -418,34 +418,41 @@ static uint64_t gate(uint64_t seq, uint64_t until_ns, bool handover) {
 static void gang_gate(void) {
     struct vgpu_gang_decision got = {0, false};
     /* Nobody decided yet: the first rank decides. */
-    CHECK(vgpu_gang_read(0, 1, T0, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(0, 1, T0, 0, &got) == VGPU_GANG_DECIDE);
     /* Decided for collective 7 until T0 + 5 ms: rank at 7 follows, at 6 is late, at 8 decides. */
     uint64_t word = gate(7, T0 + 5 * MS, false);
-    CHECK(vgpu_gang_read(word, 7, T0 + MS, &got) == VGPU_GANG_FOLLOW);
+    CHECK(vgpu_gang_read(word, 7, T0 + MS, 0, &got) == VGPU_GANG_FOLLOW);
     CHECK(got.until_ns <= T0 + 5 * MS && got.until_ns + 1024 > T0 + 5 * MS && !got.handover);
-    CHECK(vgpu_gang_read(word, 6, T0 + MS, &got) == VGPU_GANG_LATE);
-    CHECK(vgpu_gang_read(word, 8, T0 + MS, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 6, T0 + MS, 0, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 8, T0 + MS, 0, &got) == VGPU_GANG_DECIDE);
     /* The decider ended its epoch there: its followers are told to, its time kept whole. */
-    CHECK(vgpu_gang_read(gate(7, T0 + 5 * MS, true), 7, T0 + MS, &got) == VGPU_GANG_FOLLOW);
+    CHECK(vgpu_gang_read(gate(7, T0 + 5 * MS, true), 7, T0 + MS, 0, &got) == VGPU_GANG_FOLLOW);
     CHECK(got.handover && got.until_ns <= T0 + 5 * MS && got.until_ns + 1024 > T0 + 5 * MS);
     /* A rank a step's collectives behind lags; thousands behind, its count went astray. */
     word = gate(5000, T0 + 5 * MS, false);
-    CHECK(vgpu_gang_read(word, 5000 - 300, T0 + MS, &got) == VGPU_GANG_LATE);
-    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX, T0 + MS, &got) == VGPU_GANG_LATE);
-    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX - 1, T0 + MS, &got) ==
+    CHECK(vgpu_gang_read(word, 5000 - 300, T0 + MS, 0, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX, T0 + MS, 0, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 5000 - VGPU_GANG_LAG_MAX - 1, T0 + MS, 0, &got) ==
           VGPU_GANG_ASTRAY);
-    CHECK(vgpu_gang_read(gate(2, T0, false), 65535, T0, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(gate(2, T0, false), 65535, T0, 0, &got) == VGPU_GANG_LATE);
     /* The numbers wrap: 65536 + 3 is past 65535. */
     word = gate(65535, T0, true);
-    CHECK(vgpu_gang_read(word, 65536 + 3, T0, &got) == VGPU_GANG_DECIDE);
-    CHECK(vgpu_gang_read(word, 65534, T0, &got) == VGPU_GANG_LATE);
+    CHECK(vgpu_gang_read(word, 65536 + 3, T0, 0, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 65534, T0, 0, &got) == VGPU_GANG_LATE);
     /* A decision of an earlier run (seconds old) is no one's: decide afresh. */
     word = gate(5000, T0, false);
-    CHECK(vgpu_gang_read(word, 1, T0 + 3 * SECOND, &got) == VGPU_GANG_DECIDE);
-    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, &got) == VGPU_GANG_ASTRAY);
+    CHECK(vgpu_gang_read(word, 1, T0 + 3 * SECOND, 0, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 1, T0 + 10 * MS, 0, &got) == VGPU_GANG_ASTRAY);
+    /* One taken before the reading process started is another job's, however recent: a job
+     * started right after another in the pod decides afresh, not lags behind the gone one. */
+    word = gate(1111, T0, false);
+    CHECK(vgpu_gang_read(word, 3, T0 + 10 * MS, T0 + 5 * MS, &got) == VGPU_GANG_DECIDE);
+    CHECK(vgpu_gang_read(word, 3, T0 + 10 * MS, T0 - 5 * MS, &got) == VGPU_GANG_LATE);
+    /* Kept in units of 1024 ns: a decision at the start itself still counts. */
+    CHECK(vgpu_gang_read(gate(3, T0, false), 3, T0 + MS, T0, &got) == VGPU_GANG_FOLLOW);
     /* A decision reaching past the longest wait is a scribble: followed that far only. */
     word = gate(9, T0 + 60 * SECOND, false);
-    CHECK(vgpu_gang_read(word, 9, T0, &got) == VGPU_GANG_FOLLOW);
+    CHECK(vgpu_gang_read(word, 9, T0, 0, &got) == VGPU_GANG_FOLLOW);
     CHECK_U64(got.until_ns, T0 + VGPU_GANG_WAIT_MAX_NS);
     /* A gang's pause pays the whole debt (past the bucket's 100-ms wait), up to its own bound. */
     CHECK_U64(vgpu_gang_wait_ns(-(int64_t)(60 * MS), QUARTER), 240 * MS);

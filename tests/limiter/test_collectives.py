@@ -188,9 +188,7 @@ def test_a_rank_ends_its_epoch_at_a_collective_once_a_pod_mate_lost_its_lease(
             region._live().gang_lost_ns = time.monotonic_ns()
             time.sleep(0.002)
         rank.finish(60)
-    # A pod of its own: a rank that starts within 2 s of another job's last collective in its
-    # pod reads that job's gate and lags behind it, unpaced, until the gate goes stale.
-    other = compute_env("scribbled") | limits(g0=90)
+    other = compute_env("scribbled") | limits(g0=90)  # a fresh pod: its bucket full again
     scribbled = start(other, 0, ALL_REDUCE, 2.0)
     other_region = Path(other["SHM_PATH"]) / "shm"
     while not other_region.exists() and time.monotonic() < deadline + 30:

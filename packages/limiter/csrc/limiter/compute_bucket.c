@@ -204,11 +204,16 @@ uint64_t vgpu_gang_pack(uint64_t seq, struct vgpu_gang_decision decision) {
            (decision.handover ? GANG_HANDOVER : 0) | (seq & GANG_SEQ_MASK);
 }
 
-enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
+enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now, uint64_t since,
                                       struct vgpu_gang_decision *decision) {
     uint64_t decided = (word >> GANG_TIME_AT) << GANG_TIME_SHIFT;
-    if (word == 0 || decided + VGPU_GANG_STALE_NS < now) {
-        return VGPU_GANG_DECIDE; /* never decided, or by an earlier run of the job */
+    /* The time is kept in units of 1024 ns: one taken at `since` may read up to 1023 ns before. */
+    bool before_since = decided + (1ULL << GANG_TIME_SHIFT) <= since;
+    if (word == 0 || decided + VGPU_GANG_STALE_NS < now || before_since) {
+        /* Never decided, or by an earlier run of the job: a job started in the pod right after
+         * another read that one's gate, counted itself far behind it and ran unpaced until the
+         * gate went stale, 2 s. */
+        return VGPU_GANG_DECIDE;
     }
     /* How far `seq` is past the word's collective, modulo the bits kept. */
     uint64_t ahead = (seq - word) & GANG_SEQ_MASK;

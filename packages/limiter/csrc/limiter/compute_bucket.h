@@ -153,8 +153,9 @@ uint64_t vgpu_gang_pack(uint64_t seq, struct vgpu_gang_decision decision);
 
 /* What a rank at collective `seq` makes of the gate's `word` at `now` (and, when it follows, the
  * decision). A decision that reaches further than VGPU_GANG_WAIT_MAX_NS past `now` is a
- * scribble: followed only that far. */
-enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now,
+ * scribble: followed only that far. One taken before `since` (the reading process's start) is
+ * another job's, whose ranks are gone: no decision. */
+enum vgpu_gang_verdict vgpu_gang_read(uint64_t word, uint64_t seq, uint64_t now, uint64_t since,
                                       struct vgpu_gang_decision *decision);
 
 #endif

@@ -223,7 +223,7 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
     _Atomic uint64_t *gate = &vgpu_state.region->gang_gate;
     uint64_t word = atomic_load(gate);
     struct vgpu_gang_decision decision = {0, false};
-    switch (vgpu_gang_read(word, *seq, now, &decision)) {
+    switch (vgpu_gang_read(word, *seq, now, vgpu_state.started_ns, &decision)) {
     case VGPU_GANG_FOLLOW:
         *late = 0;
         return decision;
@@ -236,7 +236,8 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
          * its own, which the gate may no longer say. */
         *late = 0;
         decision.handover = vgpu_gang_read(atomic_load(&vgpu_state.region->gang_handover), *seq,
-                                           now, &decision) == VGPU_GANG_FOLLOW;
+                                           now, vgpu_state.started_ns,
+                                           &decision) == VGPU_GANG_FOLLOW;
         decision.until_ns = 0;
         return decision;
     case VGPU_GANG_ASTRAY:
@@ -262,7 +263,7 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
             return decision;
         }
         struct vgpu_gang_decision theirs = {0, false};
-        switch (vgpu_gang_read(word, *seq, now, &theirs)) {
+        switch (vgpu_gang_read(word, *seq, now, vgpu_state.started_ns, &theirs)) {
         case VGPU_GANG_FOLLOW:
             /* Its epoch already ended, if the rank's own decision said so. */
             theirs.handover = theirs.handover || decision.handover;

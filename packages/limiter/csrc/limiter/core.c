@@ -57,6 +57,10 @@ static bool private_folder(char *folder, size_t size, char *error, size_t error_
 
 static void setup(void) {
     char error[VGPU_CONFIG_ERROR_SIZE];
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    vgpu_state.started_ns =
+        (uint64_t)started.tv_sec * 1000000000ULL + (uint64_t)started.tv_nsec;
     struct vgpu_config *config = &vgpu_state.config;
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
         vgpu_state.entries[i] = -1;

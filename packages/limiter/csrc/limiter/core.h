@@ -20,6 +20,9 @@ struct vgpu_state {
     int entries[VGPU_MAX_ORDINALS];
     int ordinal_count;
     uint64_t context_overhead; /* device memory each context is charged */
+    /* CLOCK_MONOTONIC at setup, the process's first hooked call: before any collective of a job
+     * it is a rank of (NCCL's communicator needs every rank's CUDA first). */
+    uint64_t started_ns;
 };
 
 extern struct vgpu_state vgpu_state;
