@@ -200,3 +200,22 @@ def test_a_rank_ends_its_epoch_at_a_collective_once_a_pod_mate_lost_its_lease(
     assert rank.collective_ends_per_s() >= 2.5 * quiet_rate, (quiet.log, rank.log)
     assert scribbled.collective_ends_per_s() < 2 * quiet_rate, scribbled.log
     assert scribbled.share == pytest.approx(90, abs=TOLERANCE_PP)
+
+
+def test_a_job_started_right_after_another_in_its_pod_is_paced_from_its_start(
+    compute_env: LimitedEnv,
+) -> None:
+    """The gang's gate still holds the first job's last decision (about its collective n, a
+    moment ago) when the second job's rank starts counting from 1. Taken before this process
+    started, it is another job's: the new rank decides afresh. Counted against, it made the
+    rank n collectives behind, and it ran unpaced until the gate went stale (2 s): 99.8 % of
+    the GPU charged in its first logged second at a 90 % limit, nothing paused."""
+    environment = compute_env() | limits(g0=90)
+    start(environment, 0, ALL_REDUCE, 2.0).finish(60)
+    second = start(environment, 0, ALL_REDUCE, 2.0).finish(60)
+    charged = sum(int(n) for n in re.findall(r"(\d+) us of GPU time charged", second.log))
+    paused = sum(int(n) for n in re.findall(r"(\d+) us paused for the limit", second.log))
+    spans = sum(int(n) for n in re.findall(r"cap in (\d+) ms", second.log))
+    assert spans > 0, second.log
+    assert paused > 0, second.log
+    assert charged / (10 * spans) == pytest.approx(90, abs=4), second.log
