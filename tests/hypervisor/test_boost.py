@@ -211,12 +211,14 @@ def test_the_daemon_publishes_the_boost_and_the_pod_is_charged_for_it(tmp_path: 
     try:
         windows = _boosted_run(daemon, "boosted", 25)
         with DeviceLease.open(daemon.base, SIM_GPU0) as lease:
-            assert lease.boost() == pytest.approx(1.130, abs=0.04)
+            published = lease.boost()
+            assert published == pytest.approx(1.130, abs=0.04)
         _assert_paced(windows[1:], 25 / 1.130)
-        # Logged as it changes by 0.05 or more: the first estimate may be 1.099 on a loaded
-        # machine, then the log says no more while it stays near it.
+        # Logged as it changes by 0.05 or more from what was last logged: the first estimate may
+        # be 1.08-1.10 on a loaded machine, and the log then says no more while the estimate
+        # stays within 0.05 of it.
         logged = re.findall(r"GPU 0 boost (\d\.\d+)", daemon.log_file.read_text())
-        assert logged and float(logged[-1]) == pytest.approx(1.130, abs=0.04), logged
+        assert logged and abs(float(logged[-1]) - published) < 0.05, (logged, published)
         (gpu0, gpu1) = daemon.http.get("/api/v1/gpus").json()
         assert gpu0["boost"] == pytest.approx(1.130, abs=0.04) and gpu1["boost"] is None
         metrics = daemon.http.get("/metrics").text
