@@ -212,7 +212,7 @@ def test_the_daemon_publishes_the_boost_and_the_pod_is_charged_for_it(tmp_path: 
         windows = _boosted_run(daemon, "boosted", 25)
         with DeviceLease.open(daemon.base, SIM_GPU0) as lease:
             published = lease.boost()
-            assert published == pytest.approx(1.130, abs=0.04)
+            assert published is not None and published == pytest.approx(1.130, abs=0.04)
         _assert_paced(windows[1:], 25 / 1.130)
         # Logged as it changes by 0.05 or more from what was last logged: the first estimate may
         # be 1.08-1.10 on a loaded machine, and the log then says no more while the estimate
