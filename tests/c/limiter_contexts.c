@@ -17,27 +17,11 @@
 #include <time.h>
 
 #include "cuda_api.h"
+#include "spin_kernel.h"
 
 #define BATCH 10
 
 static uint64_t kernel_ns;
-
-static const char SPIN[] = ".version 7.0\n"
-                           ".target sm_50\n"
-                           ".address_size 64\n"
-                           ".visible .entry spin(.param .u64 ns)\n"
-                           "{\n"
-                           "    .reg .u64 %start, %now, %spent, %ns;\n"
-                           "    .reg .pred %more;\n"
-                           "    ld.param.u64 %ns, [ns];\n"
-                           "    mov.u64 %start, %globaltimer;\n"
-                           "LOOP:\n"
-                           "    mov.u64 %now, %globaltimer;\n"
-                           "    sub.u64 %spent, %now, %start;\n"
-                           "    setp.lt.u64 %more, %spent, %ns;\n"
-                           "    @%more bra LOOP;\n"
-                           "    ret;\n"
-                           "}\n";
 
 static double now_s(void) {
     struct timespec t;

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "cuda_api.h"
+#include "spin_kernel.h"
 
 #define MiB (1ULL << 20)
 #define LIMIT (1024 * MiB)
@@ -39,23 +40,6 @@ static int failed;
             fprintf(stderr, "line %d: %s\n", __LINE__, #condition);                         \
         }                                                                                    \
     } while (0)
-
-static const char SPIN[] = ".version 7.0\n"
-                           ".target sm_50\n"
-                           ".address_size 64\n"
-                           ".visible .entry spin(.param .u64 ns)\n"
-                           "{\n"
-                           "    .reg .u64 %start, %now, %spent, %ns;\n"
-                           "    .reg .pred %more;\n"
-                           "    ld.param.u64 %ns, [ns];\n"
-                           "    mov.u64 %start, %globaltimer;\n"
-                           "LOOP:\n"
-                           "    mov.u64 %now, %globaltimer;\n"
-                           "    sub.u64 %spent, %now, %start;\n"
-                           "    setp.lt.u64 %more, %spent, %ns;\n"
-                           "    @%more bra LOOP;\n"
-                           "    ret;\n"
-                           "}\n";
 
 static void fail(const char *what) {
     fprintf(stderr, "limiter_legacy: %s failed\n", what);

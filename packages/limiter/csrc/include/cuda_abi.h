@@ -23,6 +23,8 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *CUstream;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+/* The type of a graph's dependency edge (cuStreamBeginCaptureToGraph); only pointed to. */
+typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgreenCtx_st *CUgreenCtx;

@@ -212,10 +212,20 @@
     X(cuLaunchGrid, cuLaunchGrid, 2000, LEGACY, (CUfunction f, int grid_width, int grid_height), (f, grid_width, grid_height)) \
     X(cuLaunchGridAsync, cuLaunchGridAsync, 2000, LEGACY, \
       (CUfunction f, int grid_width, int grid_height, CUstream hStream), (f, grid_width, grid_height, hStream)) \
+    X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, LEGACY, (CUstream hStream), (hStream)) \
+    X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000, PTSZ, (CUstream hStream), (hStream)) \
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, LEGACY, (CUstream hStream, CUstreamCaptureMode mode), \
       (hStream, mode)) \
     X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, PTSZ, (CUstream hStream, CUstreamCaptureMode mode), \
       (hStream, mode)) \
+    X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, LEGACY, \
+      (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, \
+       size_t numDependencies, CUstreamCaptureMode mode), \
+      (hStream, hGraph, dependencies, dependencyData, numDependencies, mode)) \
+    X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph, 12030, PTSZ, \
+      (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, \
+       size_t numDependencies, CUstreamCaptureMode mode), \
+      (hStream, hGraph, dependencies, dependencyData, numDependencies, mode)) \
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, LEGACY, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph)) \
     X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, PTSZ, (CUstream hStream, CUgraph *phGraph), \
       (hStream, phGraph)) \

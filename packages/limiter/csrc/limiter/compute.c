@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capture.h"
 #include "compute_bucket.h"
 #include "compute_epochs.h"
 #include "compute_gang.h"
@@ -241,11 +242,8 @@ static void hold_while_frozen(void) {
 /* The context, device and region entry a launch on `stream` is paced on; false when it is not
  * paced: no limit on its device, or a stream being captured (the graph's launch is paced). */
 static bool paced_device_of(CUstream stream, CUcontext *context, CUdevice *ordinal, int *entry) {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     if (!any_limit() || !current_device(context, ordinal) || *ordinal < 0 ||
-        *ordinal >= VGPU_MAX_ORDINALS ||
-        VGPU_REAL(cuStreamIsCapturing, stream, &capture) != CUDA_SUCCESS ||
-        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        *ordinal >= VGPU_MAX_ORDINALS || vgpu_capturing(stream)) {
         return false;
     }
     *entry = vgpu_entry_of(*ordinal);
@@ -320,10 +318,8 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
 static void count_unpaced(CUstream stream) {
     CUcontext context;
     CUdevice ordinal;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     if (!current_device(&context, &ordinal) || ordinal < 0 || ordinal >= VGPU_MAX_ORDINALS ||
-        VGPU_REAL(cuStreamIsCapturing, stream, &capture) != CUDA_SUCCESS ||
-        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        vgpu_capturing(stream)) {
         return;
     }
     struct paced_device *state = vgpu_paced_device(ordinal);

@@ -64,6 +64,14 @@
     X(cuCtxSynchronize_v2) \
     X(cuEventSynchronize) \
     X(cuStreamDestroy_v2) \
+    X(cuStreamBeginCapture) \
+    X(cuStreamBeginCapture_ptsz) \
+    X(cuStreamBeginCapture_v2) \
+    X(cuStreamBeginCapture_v2_ptsz) \
+    X(cuStreamBeginCaptureToGraph) \
+    X(cuStreamBeginCaptureToGraph_ptsz) \
+    X(cuStreamEndCapture) \
+    X(cuStreamEndCapture_ptsz) \
     X(cuLaunchKernel) \
     X(cuLaunchKernel_ptsz) \
     X(cuLaunchKernelEx) \

@@ -419,26 +419,27 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
 
 /* --- capture ----------------------------------------------------------------------------- */
 
-CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+/* Capture on `hStream` into `into` (a new graph when NULL). */
+static CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode, CUgraph into) {
     struct CUstream_st *stream;
     CUresult result = sim_stream_resolve(hStream, &stream);
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    if (mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+    if (mode > CU_STREAM_CAPTURE_MODE_RELAXED || (into != NULL && !sim_valid(into, SIM_GRAPH))) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (stream == stream->context->default_stream) {
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
     }
-    struct CUgraph_st *graph = graph_new();
+    struct CUgraph_st *graph = into != NULL ? into : graph_new();
     if (graph == NULL) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&sim_driver_lock);
     if (stream->capture != NULL) {
         result = CUDA_ERROR_ILLEGAL_STATE;
-        graph->magic = 0;
+        graph->magic = into != NULL ? graph->magic : 0;
     } else {
         stream->capture = graph;
     }
@@ -446,8 +447,39 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
     return result;
 }
 
+CUresult cuStreamBeginCapture(CUstream hStream) {
+    return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL);
+}
+
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+    return begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL);
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+    return begin_capture(hStream, mode, NULL);
+}
+
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-    return cuStreamBeginCapture_v2(hStream, mode);
+    return begin_capture(hStream, mode, NULL);
+}
+
+/* The simulator keeps no dependencies: the captured work joins the graph's nodes. */
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                     const CUgraphNode *dependencies,
+                                     const CUgraphEdgeData *dependencyData,
+                                     size_t numDependencies, CUstreamCaptureMode mode) {
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    return hGraph == NULL ? CUDA_ERROR_INVALID_VALUE : begin_capture(hStream, mode, hGraph);
+}
+
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                          const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData,
+                                          size_t numDependencies, CUstreamCaptureMode mode) {
+    return cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
+                                       numDependencies, mode);
 }
 
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {

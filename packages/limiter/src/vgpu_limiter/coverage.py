@@ -39,6 +39,8 @@ FAMILIES: dict[str, re.Pattern[str]] = {
         r"^(cuGraphLaunch|cuGraphInstantiate\w*|cuGraphExecDestroy|cuDeviceGraphMemTrim)$"
     ),
     "memory info": re.compile(r"^(cuMemGetInfo|cuDeviceTotalMem|nvmlDeviceGetMemoryInfo)$"),
+    # A capture the limiter does not see would let it pace launches that only go into a graph.
+    "capture": re.compile(r"^(cuStreamBeginCapture\w*|cuStreamEndCapture)$"),
     "context": re.compile(
         r"^(cuCtxCreate|cuCtxDestroy|cuDevicePrimaryCtx(Retain|Release|Reset)|cuGreenCtx(Create|Destroy)"
         r"|cuCtxSetLimit)$"
