@@ -8,7 +8,12 @@
  * preloaded library intercepts) and the driver's function itself, found with libc's dlsym in
  * libcuda.so.1 (which no preload sees). With a preload, the two are the same program, context
  * and moment with and without the hook: a side-by-side within one process, free of the spread
- * between process launches. Without one, both are the driver and should agree. */
+ * between process launches. Without one, both are the driver and should agree.
+ *
+ * Usage: launch_loop [LAUNCHES [BATCH [EVICT_BYTES]]]. With EVICT_BYTES, that much memory is
+ * written between two calls (outside their timing): the simulated driver's launch touches
+ * little, so the hooks' data and code stay in the CPU's caches, where a real driver's launch
+ * leaves them cold; evicting the caches shows the simulated GPU the cost a real one sees. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -64,6 +69,11 @@ struct side {
 int main(int argc, char **argv) {
     long launches = argc > 1 ? atol(argv[1]) : 200000;
     long batch = argc > 2 ? atol(argv[2]) : 1000;
+    long evict = argc > 3 ? atol(argv[3]) : 0;
+    volatile unsigned char *scratch = evict > 0 ? calloc(1, (size_t)evict) : NULL;
+    if (evict > 0 && scratch == NULL) {
+        return 1;
+    }
     CUcontext context;
     CUmodule module;
     CUfunction function;
@@ -98,6 +108,9 @@ int main(int argc, char **argv) {
                 return 1;
             }
             side->calls[side->count++] = now_ns() - before;
+            for (long byte = 0; byte < evict; byte += 64) {
+                scratch[byte]++;
+            }
         }
         cuCtxSynchronize();
         side->elapsed += now_ns() - start;

@@ -11,8 +11,13 @@ intercepts: "in_process" compares the two ways side by side in one process, free
 between process launches (for "none" both are the driver, a check on the method).
 Usage: python benchmarks/limiter_launch_gpu.py --library libcuda_limiter.so [--control X.so]
        [--rounds 9] [--launches 200000] [--batch 64] [--limited 99] [--simulated]
+       [--evict BYTES]
 With --simulated it runs on the simulated GPU (no GPU needed): the simulator's launch is the
 baseline, so only the hooks' and the paced path's own work shows, not the real driver's calls.
+The simulator's launch also leaves the hooks' data and code in the CPU's caches, where a real
+driver's does not: --evict 4194304 (past a server CPU's L2 of 2-4 MB) writes that much memory
+between two calls, and the paced path then costs on the simulated GPU about what it costs on an
+H100.
 """
 
 import argparse
@@ -55,6 +60,13 @@ def main() -> None:
         default=64,
         help="launches between synchronizes; well under the launch queue's depth, so that a "
         "call's time is the host's work and not a wait for room in the queue",
+    )
+    parser.add_argument(
+        "--evict",
+        type=int,
+        default=0,
+        help="bytes written between two calls, outside their timing, to leave the CPU's caches "
+        "as cold as a real driver's launch does (use --launches 20000: it is slow)",
     )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="vgpu-launch-"))
@@ -103,7 +115,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, env in cases.items():  # alternating: drift hits every case alike
             out = subprocess.run(
-                [str(program), str(args.launches), str(args.batch)],
+                [str(program), str(args.launches), str(args.batch), str(args.evict)],
                 env=env,
                 capture_output=True,
                 text=True,
