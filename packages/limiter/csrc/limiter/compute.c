@@ -51,9 +51,6 @@
 #include "lease.h"
 #include "region.h"
 
-/* Bumped whenever a context goes, so that a cached device is never taken for a reused handle. */
-static _Atomic unsigned contexts_gone;
-
 /* --- the pod's token bucket (compute_bucket.c) at the limits the region has now ------------- */
 
 /* Whether another pod wants the GPU now (waits for the lease or holds it), or did lately; the
@@ -148,7 +145,7 @@ static void drop_context_events(struct paced_device *state, const void *context)
 }
 
 void vgpu_compute_context_gone(CUcontext context) {
-    atomic_fetch_add_explicit(&contexts_gone, 1, memory_order_release);
+    atomic_fetch_add_explicit(&vgpu_state.contexts_gone, 1, memory_order_release);
     vgpu_paced_each_device(drop_context_events, context);
     vgpu_gang_forget_functions(); /* its functions' handles may be reused */
 }
@@ -200,7 +197,7 @@ static bool current_device(CUcontext *context, CUdevice *ordinal) {
     if (VGPU_REAL(cuCtxGetCurrent, context) != CUDA_SUCCESS || *context == NULL) {
         return false;
     }
-    unsigned generation = atomic_load_explicit(&contexts_gone, memory_order_acquire);
+    unsigned generation = atomic_load_explicit(&vgpu_state.contexts_gone, memory_order_acquire);
     if (cached_device.context != *context || cached_device.generation != generation) {
         if (VGPU_REAL(cuCtxGetDevice, ordinal) != CUDA_SUCCESS) {
             return false;
@@ -437,75 +434,76 @@ struct kernel_launch {
     void **extra;
     const CUlaunchConfig *config;
     CUgraphExec graph;
-    int kind; /* 0 kernel, 1 kernel _ptsz, 2 Ex, 3 Ex _ptsz, 4 cooperative, 5 coop _ptsz,
-                 6 graph, 7 graph _ptsz */
 };
 
-static CUresult launch_real(void *arguments) {
-    struct kernel_launch *a = arguments;
-    switch (a->kind) {
-    case 0: return VGPU_REAL(cuLaunchKernel, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params, a->extra);
-    case 1: return VGPU_REAL(cuLaunchKernel_ptsz, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params, a->extra);
-    case 2: return VGPU_REAL(cuLaunchKernelEx, a->config, a->f, a->params, a->extra);
-    case 3: return VGPU_REAL(cuLaunchKernelEx_ptsz, a->config, a->f, a->params, a->extra);
-    case 4: return VGPU_REAL(cuLaunchCooperativeKernel, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params);
-    case 5: return VGPU_REAL(cuLaunchCooperativeKernel_ptsz, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->shared, a->stream, a->params);
-    case 6: return VGPU_REAL(cuGraphLaunch, a->graph, a->stream);
-    default: return VGPU_REAL(cuGraphLaunch_ptsz, a->graph, a->stream);
-    }
-}
-
-#define VGPU_KERNEL_HOOK(symbol, kind_value, per_thread)                                       \
+/* Each hook has its own way to the driver (rather than one switch over the kinds, whose jump
+ * table is one more cache line a launch touches). */
+#define VGPU_KERNEL_HOOK(symbol, per_thread)                                                   \
+    static CUresult launch_##symbol(void *arguments) {                                         \
+        struct kernel_launch *a = arguments;                                                   \
+        return VGPU_REAL(symbol, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0],        \
+                         a->block[1], a->block[2], a->shared, a->stream, a->params, a->extra); \
+    }                                                                                          \
     CUresult symbol(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,                \
                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,     \
                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,     \
                     void **kernelParams, void **extra) {                                        \
         struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
                                   {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
-                                  kernelParams, extra, NULL, NULL, kind_value};                \
-        return paced(hStream, per_thread, f, NULL, launch_real, &a);                           \
+                                  kernelParams, extra, NULL, NULL};                            \
+        return paced(hStream, per_thread, f, NULL, launch_##symbol, &a);                       \
     }
 
-VGPU_KERNEL_HOOK(cuLaunchKernel, 0, false)
-VGPU_KERNEL_HOOK(cuLaunchKernel_ptsz, 1, true)
+VGPU_KERNEL_HOOK(cuLaunchKernel, false)
+VGPU_KERNEL_HOOK(cuLaunchKernel_ptsz, true)
 
-#define VGPU_COOPERATIVE_HOOK(symbol, kind_value, per_thread)                                  \
+#define VGPU_COOPERATIVE_HOOK(symbol, per_thread)                                              \
+    static CUresult launch_##symbol(void *arguments) {                                         \
+        struct kernel_launch *a = arguments;                                                   \
+        return VGPU_REAL(symbol, a->f, a->grid[0], a->grid[1], a->grid[2], a->block[0],        \
+                         a->block[1], a->block[2], a->shared, a->stream, a->params);           \
+    }                                                                                          \
     CUresult symbol(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,                \
                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,     \
                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,     \
                     void **kernelParams) {                                                      \
         struct kernel_launch a = {f, {gridDimX, gridDimY, gridDimZ},                            \
                                   {blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,   \
-                                  kernelParams, NULL, NULL, NULL, kind_value};                 \
-        return paced(hStream, per_thread, f, NULL, launch_real, &a);                           \
+                                  kernelParams, NULL, NULL, NULL};                             \
+        return paced(hStream, per_thread, f, NULL, launch_##symbol, &a);                       \
     }
 
-VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel, 4, false)
-VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel_ptsz, 5, true)
+VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel, false)
+VGPU_COOPERATIVE_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 
-CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-                          void **extra) {
-    struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
-                              .kind = 2};
-    return paced(config != NULL ? config->hStream : NULL, false, f, NULL, launch_real, &a);
-}
+#define VGPU_EX_HOOK(symbol, per_thread)                                                       \
+    static CUresult launch_##symbol(void *arguments) {                                         \
+        struct kernel_launch *a = arguments;                                                   \
+        return VGPU_REAL(symbol, a->config, a->f, a->params, a->extra);                        \
+    }                                                                                          \
+    CUresult symbol(const CUlaunchConfig *config, CUfunction f, void **kernelParams,           \
+                    void **extra) {                                                             \
+        struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra,              \
+                                  .config = config};                                           \
+        return paced(config != NULL ? config->hStream : NULL, per_thread, f, NULL,             \
+                     launch_##symbol, &a);                                                     \
+    }
 
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-                               void **extra) {
-    struct kernel_launch a = {.f = f, .params = kernelParams, .extra = extra, .config = config,
-                              .kind = 3};
-    return paced(config != NULL ? config->hStream : NULL, true, f, NULL, launch_real, &a);
-}
+VGPU_EX_HOOK(cuLaunchKernelEx, false)
+VGPU_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-    struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 6};
-    return paced(hStream, false, NULL, hGraphExec, launch_real, &a);
-}
+#define VGPU_GRAPH_HOOK(symbol, per_thread)                                                    \
+    static CUresult launch_##symbol(void *arguments) {                                         \
+        struct kernel_launch *a = arguments;                                                   \
+        return VGPU_REAL(symbol, a->graph, a->stream);                                         \
+    }                                                                                          \
+    CUresult symbol(CUgraphExec hGraphExec, CUstream hStream) {                                \
+        struct kernel_launch a = {.graph = hGraphExec, .stream = hStream};                     \
+        return paced(hStream, per_thread, NULL, hGraphExec, launch_##symbol, &a);              \
+    }
 
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-    struct kernel_launch a = {.graph = hGraphExec, .stream = hStream, .kind = 7};
-    return paced(hStream, true, NULL, hGraphExec, launch_real, &a);
-}
+VGPU_GRAPH_HOOK(cuGraphLaunch, false)
+VGPU_GRAPH_HOOK(cuGraphLaunch_ptsz, true)
 
 /* For the deprecated launch entry points (legacy.c): a launch paced as these are. */
 CUresult vgpu_compute_paced(CUstream stream, bool per_thread, CUresult (*launch)(void *),

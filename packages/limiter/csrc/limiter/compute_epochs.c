@@ -5,6 +5,7 @@
 #include "compute_epochs.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -49,23 +50,19 @@ _Static_assert(VGPU_COMPUTE_LEASE_WORDS + VGPU_LEASE_POD_WORDS <= VGPU_COMPUTE_C
                    VGPU_COMPUTE_USE_NEWER < 8,
                "compute_state words");
 
-static struct paced_device devices[VGPU_MAX_ORDINALS];
-static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+_Static_assert(offsetof(struct paced_device, start) <= 3 * 64,
+               "a launch's fields of struct paced_device fit three cache lines");
 
-static void init_devices(void) {
-    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
-        pthread_mutex_init(&devices[i].lock, NULL);
-    }
-}
+/* Initialized statically: a launch reads no once-control to find its device's state. */
+static struct paced_device devices[VGPU_MAX_ORDINALS] = {
+    [0 ... VGPU_MAX_ORDINALS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 
 struct paced_device *vgpu_paced_device(int ordinal) {
-    pthread_once(&devices_once, init_devices);
     return &devices[ordinal];
 }
 
 void vgpu_paced_each_device(void (*visit)(struct paced_device *, const void *),
                             const void *handle) {
-    pthread_once(&devices_once, init_devices);
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
         pthread_mutex_lock(&devices[i].lock);
         visit(&devices[i], handle);
@@ -180,7 +177,7 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
                  "the bucket's cap in %llu ms; %llu collectives so far",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
-                 state->stats.launches,
+                 state->launches,
                  state->stats.markers, state->stats.switches,
                  (unsigned long long)(state->stats.charged_ns / 1000),
                  (unsigned long long)(state->stats.lease_wait_ns / 1000),
@@ -191,6 +188,7 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
                  (unsigned long long)state->collectives);
     }
     memset(&state->stats, 0, sizeof state->stats);
+    state->launches = 0;
     state->stats.since_ns = now;
 }
 
@@ -424,7 +422,7 @@ void vgpu_epoch_before_launch(struct paced_device *state) {
 void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
     if (result == CUDA_SUCCESS) {
         state->unmarked++;
-        state->stats.launches++;
+        state->launches++;
         state->queued++;
         /* kernel_ns starts at the quantum, so the first launches are marked one by one. */
         if ((uint64_t)state->unmarked * state->kernel_ns >= MARK_EVERY_NS) {

@@ -29,41 +29,45 @@ struct marker {
     unsigned launches; /* launches since the previous marker */
 };
 
-/* This process's pacing of one GPU (by CUDA ordinal). */
+/* This process's pacing of one GPU (by CUDA ordinal). A launch in an open epoch reads and
+ * writes the fields up to `start` only: they share three cache lines with the lock, which a real
+ * driver's launch leaves cold (each line a miss per launch; compute_epochs.c checks it). */
 struct paced_device {
-    pthread_mutex_t lock;
+    _Alignas(64) pthread_mutex_t lock;
     bool ready;   /* events and lease set up */
     bool open;    /* an epoch is running */
+    bool launched;        /* the epoch has had a launch */
+    bool looking;         /* this launch reads and writes the lease's words (vgpu_epoch_look) */
     int entry;
     CUcontext context;
     struct vgpu_lease *lease;
-    CUevent start;
+    CUstream stream;      /* the stream of the newest launch */
     unsigned head;    /* oldest pending marker */
     unsigned pending;
     unsigned unmarked;    /* launches after the newest marker */
     unsigned queued;      /* launches of this epoch not yet seen finished */
-    CUstream stream;      /* the stream of the newest launch */
     uint64_t done_ns;     /* GPU time from the epoch's start to its newest finished marker */
-    /* Of done_ns, the time the GPU sat idle within the epoch because the program fed it nothing
-     * (its host thread descheduled, or busy between launches): not the pod's GPU time. */
-    uint64_t idle_ns;
     uint64_t opened_ns;   /* CLOCK_MONOTONIC when the epoch started */
     uint64_t last_launch_ns;
     uint64_t entered_ns;  /* the clock as the launch being made entered the epoch, before it */
-    bool launched;        /* the epoch has had a launch */
     uint64_t retired_ns;  /* when finished markers were last looked for */
     uint64_t looked_ns;   /* when a launch last read and wrote the lease's words; 0: now */
-    bool looking;         /* this launch does (vgpu_epoch_look) */
     uint64_t expected_ns; /* when its queued work drains, as last written in the lease */
     uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
+    uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
+    uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest collective */
+    unsigned launches;      /* launches since the pacing log last said (stats) */
+    /* From here, what launches in an open epoch do not touch. */
+    CUevent start;
+    /* Of done_ns, the time the GPU sat idle within the epoch because the program fed it nothing
+     * (its host thread descheduled, or busy between launches): not the pod's GPU time. */
+    uint64_t idle_ns;
     _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
     struct vgpu_pace pace; /* the epoch's rate (the hard or the soft limit) and hard limit */
     bool estimated;       /* kernel_ns comes from a measurement */
     bool urgent;          /* the pod's use is light (vgpu_use_light): its epoch is urgent */
-    uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
     uint64_t collectives;   /* collective launches so far: each rank's n-th is the same one */
     unsigned gang_late;     /* collectives running at which the gate was past this rank's */
-    uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest */
     struct {              /* what pacing did, logged about once a second at debug level */
         uint64_t since_ns;
         uint64_t charged_ns;
@@ -71,13 +75,14 @@ struct paced_device {
         uint64_t lease_wait_ns; /* waited for the device lease */
         uint64_t gang_start_ns; /* of it, for the pod's other ranks (vgpu_gang_acquire) */
         uint64_t paused_ns;     /* paused for the pod's bucket (its limit) */
-        unsigned epochs, launches, markers, switches;
+        unsigned epochs, markers, switches;
         unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
     } stats;
     /* Last: a launch touches one marker at most, and the fields above share fewer cache lines
-     * (which the driver's launch leaves cold) without the markers between them. */
+     * without the markers between them. */
     struct marker markers[MARKERS];
 };
+
 
 /* The pacing of a CUDA ordinal (0 .. VGPU_MAX_ORDINALS - 1). */
 struct paced_device *vgpu_paced_device(int ordinal);

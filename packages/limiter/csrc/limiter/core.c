@@ -22,7 +22,6 @@ struct vgpu_state vgpu_state;
 static pthread_once_t ready_once = PTHREAD_ONCE_INIT;
 static CUresult ready_result = CUDA_ERROR_NOT_INITIALIZED;
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool mapped;
 static CUresult map_result = CUDA_SUCCESS;
 
 static void forget_in_child(void) {
@@ -111,10 +110,17 @@ CUresult vgpu_ready(void) {
 }
 
 CUresult vgpu_cuda_ready(void) {
+    if (__atomic_load_n(&vgpu_state.cuda_ready, __ATOMIC_ACQUIRE)) {
+        return CUDA_SUCCESS; /* one load where three once-controls and flags were read */
+    }
     CUresult result = vgpu_ready();
-    return result != CUDA_SUCCESS ? result
-           : vgpu_load_cuda()     ? CUDA_SUCCESS
-                                  : CUDA_ERROR_NOT_INITIALIZED;
+    result = result != CUDA_SUCCESS ? result
+             : vgpu_load_cuda()     ? CUDA_SUCCESS
+                                    : CUDA_ERROR_NOT_INITIALIZED;
+    if (result == CUDA_SUCCESS) {
+        __atomic_store_n(&vgpu_state.cuda_ready, true, __ATOMIC_RELEASE);
+    }
+    return result;
 }
 
 static void format_uuid(const CUuuid *uuid, char *text, size_t size) {
@@ -188,7 +194,7 @@ CUresult vgpu_map_devices(void) {
         return result;
     }
     pthread_mutex_lock(&map_lock);
-    if (!mapped) {
+    if (!vgpu_state.mapped) {
         int count = 0;
         char uuids[VGPU_MAX_ORDINALS][VGPU_CONFIG_UUID_SIZE];
         bool confined = vgpu_pod_confined();
@@ -227,7 +233,7 @@ CUresult vgpu_map_devices(void) {
             }
         }
         vgpu_state.ordinal_count = count;
-        mapped = map_result == CUDA_SUCCESS;
+        __atomic_store_n(&vgpu_state.mapped, map_result == CUDA_SUCCESS, __ATOMIC_RELEASE);
     }
     result = map_result;
     pthread_mutex_unlock(&map_lock);
@@ -235,7 +241,7 @@ CUresult vgpu_map_devices(void) {
 }
 
 int vgpu_entry_of(int ordinal) {
-    if (!__atomic_load_n(&mapped, __ATOMIC_ACQUIRE) && vgpu_map_devices() != CUDA_SUCCESS) {
+    if (!__atomic_load_n(&vgpu_state.mapped, __ATOMIC_ACQUIRE) && vgpu_map_devices() != CUDA_SUCCESS) {
         return -1;
     }
     return ordinal >= 0 && ordinal < vgpu_state.ordinal_count ? vgpu_state.entries[ordinal] : -1;

@@ -3,6 +3,7 @@
 #ifndef VGPU_LIMITER_CORE_H
 #define VGPU_LIMITER_CORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -14,11 +15,19 @@
 
 struct vgpu_state {
     struct vgpu_config config;
-    struct vgpu_region *region;
-    /* Region entry by CUDA ordinal, -1 when none, VGPU_ENTRY_OUTSIDE for a GPU the pod does
-     * not have (no context may be made on it). */
-    int entries[VGPU_MAX_ORDINALS];
+    /* From here, what every launch reads, in one cache line: a real driver's launch leaves the
+     * CPU's caches cold, and each line a launch touches then costs it a miss. With this line,
+     * the paced device state's launch fields in three and no jump table or once-control on the
+     * way, a paced launch on an H100 added a median 183 ns instead of 218 (four runs each,
+     * alternating), an unpaced one 42 instead of 48. */
+    _Alignas(64) struct vgpu_region *region;
+    bool cuda_ready; /* vgpu_cuda_ready succeeded, as it then always will (atomic builtins) */
+    bool mapped;     /* vgpu_map_devices succeeded (atomic builtins) */
+    _Atomic unsigned contexts_gone; /* bumped whenever a context goes (compute.c) */
     int ordinal_count;
+    /* Region entry by CUDA ordinal, -1 when none, VGPU_ENTRY_OUTSIDE for a GPU the pod does
+     * not have (no context may be made on it). The first ones share the line above. */
+    int entries[VGPU_MAX_ORDINALS];
     uint64_t context_overhead; /* device memory each context is charged */
     /* CLOCK_MONOTONIC at setup, the process's first hooked call: before any collective of a job
      * it is a rank of (NCCL's communicator needs every rank's CUDA first). */
