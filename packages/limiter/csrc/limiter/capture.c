@@ -3,7 +3,8 @@
  * 26-46 ns on an H100's host (benchmarks/host_call_costs.c), a tenth of the paced path, and while
  * the process has no capture open no stream can be capturing (a stream joins a capture only by
  * waiting on the work of one that captures). So the hooks that open and close captures keep a
- * count, and the driver is asked only while it is not 0.
+ * count (vgpu_state.captures_open, in the cache line every launch reads), and the driver is
+ * asked only while it is not 0.
  *
  * The count may only err high: it goes up before a capture opens and down only after a call
  * that ended one. A capture whose end is never seen (its stream destroyed while capturing)
@@ -15,10 +16,8 @@
 
 #include "core.h"
 
-static _Atomic long captures_open;
-
 bool vgpu_capturing(CUstream stream) {
-    if (atomic_load_explicit(&captures_open, memory_order_acquire) == 0) {
+    if (atomic_load_explicit(&vgpu_state.captures_open, memory_order_acquire) == 0) {
         return false;
     }
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -31,14 +30,14 @@ bool vgpu_capturing(CUstream stream) {
 static CUresult opening(void) {
     CUresult result = vgpu_cuda_ready();
     if (result == CUDA_SUCCESS) {
-        atomic_fetch_add_explicit(&captures_open, 1, memory_order_acq_rel);
+        atomic_fetch_add_explicit(&vgpu_state.captures_open, 1, memory_order_acq_rel);
     }
     return result;
 }
 
 static CUresult opened(CUresult result) {
     if (result != CUDA_SUCCESS) {
-        atomic_fetch_sub_explicit(&captures_open, 1, memory_order_acq_rel);
+        atomic_fetch_sub_explicit(&vgpu_state.captures_open, 1, memory_order_acq_rel);
     }
     return result;
 }
@@ -89,7 +88,7 @@ static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), CUstream strea
                  result == CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
     if (was_open && ended && capture_status(stream, &after) &&
         after == CU_STREAM_CAPTURE_STATUS_NONE) {
-        atomic_fetch_sub_explicit(&captures_open, 1, memory_order_acq_rel);
+        atomic_fetch_sub_explicit(&vgpu_state.captures_open, 1, memory_order_acq_rel);
     }
     return result;
 }

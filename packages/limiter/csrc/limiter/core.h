@@ -24,6 +24,7 @@ struct vgpu_state {
     bool cuda_ready; /* vgpu_cuda_ready succeeded, as it then always will (atomic builtins) */
     bool mapped;     /* vgpu_map_devices succeeded (atomic builtins) */
     _Atomic unsigned contexts_gone; /* bumped whenever a context goes (compute.c) */
+    _Atomic int captures_open;      /* stream captures the process may have open (capture.c) */
     int ordinal_count;
     /* Region entry by CUDA ordinal, -1 when none, VGPU_ENTRY_OUTSIDE for a GPU the pod does
      * not have (no context may be made on it). The first ones share the line above. */
