@@ -4,8 +4,8 @@ A driver hands out an entry point two ways: as an exported symbol (linking, dlsy
 cuGetProcAddress, which takes a base name ("cuMemAlloc") and returns whichever variant suits the
 caller's CUDA version and stream flags ("cuMemAlloc_v2", "…_ptsz"). Every variant of a base is
 therefore reachable, and for the families that carry a limit (allocation, free, launch, graph,
-memory info, context) each one must be one of the limiter's wrappers, or a newer driver's new
-variant leaks the limit.
+memory info, context, capture) each one must be one of the limiter's wrappers, or a newer
+driver's new variant leaks the limit.
 """
 
 import os
