@@ -72,8 +72,10 @@ static bool capture_status(CUstream stream, CUstreamCaptureStatus *status) {
 }
 
 /* Down only when this call ended a capture: it was open before, is not after, and the call
- * says it ended it (a capture that broke the rules ends with an error too). Of two threads
- * ending the same capture, the one that did not gets another error and counts nothing. */
+ * says it ended it. Some errors end it too: a capture that broke the rules (invalidated,
+ * unjoined), and one ended from another thread than began it (driver 580 closes it
+ * and says WRONG_THREAD). Of two threads ending the same capture, the one that did not gets
+ * another error (ILLEGAL_STATE) and counts nothing. */
 static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), CUstream stream,
                             CUstream asked, CUgraph *graph) {
     CUresult result = vgpu_cuda_ready();
@@ -85,7 +87,8 @@ static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), CUstream strea
     bool was_open = capture_status(stream, &before) && before != CU_STREAM_CAPTURE_STATUS_NONE;
     result = end(asked, graph);
     bool ended = result == CUDA_SUCCESS || result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
-                 result == CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+                 result == CUDA_ERROR_STREAM_CAPTURE_UNJOINED ||
+                 result == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
     if (was_open && ended && capture_status(stream, &after) &&
         after == CU_STREAM_CAPTURE_STATUS_NONE) {
         atomic_fetch_sub_explicit(&vgpu_state.captures_open, 1, memory_order_acq_rel);
