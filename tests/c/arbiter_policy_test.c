@@ -185,10 +185,20 @@ static void urgency(void) {
     vgpu_arbiter_tell(arbiter, 0);
     CHECK(seats[0].yield_request == 41);
     CHECK(seats[1].yield_request == 0 && seats[2].yield_request == 0);
-    /* A party's urgency is honoured once per VGPU_ARBITER_URGENT_EVERY_NS at most. */
-    CHECK(!vgpu_arbiter_honour_urgent(&arbiter->parties[1], now_ns + MS));
+    /* A party's urgency is honoured at most twice in 2 × VGPU_ARBITER_URGENT_EVERY_NS: a second
+     * request soon after the first (a burst that lost the lease at a hiccup) is, a third is not,
+     * until the first is that old. */
+    CHECK(vgpu_arbiter_honour_urgent(&arbiter->parties[1], now_ns + MS));
+    CHECK(!vgpu_arbiter_honour_urgent(&arbiter->parties[1], now_ns + 2 * MS));
+    CHECK(!vgpu_arbiter_honour_urgent(&arbiter->parties[1],
+                                      now_ns + 2 * VGPU_ARBITER_URGENT_EVERY_NS - 1));
     CHECK(vgpu_arbiter_honour_urgent(&arbiter->parties[1],
-                                     now_ns + VGPU_ARBITER_URGENT_EVERY_NS));
+                                     now_ns + 2 * VGPU_ARBITER_URGENT_EVERY_NS));
+    /* Then the one at now_ns + MS holds the next back until it is that old. */
+    CHECK(!vgpu_arbiter_honour_urgent(&arbiter->parties[1],
+                                      now_ns + 2 * VGPU_ARBITER_URGENT_EVERY_NS + MS / 2));
+    CHECK(vgpu_arbiter_honour_urgent(&arbiter->parties[1],
+                                     now_ns + 2 * VGPU_ARBITER_URGENT_EVERY_NS + MS));
     /* An urgent waiter of the holder's own pod asks nothing of it. */
     arbiter->clients[1].pod = 7;
     vgpu_arbiter_tell(arbiter, 0);

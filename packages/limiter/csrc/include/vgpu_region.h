@@ -193,7 +193,8 @@ struct vgpu_device_lease {
     VGPU_ATOMIC(uint64_t) busy_ns;
     /* When a waiter whose pod used less than half its limit lately began to wait (CLOCK_MONOTONIC;
      * VGPU_ARBITER_URGENT says why): the holder, if of another pod, ends its epoch at its next
-     * launch, at most once per VGPU_ARBITER_URGENT_EVERY_NS. 0: never. */
+     * launch, on average at most once per VGPU_ARBITER_URGENT_EVERY_NS (vgpu_urgency.h). 0:
+     * never. */
     VGPU_ATOMIC(uint64_t) urgent_ns;
 };
 
@@ -246,8 +247,9 @@ struct vgpu_device_node {
 #define VGPU_ARBITER_GRANT 5
 /* An ACQUIRE's value: the process's pod has used less than its share lately (its bucket holds
  * at least half of what it may save), so it waits with work of a short burst, an inference
- * request say: the holder of another party is asked to end its epoch now (yield_request), at
- * most once per VGPU_ARBITER_URGENT_EVERY_NS for each party that asks. */
+ * request say: the holder of another party is asked to end its epoch now (yield_request), on
+ * average at most once per VGPU_ARBITER_URGENT_EVERY_NS for each party that asks
+ * (vgpu_urgency.h). */
 #define VGPU_ARBITER_URGENT 1
 #define VGPU_ARBITER_URGENT_EVERY_NS 20000000ULL
 

@@ -23,8 +23,8 @@ struct vgpu_lease *vgpu_lease_open(const char *uuid);
  * while after it saw the protocol broken). */
 bool vgpu_lease_acquire(struct vgpu_lease *lease, bool urgent);
 /* Whether the holder is asked to end its epoch now, for a waiter of another pod that is urgent
- * (vgpu_lease_acquire): by the arbiter, or by a lease file's urgent_ns (then at most once per
- * VGPU_ARBITER_URGENT_EVERY_NS, which this call counts from when it says yes). */
+ * (vgpu_lease_acquire): by the arbiter, or by a lease file's urgent_ns (then as often as
+ * vgpu_urgency.h allows, counted from when this call says yes). */
 bool vgpu_lease_yield_asked(struct vgpu_lease *lease, uint64_t now);
 /* Whether the epoch's lease was taken by a waiter that could judge this process stale or its
  * work drained (vgpu_lease_expect): the epoch then ends. A lease taken from an active holder is a scribble, which the epoch outlives. */

@@ -40,7 +40,7 @@ struct vgpu_lease {
     uint64_t distrust_until_ns; /* until then, the lease is taken when free, never waited for */
     uint64_t distrust_ns;
     uint64_t held_ns;    /* when this epoch got the lease file's lease */
-    uint64_t yielded_ns; /* when it last ended an epoch for an urgent waiter (lease file) */
+    uint64_t yielded_ns[2]; /* when it last ended epochs for urgent waiters (lease file) */
     _Atomic uint64_t *pod; /* this pod's words (lease.h), or NULL */
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "lease_internal.h"
+#include "vgpu_urgency.h"
 #include "log.h"
 #include "vgpu_proc.h"
 
@@ -250,13 +251,9 @@ bool vgpu_words_acquire(struct vgpu_lease *lease, bool urgent, uint64_t started)
 
 bool vgpu_words_yield_asked(struct vgpu_lease *lease, uint64_t now) {
     uint64_t asked = atomic_load(&lease->shared->urgent_ns);
-    if (!lease->exclusive || asked <= lease->held_ns || asked > now ||
-        now - lease->yielded_ns < VGPU_ARBITER_URGENT_EVERY_NS ||
-        !vgpu_words_wanted_by_other_pod(lease, now)) {
-        return false;
-    }
-    lease->yielded_ns = now;
-    return true;
+    return lease->exclusive && asked > lease->held_ns && asked <= now &&
+           vgpu_words_wanted_by_other_pod(lease, now) &&
+           vgpu_urgency_honoured(lease->yielded_ns, now);
 }
 
 bool vgpu_words_lost(struct vgpu_lease *lease, uint64_t now) {

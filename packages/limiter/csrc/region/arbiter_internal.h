@@ -27,7 +27,7 @@ struct party { /* a user in a pid namespace: one pod, as far as the kernel can t
     uint64_t last_grant; /* the arbiter's grant count when it last got the lease */
     uint64_t penalty_until_ns;
     uint64_t penalty_ns;
-    uint64_t urgent_ns; /* when an urgent request of it was last honoured */
+    uint64_t urgent_ns[2]; /* when its last two urgent requests were honoured, older first */
 };
 
 struct client {
@@ -95,7 +95,8 @@ int vgpu_arbiter_next_waiter(const struct vgpu_arbiter *arbiter, int gpu, uint64
 enum vgpu_arbiter_verdict vgpu_arbiter_judge(const struct vgpu_arbiter *arbiter, int gpu,
                                              int next);
 /* Whether an urgent request of `party` at `now` is honoured (never while it is served last for
- * overrunning; at most one every VGPU_ARBITER_URGENT_EVERY_NS), noting it when it is. */
+ * overrunning; at most two in any 2 × VGPU_ARBITER_URGENT_EVERY_NS: vgpu_urgency.h), noting it
+ * when it is. */
 bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now);
 /* Serve `party` last for a while, longer each time it overruns again soon. */
 void vgpu_arbiter_penalize(struct party *party, uint64_t now);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "arbiter_internal.h"
+#include "vgpu_urgency.h"
 
 /* Whether the holder's own words say it stopped launching or left the GPU idle. The clock is
  * read after its words: a time it wrote just now is then never in the future. */
@@ -32,12 +33,7 @@ bool vgpu_arbiter_honour_urgent(struct party *party, uint64_t now) {
     if (party->penalty_until_ns > now) {
         return false; /* served last for overrunning: no one ends an epoch for it */
     }
-    if (party->urgent_ns != 0 && now >= party->urgent_ns &&
-        now - party->urgent_ns < VGPU_ARBITER_URGENT_EVERY_NS) {
-        return false;
-    }
-    party->urgent_ns = now;
-    return true;
+    return vgpu_urgency_honoured(party->urgent_ns, now);
 }
 
 /* Whether a client of `pod` waits for the lease of `gpu`; the first one's index, else -1. */
