@@ -279,7 +279,9 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             }
             pthread_mutex_lock(&state->lock);
             now = vgpu_monotonic_ns(); /* after the wait, and another thread's launches */
-            state->urgent = light_use(state, entry, now);
+            /* A pod that just waited for its bucket is at its limit, not under it, however
+             * little it used lately (its wait): not urgent. */
+            state->urgent = light_use(state, entry, now) && paused == 0;
             state->stats.capped_ns += capped;
             state->stats.paused_ns += paused;
             if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */

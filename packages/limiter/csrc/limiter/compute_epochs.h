@@ -77,6 +77,7 @@ struct paced_device {
         uint64_t paused_ns;     /* paused for the pod's bucket (its limit) */
         unsigned epochs, markers, switches;
         unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
+        unsigned urgent; /* epochs that asked for the lease urgently */
     } stats;
     /* Last: a launch touches one marker at most, and the fields above share fewer cache lines
      * without the markers between them. */
