@@ -107,7 +107,8 @@ PROGRAM = textwrap.dedent(
         marks.append((time.perf_counter() - start, done))
         if kind == "bursty":
             time.sleep(0.04)
-    print(json.dumps({"kind": kind, "marks": marks, "started": started, "round_ms": rounds}))
+    print(json.dumps({"kind": kind, "marks": marks, "started": started, "round_ms": rounds,
+                      "monotonic_start": start}))
     """
 )
 

@@ -342,9 +342,17 @@ def _latency(report: dict[str, Any]) -> dict[str, float]:
     if "round_ms_p50" in report:
         return {"p50_ms": report["round_ms_p50"], "p99_ms": report["round_ms_p99"]}
     rounds = sorted(report["round_ms"][1:])  # the first pays for warm-up
+    # Where the tail came from: the slowest rounds, each as [its end in s from the program's
+    # start, its time in ms].
+    ends = [mark[0] for mark in report["marks"]]
+    slowest = sorted(zip(ends[1:], report["round_ms"][1:], strict=True), key=lambda r: -r[1])[:5]
     return {
         "p50_ms": round(rounds[len(rounds) // 2], 2),
         "p99_ms": round(rounds[min(len(rounds) - 1, len(rounds) * 99 // 100)], 2),
+        "rounds": len(rounds),
+        "slowest": [[round(end, 2), round(ms, 2)] for end, ms in slowest],
+        # The program's start on CLOCK_MONOTONIC, in ms: the limiter's debug log's clock.
+        "monotonic_start_ms": round(1000 * report.get("monotonic_start", 0.0)),
     }
 
 
@@ -368,6 +376,9 @@ def bursty(bench: Bench, base: float) -> None:
             "train": pct(trained, base),
             "infer_alone": _latency(alone),
             "infer_beside": _latency(infer),
+            # On the inference program's clock (its "slowest" rounds'), when the training
+            # program's measured loop began.
+            "train_began_s": round(train["started"] - infer["started"], 2),
         }
     )
 
