@@ -101,6 +101,6 @@ CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
 }
 
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
-    CUstream stream = hStream == NULL ? CU_STREAM_PER_THREAD : hStream;
-    return end_capture(vgpu_real.cuStreamEndCapture_ptsz, stream, hStream, phGraph);
+    return end_capture(vgpu_real.cuStreamEndCapture_ptsz, vgpu_stream_named(hStream, true),
+                       hStream, phGraph);
 }

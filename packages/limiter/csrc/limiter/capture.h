@@ -7,8 +7,14 @@
 
 #include "cuda_api.h"
 
-/* Whether a launch on `stream` (CU_STREAM_PER_THREAD for a _ptsz call's 0) is captured into a
- * graph, or cannot be told. */
+/* The stream a call names: for a _ptsz entry point (`per_thread`), 0 is the per-thread default
+ * stream, CU_STREAM_PER_THREAD, and not the legacy one. */
+static inline CUstream vgpu_stream_named(CUstream stream, bool per_thread) {
+    return stream == NULL && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+/* Whether a launch on `stream` (as vgpu_stream_named gives it) is captured into a graph, or
+ * cannot be told. */
 bool vgpu_capturing(CUstream stream);
 
 #endif

@@ -165,11 +165,6 @@ static bool any_limit(void) {
     return false;
 }
 
-/* The stream events are recorded on: the per-thread default stream for a _ptsz call's 0. */
-static CUstream marker_stream(CUstream stream, bool per_thread) {
-    return stream == NULL && per_thread ? CU_STREAM_PER_THREAD : stream;
-}
-
 typedef CUresult (*launch_fn)(void *arguments);
 
 /* Whether every launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1), read once. */
@@ -339,7 +334,7 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     CUcontext context;
     CUdevice ordinal;
     int entry;
-    stream = marker_stream(stream, per_thread);
+    stream = vgpu_stream_named(stream, per_thread); /* also the stream events are recorded on */
     bool first = false;
     bool collective =
         vgpu_state.region != NULL && vgpu_gang_launches_collective(function, graph, &first);
