@@ -275,7 +275,8 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
             pthread_mutex_lock(&state->lock);
             now = vgpu_monotonic_ns(); /* after the wait, and another thread's launches */
             /* A pod that just waited for its bucket is at its limit, not under it, however
-             * little it used lately (its wait): not urgent. */
+             * little it used lately (its wait): not urgent. light_use first: it also renews
+             * the pod's use samples. */
             state->urgent = light_use(state, entry, now) && paused == 0;
             state->stats.capped_ns += capped;
             state->stats.paused_ns += paused;

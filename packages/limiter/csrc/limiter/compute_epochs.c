@@ -174,9 +174,9 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
         vgpu_log(VGPU_LOG_DEBUG,
                  "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
                  "lost, %u for a collective, %u yielded; %u urgent), %u launches, %u markers, "
-                 "%u stream switches, %llu us of GPU time charged, %llu us waited for the lease (%llu us "
-                 "of it for the gang's other ranks), %llu us paused for the limit, %llu us beyond "
-                 "the bucket's cap in %llu ms; %llu collectives so far",
+                 "%u stream switches, %llu us of GPU time charged, %llu us waited for the lease "
+                 "(%llu us of it for the gang's other ranks), %llu us paused for the limit, %llu "
+                 "us beyond the bucket's cap in %llu ms; %llu collectives so far",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.urgent,
