@@ -2,7 +2,8 @@
 
 Workloads (PyTorch): bf16 4096³ matmul loop; medium elementwise kernels (~40 µs); the same as a
 CUDA graph replay; long kernels (50 ms spin kernels). Other frameworks' launch paths with the
-same elementwise step (--kinds cupy jax triton): CuPy, JAX (XLA), Triton; bf16 matmuls of
+same elementwise step (--kinds cupy jax triton): CuPy, JAX (XLA), Triton; matmuls in the other
+frameworks (--kinds jax_matmul cupy_matmul: a jitted bf16 and a CuPy fp16 4096³); bf16 matmuls of
 other sizes and fp32 (matmul_large, matmul_small, matmul_fp32), which draw other power. Each
 runs alone unlimited first (its throughput is 100 %), then under each limit in a fresh process.
 Throughput is counted per 1-s window from the program's own synchronizations.
@@ -39,13 +40,28 @@ PROGRAM = textwrap.dedent(
         x = cupy.ones(16 << 20, dtype=cupy.float32)
         step, batch = (lambda: x.__imul__(1.0000001)), 200
         synchronize = cupy.cuda.Device().synchronize
-    elif kind == "jax":  # XLA's executables
+    elif kind == "cupy_matmul":  # cuBLAS through CuPy: fp16 4096³
+        import cupy
+        a = cupy.random.random((4096, 4096)).astype(cupy.float16)
+        b = cupy.random.random((4096, 4096)).astype(cupy.float16)
+        step, batch = (lambda: a @ b), 40
+        synchronize = cupy.cuda.Device().synchronize
+    elif kind in ("jax", "jax_matmul"):  # XLA's executables
         import jax, jax.numpy as jnp
-        scale = jax.jit(lambda v: v * 1.0000001)
-        state = {"x": jnp.ones(16 << 20, dtype=jnp.float32)}
-        def step():
-            state["x"] = scale(state["x"])
-        batch = 200
+        if kind == "jax":
+            scale = jax.jit(lambda v: v * 1.0000001)
+            state = {"x": jnp.ones(16 << 20, dtype=jnp.float32)}
+            def step():
+                state["x"] = scale(state["x"])
+            batch = 200
+        else:  # a jitted bf16 4096³ matmul
+            product = jax.jit(lambda a, b: a @ b)
+            keys = jax.random.split(jax.random.PRNGKey(0))
+            a, b = (jax.random.normal(k, (4096, 4096), dtype=jnp.bfloat16) for k in keys)
+            state = {"x": product(a, b)}
+            def step():
+                state["x"] = product(a, b)
+            batch = 40
         synchronize = lambda: state["x"].block_until_ready()
     else:
         import torch
