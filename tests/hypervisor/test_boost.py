@@ -8,20 +8,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from vgpu_hypervisor.gpu.boost_estimate import (
-    EXPONENT,
-    MAX_BOOST,
-    BoostEstimator,
-    boost_from,
-    ceiling,
-)
+from vgpu_hypervisor.gpu.boost_estimate import MAX_BOOST, BoostEstimator, boost_from, ceiling
 from vgpu_limiter.lease import DeviceLease
 
 from tests.hypervisor.conftest import Daemon
 from tests.support.marks import per_second
 
 SIM_GPU0 = "GPU-5157a1e0-0000-4000-8000-000000000001"
-MAX_CLOCK = 1980  # an H100 SXM's most SM clock, MHz
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -73,12 +66,10 @@ def feed(
     start: float = 0.0,
     *,
     paced: float | None = None,
-    clock: int | None = None,
 ) -> tuple[float | None, float]:
     """Readings every 25 ms of a counter that moves every 100 ms (every 4th reading) at
     `power_w`, from `start`; with `paced`, the lease's busy_ns grows by that share of the time in
-    32-ms epochs; with `clock`, the SM clock reads that (of MAX_CLOCK at most). The estimate and
-    the time of the last reading."""
+    32-ms epochs. The estimate and the time of the last reading."""
     energy = estimator._energy[-1][1] if estimator._energy else 0
     readings = round(seconds / 0.025)
     for tick in range(1, readings + 1):
@@ -88,8 +79,7 @@ def feed(
         busy_ns = None
         if paced is not None:  # whole epochs ended by now
             busy_ns = int(now * paced / 0.032) * 32_000_000
-        clocks = {"sm_mhz": clock, "max_sm_mhz": MAX_CLOCK} if clock is not None else {}
-        estimator.add(now, energy, busy, 700_000, busy_ns, **clocks)
+        estimator.add(now, energy, busy, 700_000, busy_ns)
     return estimator.boost, start + readings * 0.025
 
 
@@ -302,36 +292,3 @@ def test_going_idle_below_the_models_idle_power_keeps_the_estimate() -> None:
     for _ in range(8):  # every 100 ms of the first 0.8 s of idle
         kept, now = feed(estimator, 72.0, 0, 0.1, now)
         assert kept == pytest.approx(steady, rel=0.01)
-
-
-def test_a_load_after_one_capped_by_power_starts_at_its_full_clock_boost() -> None:
-    """A matmul flat out holds an H100 at its power limit at 1500 MHz (boost 1); paced to 25 %
-    after a pause it runs at full clock. Until the paced load's own estimates come it is charged
-    what the capped load's clocks say its work gains at full clock, not 1."""
-    estimator = BoostEstimator()
-    capped, now = feed(estimator, 700.0, 98, 2.0, clock=1500)
-    assert capped is not None and capped < 1.01
-    expected = (MAX_CLOCK / 1500) ** EXPONENT
-    first, now = feed(estimator, 320.6, 25, 0.2, now + 2.0, clock=MAX_CLOCK)  # after a pause
-    assert first == pytest.approx(expected, rel=0.01)
-    own, _ = feed(estimator, 320.6, 25, 3.0, now, clock=MAX_CLOCK)
-    assert own == pytest.approx(boost_from(320.6, 0.25, 700.0), rel=0.02)
-
-
-def test_a_busy_load_below_the_power_limit_gives_no_full_clock_boost() -> None:
-    """Elementwise kernels flat out stay under the power limit at full clock: they gain nothing
-    from headroom, and the load after them starts at their 1."""
-    estimator = BoostEstimator()
-    flat_out, now = feed(estimator, 470.0, 95, 2.0, clock=MAX_CLOCK)
-    assert flat_out == 1.0
-    after, _ = feed(estimator, 230.0, 25, 0.2, now + 2.0, clock=MAX_CLOCK)
-    assert after == 1.0
-
-
-def test_the_full_clock_boost_stays_under_the_ceiling() -> None:
-    """A load after a capped one that keeps the GPU busy (its paced work's share) gets no more
-    than that share leaves room for."""
-    estimator = BoostEstimator()
-    _, now = feed(estimator, 700.0, 98, 2.0, clock=1400)
-    after, _ = feed(estimator, 690.0, 90, 1.0, now + 2.0, paced=0.97, clock=1450)
-    assert after is not None and after <= ceiling(0.95) < 1.02

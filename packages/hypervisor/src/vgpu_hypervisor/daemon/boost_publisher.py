@@ -2,12 +2,11 @@
 device lease under the base path, where the compute limiter of every pod on the GPU reads it.
 
 Only GPUs with paced work (their lease active in the last few seconds) are read often: the
-energy counter and the SM clock every 50 ms (the counter moves in 100-ms steps on an H100, and
-the times of its steps are what the power is measured from), utilization every 200 ms (NVML
-averages it over 1/6 s or more itself). A GPU without paced work is left alone and its
-estimate kept. A GPU whose readings fail keeps its last estimate until it goes stale in the
-lease (5 s); on close the estimates are withdrawn, so the limiter charges plain GPU time again
-at once.
+energy counter every 50 ms (it moves in 100-ms steps on an H100, and the times of its steps are
+what the power is measured from), utilization every 200 ms (NVML averages it over 1/6 s or
+more itself). A GPU without paced work is left alone and its estimate kept. A GPU whose
+readings fail keeps its last estimate until it goes stale in the lease (5 s); on close the
+estimates are withdrawn, so the limiter charges plain GPU time again at once.
 """
 
 import logging
@@ -41,7 +40,6 @@ class _Gpu:
         self.lease: DeviceLease | None = None
         self.owns_lease = False
         self.limit_mw: int | None = None
-        self.max_sm_mhz: int | None = None
         self.limit_read = -LIMIT_EVERY_S
         self.utilization: int | None = None
         self.utilization_read = -UTILIZATION_EVERY_S
@@ -115,24 +113,14 @@ class BoostPublisher:
         assert gpu.handle is not None
         if now - gpu.limit_read >= LIMIT_EVERY_S:
             gpu.limit_mw = _known(nvml.device_power_limit(gpu.handle))
-            gpu.max_sm_mhz = _known(nvml.device_max_sm_clock(gpu.handle))
             gpu.limit_read = now
         if now - gpu.utilization_read >= UTILIZATION_EVERY_S:
             rates = nvml.device_utilization(gpu.handle)
             gpu.utilization = _known(rates[0]) if rates is not NOT_AVAILABLE else None
             gpu.utilization_read = now
         energy = _known(nvml.device_energy(gpu.handle))
-        clock = _known(nvml.device_sm_clock(gpu.handle))
         assert gpu.lease is not None
-        gpu.estimator.add(
-            now,
-            energy,
-            gpu.utilization,
-            gpu.limit_mw,
-            gpu.lease.busy_ns(),
-            sm_mhz=clock,
-            max_sm_mhz=gpu.max_sm_mhz,
-        )
+        gpu.estimator.add(now, energy, gpu.utilization, gpu.limit_mw, gpu.lease.busy_ns())
 
     def _publish(self, gpu: _Gpu) -> None:
         boost = gpu.estimator.boost

@@ -32,18 +32,6 @@ headroom. The compute limiter adds every epoch's GPU time, measured by its event
 lease (``busy_ns``); the share of time that paced work kept the GPU busy bounds the boost as the
 utilization does (``ceiling``). A tenant can write that word, so it only ever lowers the boost.
 
-A GPU held at its power limit shows no headroom (its boost is 1), and the next load often runs
-at another duty (a limited pod after the unlimited run, pods that start after one left): its
-first estimate takes about two seconds of steady readings, NVML's utilization being slow to
-settle on a paced load, and meanwhile it would be charged 1. What the capped load does tell is
-how far the power cap pulled its SM clock down from the GPU's most: ``(max / capped) **
-EXPONENT`` is the boost the same work gets at full clock (the same power law, with power about
-proportional to the clock: on an H100 a bf16 matmul flat out ran at 1500 MHz and gained 1.14
-paced at 25 % (1980 MHz), predicted 1.11; another, 1380 MHz, 1.133, predicted 1.155). Until a
-load that followed a capped one has estimates of its own, that stands in for the capped one's 1,
-bounded by the ceiling. Work that stays under the power limit flat out (elementwise, fp32)
-keeps its full clock, and so its 1.
-
 Nothing here calls NVML: ``BoostEstimator.add`` takes readings and answers the estimate.
 """
 
@@ -75,11 +63,6 @@ RECENT_S = 0.4
 PACED_WINDOW_S = 1.0
 """The paced work's GPU time is read over this long: it grows as epochs end (every ~32 ms), so
 a shorter span would read the same load a tenth higher or lower."""
-CAPPED_POWER = 0.85
-"""A window whose mean power is at least this share of the limit, busy at least CAPPED_BUSY, with
-its SM clock at most CAPPED_CLOCK of the GPU's most, ran capped by power."""
-CAPPED_BUSY = 0.85
-CAPPED_CLOCK = 0.97
 HISTORY = 40
 """The published boost is the median of this many latest window estimates (2 s of readings
 every 50 ms): a window that straddles the end of the work (whose last 100 ms were idle, say)
@@ -119,13 +102,7 @@ class BoostEstimator:
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     _paced: deque[tuple[float, int]] = field(default_factory=deque)  # (time, lease busy_ns)
-    _clock: deque[tuple[float, int]] = field(default_factory=deque)  # (time, SM clock MHz)
-    _max_clock: int | None = None
-    # Beside each of the median's estimates, the boost its window's work gets at full clock
-    # when the window ran capped by power, else None.
-    _capped: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY))
-    # Estimates since the window restarted at a change or a pause, each with its capped gain.
-    _fresh: list[tuple[float, float | None]] | None = None
+    _fresh: list[float] | None = None  # estimates since the window restarted at a change
 
     def add(
         self,
@@ -134,33 +111,21 @@ class BoostEstimator:
         utilization: int | None,
         limit_mw: int | None,
         paced_busy_ns: int | None = None,
-        *,
-        sm_mhz: int | None = None,
-        max_sm_mhz: int | None = None,
     ) -> float | None:
         """Take one reading (``now`` in seconds, monotonic; None: the GPU did not answer that
         query, or no paced work's time was read) and give the estimate, which stays as it was
-        when the readings say too little. ``paced_busy_ns``: the device lease's ``busy_ns``;
-        ``sm_mhz`` and ``max_sm_mhz``: the SM clock now and the most it can be."""
+        when the readings say too little. ``paced_busy_ns``: the device lease's ``busy_ns``."""
         if paced_busy_ns is not None:
             self._add_paced(now, paced_busy_ns)
-        if max_sm_mhz is not None and max_sm_mhz > 0:
-            self._max_clock = max_sm_mhz
         if energy_mj is None or utilization is None or not limit_mw or limit_mw <= 0:
             return self.boost
-        self._measure(now, energy_mj, utilization, limit_mw, sm_mhz)
+        self._measure(now, energy_mj, utilization, limit_mw)
         if self._median is not None:
-            # A load that follows one capped by power has, until its own estimates come, the
-            # boost the capped one's work gets at full clock rather than its 1.
-            base = self._median
-            prior = self._full_clock_boost()
-            if self._fresh is not None and prior is not None:
-                base = prior
             # A load that keeps the GPU busier than the one measured (a new pod's work) has at
             # most the boost its utilization leaves room for, from its first readings: the
             # median would take a second or two to follow, charging the new load the old one's
             # boost (on an H100, 1.15 of a 60 % load charged to pods keeping it 95 % busy).
-            self.boost = min(base, self._ceiling(now))
+            self.boost = min(self._median, self._ceiling(now))
         return self.boost
 
     def _ceiling(self, now: float) -> float:
@@ -188,30 +153,20 @@ class BoostEstimator:
             return None
         return min(1.0, (last_ns - first_ns) / 1e9 / (last - first))
 
-    def _measure(
-        self, now: float, energy_mj: int, utilization: int, limit_mw: int, sm_mhz: int | None
-    ) -> None:
+    def _measure(self, now: float, energy_mj: int, utilization: int, limit_mw: int) -> None:
         """Add the readings, and a window estimate to the median when the load was steady."""
         if self._busy and now - self._busy[-1][0] > GAP_S:
-            # Readings resumed after a pause: the old ones say nothing, and the load may be
-            # another (the daemon reads a GPU only while it has paced work).
-            self._energy.clear()
+            self._energy.clear()  # readings resumed after a pause: the old ones say nothing
             self._busy.clear()
-            self._clock.clear()
-            self._fresh = []
         if self._energy and energy_mj < self._energy[-1][1]:
             self._energy.clear()  # the counter started again (driver reloaded)
         if not self._energy or energy_mj != self._energy[-1][1]:
             self._energy.append((now, energy_mj))
         self._busy.append((now, min(max(utilization, 0), 100) / 100.0))
-        if sm_mhz is not None and sm_mhz > 0:
-            self._clock.append((now, sm_mhz))
         while len(self._energy) > 2 and now - self._energy[1][0] > WINDOW_S:
             self._energy.popleft()
         while self._busy and self._busy[0][0] <= self._energy[0][0]:
             self._busy.popleft()
-        while self._clock and self._clock[0][0] <= self._energy[0][0]:
-            self._clock.popleft()
         (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
         if last - first < MIN_SPAN_S:
             return
@@ -235,23 +190,7 @@ class BoostEstimator:
         power_w = (last_mj - first_mj) / (last - first) / 1000.0
         estimate = boost_from(power_w, busy, limit_mw / 1000.0)
         if math.isfinite(estimate):
-            self._add_estimate(estimate, self._capped_gain(power_w, busy, limit_mw / 1000.0))
-
-    def _full_clock_boost(self) -> float | None:
-        """The median's load's boost at full clock, when most of its windows ran capped."""
-        gains = [gain for gain in self._capped if gain is not None]
-        return statistics.median(gains) if 2 * len(gains) > len(self._capped) else None
-
-    def _capped_gain(self, power_w: float, busy: float, limit_w: float) -> float | None:
-        """For a window that ran capped by power, the boost its work gets at full clock."""
-        if self._max_clock is None or not self._clock:
-            return None
-        clock = statistics.median(mhz for _, mhz in self._clock)
-        if busy < CAPPED_BUSY or power_w < CAPPED_POWER * limit_w:
-            return None
-        if clock > CAPPED_CLOCK * self._max_clock:
-            return None
-        return min(MAX_BOOST, float((self._max_clock / clock) ** EXPONENT))
+            self._add_estimate(estimate)
 
     def _restart(self) -> None:
         step = self._energy[-1]
@@ -259,19 +198,16 @@ class BoostEstimator:
         self._busy = deque(reading for reading in self._busy if reading[0] > step[0])
         self._fresh = []
 
-    def _add_estimate(self, estimate: float, capped: float | None) -> None:
+    def _add_estimate(self, estimate: float) -> None:
         if self._fresh is not None:
-            self._fresh.append((estimate, capped))
+            self._fresh.append(estimate)
             if len(self._fresh) < FIRST_ESTIMATES:
                 return  # the old load's median stands until the new one has a few
             self._estimates.clear()
-            self._estimates.extend(value for value, _ in self._fresh)
-            self._capped.clear()
-            self._capped.extend(gain for _, gain in self._fresh)
+            self._estimates.extend(self._fresh)
             self._fresh = None
         else:
             self._estimates.append(estimate)
-            self._capped.append(capped)
         if len(self._estimates) >= FIRST_ESTIMATES:
             self._median = statistics.median(self._estimates)
 

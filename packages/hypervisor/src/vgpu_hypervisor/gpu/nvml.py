@@ -301,13 +301,6 @@ def device_sm_clock(handle: Handle) -> Value[int]:
     )
 
 
-def device_max_sm_clock(handle: Handle) -> Value[int]:
-    return _figure(
-        "nvmlDeviceGetMaxClockInfo",
-        lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-    )
-
-
 def device_memory_clock(handle: Handle) -> Value[int]:
     return _figure(
         "nvmlDeviceGetClockInfo(MEM)",
