@@ -96,8 +96,9 @@ def test_the_daemon_reads_the_lease_without_mapping_it(tmp_path: Path) -> None:
                 file.seek(offset)
                 file.write(activity.to_bytes(8, sys.byteorder))
             assert lease.active_within(5.0) is active
+            assert lease.last_active() == (activity / 1e9 if active else None)
         os.truncate(path, 0)
-        assert lease.active_within(5.0) is False
+        assert lease.active_within(5.0) is False and lease.last_active() is None
 
 
 def _as_nobody(base: Path) -> str:

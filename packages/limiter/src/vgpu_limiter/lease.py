@@ -312,10 +312,19 @@ class DeviceLease:
         return min(BOOST_MAX, max(BOOST_ONE, parts)) / BOOST_ONE
 
     def active_within(self, seconds: float) -> bool:
-        """Whether a limited process ran an epoch on the GPU in the last ``seconds`` (a time in
-        the future, which no process of this node writes, is not activity)."""
+        """Whether a limited process ran an epoch on the GPU in the last ``seconds``."""
+        last = self.last_active()
+        return last is not None and time.monotonic() - last <= seconds
+
+    def last_active(self) -> float | None:
+        """When a limited process last ran an epoch on the GPU (its grant or its last GPU call
+        while holding the lease), in seconds of ``time.monotonic()``; None when none has, or the
+        word says a time in the future, which no process of this node writes. Where the daemon
+        arbitrates the lease it writes the word itself; in a lease file a tenant may."""
         activity = self._word("activity_ns")
-        return activity != 0 and 0 <= time.monotonic_ns() - activity <= seconds * 1e9
+        if activity == 0 or activity > time.monotonic_ns():
+            return None
+        return activity / 1e9
 
     def busy_ns(self) -> int:
         """The GPU time of every paced epoch so far, as the limiter measured it (nanoseconds,

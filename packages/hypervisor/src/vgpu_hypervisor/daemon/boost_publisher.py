@@ -120,7 +120,16 @@ class BoostPublisher:
             gpu.utilization_read = now
         energy = _known(nvml.device_energy(gpu.handle))
         assert gpu.lease is not None
-        gpu.estimator.add(now, energy, gpu.utilization, gpu.limit_mw, gpu.lease.busy_ns())
+        gpu.estimator.add(
+            now,
+            energy,
+            gpu.utilization,
+            gpu.limit_mw,
+            paced_busy_ns=gpu.lease.busy_ns(),
+            # The activity of a lease the daemon arbitrates is its own word; a lease file's is
+            # a tenant's, which must not keep an old estimate in place (it bounds nothing).
+            paced_at=None if gpu.owns_lease else gpu.lease.last_active(),
+        )
 
     def _publish(self, gpu: _Gpu) -> None:
         boost = gpu.estimator.boost
