@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "lease_internal.h"
-#include "vgpu_urgency.h"
 #include "log.h"
 #include "vgpu_proc.h"
+#include "vgpu_urgency.h"
 
 /* This process's token: nonzero, different for every process on the node (a pid plus its start
  * time and pid namespace), recomputed in a forked child. Asked at every launch: by the fork
