@@ -13,7 +13,9 @@ computed by water-filling from C, with w from the pod's weight, or from its QoS 
 less what their hand-overs leave idle (SHARED_CAPACITY), or 100 % for one pod alone. Divided
 from 100 %, the hand-overs' loss fell on one pod, the largest (the one whose bucket is never in
 debt, as it waits for the lease, not for its limit): on an H100, 20/30/50 got 20.4 / 29.7 / 47.8
-and 30/70 beside an idle pod 30.5 / 67.6 with the GPU 98 % busy. The daemon writes share_p into
+and 30/70 beside an idle pod 30.5 / 67.6 with the GPU 98 % busy; from 98 % every pod was within
+2 points (docs/scheduling.md). While limits that add up to 98-100 % are scaled, a pod that uses
+less than its own leaves the others held up to 2 % below theirs. The daemon writes share_p into
 the pod's region
 (scheduler_state, stamped); the limiter paces at the smaller of its limit and a fresh share, so a
 daemon gone leaves every pod its own limit within 5 s.
