@@ -3,13 +3,20 @@ the limiter on the simulated GPU (whose busy power is VGPU_SIM_ACTIVE_POWER_W)."
 
 import json
 import re
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from vgpu_common.limits import normalize_uuid
+from vgpu_hypervisor.daemon.boost_publisher import BoostPublisher
+from vgpu_hypervisor.gpu import nvml
 from vgpu_hypervisor.gpu.boost_estimate import MAX_BOOST, BoostEstimator, boost_from, ceiling
-from vgpu_limiter.lease import DeviceLease
+from vgpu_limiter.lease import DeviceLease, lease_path
+from vgpu_limiter.region import ffi
 
 from tests.hypervisor.conftest import Daemon
 from tests.support.marks import per_second
@@ -210,6 +217,60 @@ def test_one_window_alone_is_not_published() -> None:
 
 
 # --- the daemon and the limiter ----------------------------------------------------------------
+
+
+class _ArbitratedLease:
+    """The daemon's own lease of a GPU, as its arbiter keeps it: paced work ran at 12.5 s."""
+
+    def active_within(self, seconds: float) -> bool:
+        return True
+
+    def busy_ns(self) -> int:
+        return 0
+
+    def last_active(self) -> float:
+        return 12.5
+
+    def publish_boost(self, boost: float) -> None:
+        pass
+
+
+class _Broker:
+    def device_lease(self, uuid: str) -> _ArbitratedLease:
+        return _ArbitratedLease()
+
+
+def test_the_publisher_trusts_only_the_activity_of_a_lease_it_arbitrates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The activity word of a lease the daemon arbitrates is its own; a lease file's is every
+    paced process's to write, so with one every window is estimated, as before."""
+    for name, value in (
+        ("device_handle", object()),
+        ("device_uuid", SIM_GPU0),
+        ("device_power_limit", 700_000),
+        ("device_utilization", (25, 0)),
+        ("device_energy", 1000),
+    ):
+        monkeypatch.setattr(nvml, name, lambda *_, value=value: value)
+    seen: list[float | None] = []
+
+    def add(self: BoostEstimator, *args: Any, paced_at: float | None = None, **_: Any) -> None:
+        seen.append(paced_at)
+
+    monkeypatch.setattr(BoostEstimator, "add", add)
+    BoostPublisher(tmp_path, 1, _Broker()).tick()  # type: ignore[arg-type]
+    assert seen == [12.5]
+    seen.clear()
+    with DeviceLease.open(tmp_path, SIM_GPU0):  # the lease file, active now
+        offset = ffi.offsetof("struct vgpu_device_lease", "activity_ns")
+        with lease_path(tmp_path, normalize_uuid(SIM_GPU0)).open("r+b") as file:
+            file.seek(offset)
+            file.write(time.monotonic_ns().to_bytes(8, sys.byteorder))
+    publisher = BoostPublisher(tmp_path, 1)
+    publisher.tick()
+    publisher.close()
+    assert seen == [None]
 
 
 def _boosted_run(daemon: Daemon, pod: str, limit: int) -> list[float]:

@@ -1,5 +1,6 @@
-"""Weights when the limits of the pods that want a GPU add up past 100 %: the formula, who counts
-as wanting the GPU, and the daemon publishing each pod's effective limit into its region."""
+"""Weights when the limits of the pods that want a GPU add up past what it gives: the formula,
+who counts as wanting the GPU, and the daemon publishing each pod's effective limit into its
+region."""
 
 import json
 import subprocess
@@ -104,7 +105,7 @@ def test_the_node_s_policy_is_a_function_of_the_pods_and_their_held_policies() -
     }
     assert node_effective_limits(records, {}, everyone) == {}  # no policy held: nothing weighed
     # A pod that does not want a GPU takes nothing there: "lo" alone wants GPU 0 (its entry 1)
-    # and keeps its 60 %, where it got 40 beside "hi".
+    # and keeps its 60 %, where it got 38 beside "hi".
     assert node_effective_limits(records, policies, everyone - {(("ml", "hi"), 0)}) == {
         ("ml", "hi"): {0: 0, 1: 3000},
         ("ml", "lo"): {0: 5000, 1: 6000},
@@ -151,25 +152,40 @@ def test_a_pods_use_is_its_gpu_time_over_the_pass() -> None:
 @pytest.mark.parametrize(
     ("pods", "wanted"),
     [
-        # A training pod (hard 50, soft 100) beside one that uses 17 %: 100 - 22 = 78.
-        ({"train": (5000, 10000, 9000), "infer": (5000, 0, 1700)}, {"train": 7800}),
+        # A training pod (hard 50, soft 100) beside one that uses 17 %: of the 98 % a GPU that
+        # pods take turns on gives, 98 - 22 = 76.
+        ({"train": (5000, 10000, 9000), "infer": (5000, 0, 1700)}, {"train": 7600}),
         # The other uses its whole limit: nothing left above 50.
         ({"train": (5000, 10000, 5000), "infer": (5000, 0, 4900)}, {"train": 0}),
         # Not yet measured: counted at its limit.
-        ({"train": (3000, 10000, None), "new": (4000, 0, None)}, {"train": 6000}),
-        # Two bursting pods share what is left by their room: 40 left, rooms 50 and 30.
+        ({"train": (3000, 10000, None), "new": (4000, 0, None)}, {"train": 5800}),
+        # Two bursting pods share what is left by their room: 38 left, rooms 50 and 30.
         (
             {"a": (2000, 7000, 0), "b": (2000, 5000, 0), "c": (2000, 0, 1800)},
-            {"a": 4500, "b": 3500},
+            {"a": 4375, "b": 3425},
         ),
         # Never past the soft limit: the rest stays.
         ({"a": (2000, 3000, 0), "c": (1000, 0, 0)}, {"a": 3000}),
+        # Alone, a pod may burst to the whole GPU.
+        ({"a": (2000, 10000, 0)}, {"a": 10000}),
     ],
 )
 def test_a_bursting_pod_takes_what_the_others_leave(
     pods: dict[str, tuple[int, int, int | None]], wanted: dict[str, int]
 ) -> None:
     assert burst_rates(pods) == wanted
+
+
+def test_a_bursting_pod_gets_no_more_than_the_others_leave_of_a_divided_gpu() -> None:
+    """Limits of 50 and 50 (burst 100) ask for all of a GPU the two take turns on: each is held
+    to 49 and, while the other uses all of its 49, the bursting pod gets none above it (from
+    100 % it was given the 2 % kept back for hand-overs: 51 beside the other's 49)."""
+    effective = effective_limits({"train": (5000, 2), "infer": (5000, 2)})
+    assert effective == {"train": 4900, "infer": 4900}
+    pods = {"train": (effective["train"], 10000, 4900), "infer": (effective["infer"], 0, 4900)}
+    assert burst_rates(pods) == {"train": 0}
+    pods["infer"] = (effective["infer"], 0, 1700)  # it uses 17 %: 98 - 22 = 76 for the other
+    assert burst_rates(pods) == {"train": 7600}
 
 
 def _busy(daemon: Daemon, workloads: list["subprocess.Popen[str]"], *names: str) -> None:

@@ -274,8 +274,8 @@ QosOption = Annotated[
     typer.Option(
         "--qos",
         metavar="CLASS",
-        help=f"Scheduling class: {', '.join(QOS_NAMES)} (weight 1/2/4/8 when the GPU's "
-        "limits add up past 100 %).",
+        help=f"Scheduling class: {', '.join(QOS_NAMES)} (weight 1/2/4/8 when the limits of "
+        "the pods that want a GPU add up past 98 %).",
         show_default=False,
     ),
 ]

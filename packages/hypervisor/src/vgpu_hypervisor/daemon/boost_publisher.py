@@ -38,7 +38,7 @@ class _Gpu:
         self.handle: nvml.Handle | None = None
         self.uuid: str | None = None
         self.lease: DeviceLease | None = None
-        self.owns_lease = False
+        self.from_lease_file = False  # opened here (a lease file), not the arbiter's lease
         self.limit_mw: int | None = None
         self.limit_read = -LIMIT_EVERY_S
         self.utilization: int | None = None
@@ -97,7 +97,7 @@ class BoostPublisher:
             return True
         try:
             gpu.lease = DeviceLease.open(self._base, normalize_uuid(gpu.uuid))
-            gpu.owns_lease = True
+            gpu.from_lease_file = True
         except (RegionError, ValueError) as error:
             log.warning("boost correction off for GPU %d: %s", gpu.index, error)
             gpu.uuid = None
@@ -128,7 +128,7 @@ class BoostPublisher:
             paced_busy_ns=gpu.lease.busy_ns(),
             # The activity of a lease the daemon arbitrates is its own word; a lease file's is
             # a tenant's, which must not keep an old estimate in place (it bounds nothing).
-            paced_at=None if gpu.owns_lease else gpu.lease.last_active(),
+            paced_at=None if gpu.from_lease_file else gpu.lease.last_active(),
         )
 
     def _publish(self, gpu: _Gpu) -> None:
@@ -145,6 +145,6 @@ class BoostPublisher:
         for gpu in self._gpus:
             if gpu.lease is not None:
                 gpu.lease.withdraw_boost()
-                if gpu.owns_lease:
+                if gpu.from_lease_file:
                     gpu.lease.close()  # the broker closes its leases itself
                 gpu.lease = None

@@ -43,12 +43,18 @@ def weight_of(qos: int, weight: int) -> int:
     return weight if weight > 0 else qos_of(qos).weight
 
 
+def capacity_of(limits: Iterable[int]) -> int:
+    """What a GPU gives the pods that want it, from their limits (hundredths): SHARED_CAPACITY
+    when two or more of them are limited (they take turns), the whole GPU for one alone."""
+    return SHARED_CAPACITY if sum(1 for limit in limits if 0 < limit < WHOLE) > 1 else WHOLE
+
+
 def effective_limits(pods: Mapping[Key, tuple[int, int]]) -> dict[Key, int]:
     """Effective limits (hundredths) of the pods on one GPU from (limit in hundredths, weight);
     pods without a limit (0 or 100 %) are not in the sum and get 0 (no effective limit)."""
     limited = {key: (limit, w) for key, (limit, w) in pods.items() if 0 < limit < WHOLE}
     result = {key: 0 for key in pods}
-    capacity = float(SHARED_CAPACITY if len(limited) > 1 else WHOLE)
+    capacity = float(capacity_of(limit for limit, _ in pods.values()))
     if sum(limit for limit, _ in limited.values()) <= capacity:
         return result | {key: limit for key, (limit, _) in limited.items()}
     open_pods = dict(limited)
@@ -112,7 +118,10 @@ def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, in
     headroom, never more than its limit (a pod its limit holds back uses about all of it), and
     its limit when not yet measured. What is left goes to the bursting pods in proportion to
     their room above the hard limit, never past their soft limit; none left: 0 (their hard limit
-    holds). A pod that needs more than it got last pass gains the headroom each pass."""
+    holds). A pod that needs more than it got last pass gains the headroom each pass. What is
+    left is counted from what the GPU gives the pods (capacity_of), as their effective limits
+    are: from 100 % the 2 % kept back for hand-overs went to the bursting pod, over its hard limit
+    while the others were held under theirs."""
     bursting = {key: (hard, soft) for key, (hard, soft, _) in pods.items() if soft > hard}
     needed = sum(hard for hard, _ in bursting.values())
     for key, (hard, _, used) in pods.items():
@@ -120,7 +129,7 @@ def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, in
             continue
         ceiling = hard if 0 < hard < WHOLE else WHOLE
         needed += ceiling if used is None else min(ceiling, used + HEADROOM)
-    left = WHOLE - needed
+    left = capacity_of(hard for hard, _, _ in pods.values()) - needed
     result = dict.fromkeys(bursting, 0)
     open_pods = {key: min(soft, WHOLE) - hard for key, (hard, soft) in bursting.items()}
     while left > 0 and open_pods:

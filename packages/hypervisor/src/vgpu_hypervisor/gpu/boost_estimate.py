@@ -39,7 +39,9 @@ limit by an unlimited program between two paced loads (a benchmark's baseline, a
 vgpu) is read, and bounds the boost while it runs (``ceiling``), but its estimate of 1 does not
 replace the paced load's. Left in, pods at 25 % that started within seconds of an unlimited run
 were charged 1.0 for their first 0.8 s and got 29.6-30.6 % in their first second (an H100,
-PyTorch and CuPy matmuls); left out, 26.0-27.1 %.
+PyTorch and CuPy matmuls); left out, 26.0-27.1 %. A window that still holds the last epoch's
+activity is estimated: when an unlimited program follows paced work at the same utilization
+(no restart), up to a window's length of it may enter the median.
 
 Nothing here calls NVML: ``BoostEstimator.add`` takes readings and answers the estimate.
 """
