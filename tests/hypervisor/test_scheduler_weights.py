@@ -152,14 +152,14 @@ def test_a_pods_use_is_its_gpu_time_over_the_pass() -> None:
 @pytest.mark.parametrize(
     ("pods", "wanted"),
     [
-        # A training pod (hard 50, soft 100) beside one that uses 17 %: of the 98 % a GPU that
-        # pods take turns on gives, 98 - 22 = 76.
-        ({"train": (5000, 10000, 9000), "infer": (5000, 0, 1700)}, {"train": 7600}),
+        # A training pod (hard 50, soft 100) beside one that uses 17 %: 100 - 22 = 78.
+        ({"train": (5000, 10000, 9000), "infer": (5000, 0, 1700)}, {"train": 7800}),
         # The other uses its whole limit: nothing left above 50.
         ({"train": (5000, 10000, 5000), "infer": (5000, 0, 4900)}, {"train": 0}),
-        # Not yet measured: counted at its limit.
+        # Not yet measured: counted at its whole limit, of the 98 % a GPU pods take turns on gives.
         ({"train": (3000, 10000, None), "new": (4000, 0, None)}, {"train": 5800}),
-        # Two bursting pods share what is left by their room: 38 left, rooms 50 and 30.
+        # Two bursting pods share what is left by their room: 38 left (c is held at its limit),
+        # rooms 50 and 30.
         (
             {"a": (2000, 7000, 0), "b": (2000, 5000, 0), "c": (2000, 0, 1800)},
             {"a": 4375, "b": 3425},
@@ -179,13 +179,14 @@ def test_a_bursting_pod_takes_what_the_others_leave(
 def test_a_bursting_pod_gets_no_more_than_the_others_leave_of_a_divided_gpu() -> None:
     """Limits of 50 and 50 (burst 100) ask for all of a GPU the two take turns on: each is held
     to 49 and, while the other uses all of its 49, the bursting pod gets none above it (from
-    100 % it was given the 2 % kept back for hand-overs: 51 beside the other's 49)."""
+    100 % it was given the 2 % kept back for hand-overs: 51 beside the other's 49). Beside a pod
+    that uses 17 % it takes the rest of the GPU, 100 - 49 - 22."""
     effective = effective_limits({"train": (5000, 2), "infer": (5000, 2)})
     assert effective == {"train": 4900, "infer": 4900}
     pods = {"train": (effective["train"], 10000, 4900), "infer": (effective["infer"], 0, 4900)}
     assert burst_rates(pods) == {"train": 0}
-    pods["infer"] = (effective["infer"], 0, 1700)  # it uses 17 %: 98 - 22 = 76 for the other
-    assert burst_rates(pods) == {"train": 7600}
+    pods["infer"] = (effective["infer"], 0, 1700)
+    assert burst_rates(pods) == {"train": 7800}
 
 
 def _busy(daemon: Daemon, workloads: list["subprocess.Popen[str]"], *names: str) -> None:

@@ -118,18 +118,24 @@ def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, in
     headroom, never more than its limit (a pod its limit holds back uses about all of it), and
     its limit when not yet measured. What is left goes to the bursting pods in proportion to
     their room above the hard limit, never past their soft limit; none left: 0 (their hard limit
-    holds). A pod that needs more than it got last pass gains the headroom each pass. What is
-    left is counted from what the GPU gives the pods (capacity_of), as their effective limits
-    are: from 100 % the 2 % kept back for hand-overs went to the bursting pod, over its hard limit
-    while the others were held under theirs."""
+    holds). A pod that needs more than it got last pass gains the headroom each pass.
+    While another pod is counted at its whole limit (it uses all of it, or is not measured yet),
+    what is left is counted from what the GPU gives the pods (capacity_of), as their effective
+    limits are: from 100 % the 2 % kept back for hand-overs went to the bursting pod, 51 beside
+    another's 49. Beside pods under their limits it is counted from 100 %: their headroom leaves
+    room enough, and a smaller rate would leave the GPU idle."""
     bursting = {key: (hard, soft) for key, (hard, soft, _) in pods.items() if soft > hard}
     needed = sum(hard for hard, _ in bursting.values())
+    held = False  # another pod counted at its whole limit
     for key, (hard, _, used) in pods.items():
         if key in bursting:
             continue
         ceiling = hard if 0 < hard < WHOLE else WHOLE
-        needed += ceiling if used is None else min(ceiling, used + HEADROOM)
-    left = capacity_of(hard for hard, _, _ in pods.values()) - needed
+        need = ceiling if used is None else min(ceiling, used + HEADROOM)
+        needed += need
+        held = held or need >= ceiling
+    capacity = capacity_of(hard for hard, _, _ in pods.values()) if held else WHOLE
+    left = capacity - needed
     result = dict.fromkeys(bursting, 0)
     open_pods = {key: min(soft, WHOLE) - hard for key, (hard, soft) in bursting.items()}
     while left > 0 and open_pods:
