@@ -16,9 +16,8 @@ debt, as it waits for the lease, not for its limit): on an H100, 20/30/50 got 20
 and 30/70 beside an idle pod 30.5 / 67.6 with the GPU 98 % busy; from 98 % every pod was within
 2 points (docs/scheduling.md). While limits that add up to 98-100 % are scaled, a pod that uses
 less than its own leaves the others held up to 2 % below theirs. The daemon writes share_p into
-the pod's region
-(scheduler_state, stamped); the limiter paces at the smaller of its limit and a fresh share, so a
-daemon gone leaves every pod its own limit within 5 s.
+the pod's region (scheduler_state, stamped); the limiter paces at the smaller of its limit and a
+fresh share, so a daemon gone leaves every pod its own limit within 5 s.
 
 The policy is pure: the node's pass (node.py) reads the pods from the store, hands them here and
 gives the result back to the store to write."""
