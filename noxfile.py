@@ -140,6 +140,12 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         {},
     ),
     (
+        "compute_lock_test",
+        [ROOT / "tests/c/compute_lock_test.c", LIMITER_C / "limiter/compute_lock.c"],
+        [LIMITER_C / "limiter"],
+        {},
+    ),
+    (
         "limiter_pacing_test",
         [
             ROOT / "tests/c/limiter_pacing_test.c",

@@ -37,10 +37,7 @@
 #include "compute.h"
 #include "pacing.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "capture.h"
 #include "compute_bucket.h"
@@ -167,18 +164,6 @@ static bool any_limit(void) {
 
 typedef CUresult (*launch_fn)(void *arguments);
 
-/* Whether every launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1), read once. */
-static bool launches_block(void) {
-    static _Atomic int blocking = -1;
-    int known = atomic_load_explicit(&blocking, memory_order_relaxed);
-    if (known < 0) {
-        const char *setting = getenv("CUDA_LAUNCH_BLOCKING");
-        known = setting != NULL && strcmp(setting, "1") == 0;
-        atomic_store_explicit(&blocking, known, memory_order_relaxed);
-    }
-    return known != 0;
-}
-
 /* initial-exec: a preloaded library has static TLS, and this needs no __tls_get_addr (which
  * would make ld.so a dependency). */
 static __thread __attribute__((tls_model("initial-exec"))) struct {
@@ -222,12 +207,19 @@ static void close_for_freeze(struct paced_device *state, const void *unused) {
     }
 }
 
+/* The pod is frozen: wait if the freeze holds this GPU, every epoch closed first. */
+static VGPU_COLD void hold_frozen(void) {
+    if (vgpu_freeze_holds(frozen_entry())) {
+        vgpu_paced_each_device(close_for_freeze, NULL);
+        vgpu_freeze_wait();
+    }
+}
+
 /* While the daemon freezes the pod on this GPU: trap and wait. No lock or lease is held
  * meanwhile, so other threads (synchronizing, say) and other pods go on. */
 static void hold_while_frozen(void) {
-    if (vgpu_frozen() && vgpu_freeze_holds(frozen_entry())) {
-        vgpu_paced_each_device(close_for_freeze, NULL);
-        vgpu_freeze_wait();
+    if (VGPU_RARELY(vgpu_frozen())) {
+        hold_frozen();
     }
 }
 
@@ -247,61 +239,81 @@ static bool paced_device_of(CUstream stream, CUcontext *context, CUdevice *ordin
 
 /* --- a launch in an epoch -------------------------------------------------------------------- */
 
+/* An epoch for the launch being made, when none is open: wait for the pod's bucket (the lock let
+ * go meanwhile), then open one unless another thread did meanwhile. `*now` is set to the clock
+ * after the wait. False when the device's context went while the lock was let go and no events
+ * could be made in this one. */
+static VGPU_COLD bool start_epoch(struct paced_device *state, CUstream stream, int ordinal,
+                                  int entry, CUcontext context, uint64_t *now) {
+    vgpu_lock_give(&state->lock);
+    uint64_t capped = 0;
+    uint64_t paused = 0;
+    if (!vgpu_gang_defers(state, entry, &capped)) {
+        wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped, &paused);
+    }
+    vgpu_lock_take(&state->lock);
+    *now = vgpu_monotonic_ns(); /* after the wait, and another thread's launches */
+    /* A pod that just waited for its bucket is at its limit, not under it, however little it
+     * used lately (its wait): not urgent. light_use first: it also renews the pod's use
+     * samples. */
+    state->urgent = light_use(state, entry, *now) && paused == 0;
+    state->stats.capped_ns += capped;
+    state->stats.paused_ns += paused;
+    if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */
+        return false;
+    }
+    if (!state->open) {
+        vgpu_epoch_open(state, stream, entry, vgpu_gang_member(state, vgpu_monotonic_ns()));
+    }
+    return true;
+}
+
+/* A pod that used less than its share waits with a short burst: its wait is one drain of this
+ * epoch's backlog, not the rest of the epoch. */
+static VGPU_COLD void yield_epoch(struct paced_device *state, uint64_t now) {
+    state->stats.yielded++;
+    state->yield_asked_ns = now;
+    vgpu_epoch_close(state, true);
+}
+
+/* The epoch has had its share of GPU time: the launch belongs to the next one. */
+static VGPU_COLD void end_quantum(struct paced_device *state) {
+    state->stats.quantum++;
+    vgpu_epoch_close(state, true);
+}
+
 /* Under the device's lock (let go while the bucket is waited for): an open epoch that the next
  * launch on `stream` belongs to, with room for it. False when the device's context went while
- * the lock was let go and no events could be made in this one: the launch goes unpaced. */
+ * the lock was let go and no events could be made in this one: the launch goes unpaced. Its
+ * common case, an open epoch with room, runs straight through; the rest is out of its way. */
 static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal, int entry,
                         CUcontext context) {
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
         vgpu_epoch_look(state, now);
         vgpu_epoch_end_paused_or_lost(state, now);
-        if (state->looking && state->open && state->lease != NULL &&
+        if (VGPU_RARELY(state->looking) && state->open && state->lease != NULL &&
             vgpu_lease_yield_asked(state->lease, now)) {
-            /* A pod that used less than its share waits with a short burst: its wait is one
-             * drain of this epoch's backlog, not the rest of the epoch. */
-            state->stats.yielded++;
-            state->yield_asked_ns = now;
-            vgpu_epoch_close(state, true);
+            yield_epoch(state, now);
         }
-        if (!state->open) {
-            pthread_mutex_unlock(&state->lock);
-            uint64_t capped = 0;
-            uint64_t paused = 0;
-            if (!vgpu_gang_defers(state, entry, &capped)) {
-                wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped,
-                                &paused);
-            }
-            pthread_mutex_lock(&state->lock);
-            now = vgpu_monotonic_ns(); /* after the wait, and another thread's launches */
-            /* A pod that just waited for its bucket is at its limit, not under it, however
-             * little it used lately (its wait): not urgent. light_use first: it also renews
-             * the pod's use samples. */
-            state->urgent = light_use(state, entry, now) && paused == 0;
-            state->stats.capped_ns += capped;
-            state->stats.paused_ns += paused;
-            if (!vgpu_epoch_set_up(state, ordinal, entry, context)) { /* a context went */
-                return false;
-            }
-        }
-        if (!state->open) {
-            vgpu_epoch_open(state, stream, entry, vgpu_gang_member(state, vgpu_monotonic_ns()));
+        if (VGPU_RARELY(!state->open) &&
+            !start_epoch(state, stream, ordinal, entry, context, &now)) {
+            return false;
         }
         vgpu_epoch_switch_stream(state, stream);
         uint64_t entered = vgpu_epoch_wait_for_backlog(state, now);
         /* Only another pod waiting ends a burst (the pod's own processes share its bucket). */
-        if (state->looking && state->lease != NULL &&
+        if (VGPU_RARELY(state->looking) && state->lease != NULL &&
             vgpu_lease_wanted_by_other_pod(state->lease, now)) {
             atomic_store_explicit(&state->contended_ns, now, memory_order_relaxed);
         }
-        if (state->done_ns < vgpu_gang_quantum(state, now)) {
-            /* An epoch opened meanwhile (after waiting for the lease, maybe) began later. */
-            state->entered_ns = entered > state->opened_ns ? entered : state->opened_ns;
-            return true;
+        if (VGPU_RARELY(state->done_ns >= vgpu_gang_quantum(state, now))) {
+            end_quantum(state);
+            continue;
         }
-        /* The epoch has had its share of GPU time: this launch belongs to the next one. */
-        state->stats.quantum++;
-        vgpu_epoch_close(state, true);
+        /* An epoch opened meanwhile (after waiting for the lease, maybe) began later. */
+        state->entered_ns = entered > state->opened_ns ? entered : state->opened_ns;
+        return true;
     }
 }
 
@@ -310,7 +322,7 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
  * rank's n-th collective the same one. Counted from the limit on, ranks a few collectives apart
  * would count differently for good, pause at different collectives, and spin through each
  * other's pauses. A collective captured into a graph counts when the graph is launched. */
-static void count_unpaced(CUstream stream) {
+static VGPU_COLD void count_unpaced(CUstream stream) {
     CUcontext context;
     CUdevice ordinal;
     if (!current_device(&context, &ordinal) || ordinal < 0 || ordinal >= VGPU_MAX_ORDINALS ||
@@ -318,9 +330,9 @@ static void count_unpaced(CUstream stream) {
         return;
     }
     struct paced_device *state = vgpu_paced_device(ordinal);
-    pthread_mutex_lock(&state->lock);
+    vgpu_lock_take(&state->lock);
     state->collectives++;
-    pthread_mutex_unlock(&state->lock);
+    vgpu_lock_give(&state->lock);
 }
 
 /* Run one launch (a kernel, `function`, or a graph, `graph`; NULL for the other, or both for a
@@ -340,34 +352,34 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     bool collective =
         vgpu_state.region != NULL && vgpu_gang_launches_collective(function, graph, &first);
     if (!paced_device_of(stream, &context, &ordinal, &entry)) {
-        if (collective) {
+        if (VGPU_RARELY(collective)) {
             count_unpaced(stream);
         }
         return launch(arguments);
     }
     struct paced_device *state = vgpu_paced_device(ordinal);
-    pthread_mutex_lock(&state->lock);
+    vgpu_lock_take(&state->lock);
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
-    if (collective) {
+    if (VGPU_RARELY(collective)) {
         if (ready) {
             vgpu_gang_pause(state, entry); /* counts it */
         } else {
             state->collectives++;
         }
     }
-    if (!ready || !enter_epoch(state, stream, ordinal, entry, context)) {
-        pthread_mutex_unlock(&state->lock);
+    if (VGPU_RARELY(!ready) || VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context))) {
+        vgpu_lock_give(&state->lock);
         return launch(arguments);
     }
     vgpu_epoch_before_launch(state);
     result = launch(arguments);
-    if (first || graph != NULL || launches_block()) {
+    if (VGPU_RARELY(first || graph != NULL || state->blocking)) {
         /* A launch that may have blocked (a kernel's first, which may load its module; a
          * graph's upload; every launch under CUDA_LAUNCH_BLOCKING) ended later than it began. */
         state->entered_ns = vgpu_monotonic_ns();
     }
     vgpu_epoch_after_launch(state, result);
-    pthread_mutex_unlock(&state->lock);
+    vgpu_lock_give(&state->lock);
     return result;
 }
 
@@ -377,7 +389,7 @@ void vgpu_compute_quiesce(void) {
     }
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
         struct paced_device *state = vgpu_paced_device(i);
-        if (state->open && pthread_mutex_trylock(&state->lock) == 0) {
+        if (state->open && vgpu_lock_try(&state->lock)) {
             /* The program waited for its work: a good moment to hand the GPU to a waiting pod,
              * once the epoch has had its quantum. Shorter epochs multiply the hand-overs,
              * each of which leaves the GPU idle a moment: closing at every synchronization cost
@@ -395,7 +407,7 @@ void vgpu_compute_quiesce(void) {
                  * after it, and the gap between them is charged. */
                 vgpu_epoch_mark(state);
             }
-            pthread_mutex_unlock(&state->lock);
+            vgpu_lock_give(&state->lock);
         }
     }
 }

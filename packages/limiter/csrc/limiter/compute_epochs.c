@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -45,7 +46,13 @@
 #define CONTENDED_PAUSE_NS 50000000ULL
 #define WAIT_LIMIT_NS 500000000ULL /* the longest wait for the epoch's own work */
 #define MARK_EVERY_NS 500000ULL /* launched GPU time between two markers */
-#define RETIRE_EVERY_NS 20000ULL /* how often a launch looks for finished markers */
+/* How often a launch of a steady stream of launches looks for finished markers (a driver call
+ * for the oldest one): a marker covers MARK_EVERY_NS of work, so looking more often finds nothing
+ * new. Every 20 µs it cost a launch of empty kernels about 20 ns on an H100. A launch GAP_NS or
+ * more after the one before looks anyway: the GPU may have run out of work meanwhile, and only a
+ * look lets the launch see so (note_gap). */
+#define RETIRE_EVERY_NS 100000ULL
+#define GAP_NS 20000ULL
 
 _Static_assert(VGPU_COMPUTE_LEASE_WORDS + VGPU_LEASE_POD_WORDS <= VGPU_COMPUTE_COLLECTIVE_NS &&
                    VGPU_COMPUTE_COLLECTIVE_NS < VGPU_COMPUTE_USE_OLDER &&
@@ -57,7 +64,7 @@ _Static_assert(offsetof(struct paced_device, start) <= 3 * 64,
 
 /* Initialized statically: a launch reads no once-control to find its device's state. */
 static struct paced_device devices[VGPU_MAX_ORDINALS] = {
-    [0 ... VGPU_MAX_ORDINALS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+    [0 ... VGPU_MAX_ORDINALS - 1] = {.lock = VGPU_LOCK_INITIALIZER}};
 
 struct paced_device *vgpu_paced_device(int ordinal) {
     return &devices[ordinal];
@@ -66,9 +73,9 @@ struct paced_device *vgpu_paced_device(int ordinal) {
 void vgpu_paced_each_device(void (*visit)(struct paced_device *, const void *),
                             const void *handle) {
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
-        pthread_mutex_lock(&devices[i].lock);
+        vgpu_lock_take(&devices[i].lock);
         visit(&devices[i], handle);
-        pthread_mutex_unlock(&devices[i].lock);
+        vgpu_lock_give(&devices[i].lock);
     }
 }
 
@@ -105,7 +112,7 @@ static void count_marker(struct paced_device *state, const struct marker *marker
     }
 }
 
-bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t deadline) {
+VGPU_COLD bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t deadline) {
     while (state->pending > 0) {
         struct marker *marker = &state->markers[state->head];
         CUresult result = VGPU_REAL(cuEventQuery, marker->event);
@@ -131,7 +138,7 @@ bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t deadline)
     return true;
 }
 
-bool vgpu_epoch_mark(struct paced_device *state) {
+VGPU_COLD bool vgpu_epoch_mark(struct paced_device *state) {
     if (state->unmarked == 0 || state->pending >= MARKERS) {
         return state->unmarked == 0;
     }
@@ -153,7 +160,7 @@ bool vgpu_epoch_mark(struct paced_device *state) {
  * marker as idle. A launching thread that sleeps longer than the backlog lasts (descheduled on a
  * busy host, or the program busy between launches) leaves such gaps; charged, they cost a pod
  * several points of its limit. Only then is an event recorded: on an idle GPU. */
-static void note_gap(struct paced_device *state) {
+static VGPU_COLD void note_gap(struct paced_device *state) {
     struct marker *marker = &state->markers[state->head];
     if (VGPU_REAL(cuEventRecord, marker->event, state->stream) == CUDA_SUCCESS) {
         marker->pending = true;
@@ -163,7 +170,7 @@ static void note_gap(struct paced_device *state) {
     }
 }
 
-static void log_stats(struct paced_device *state, uint64_t charged) {
+static VGPU_COLD void log_stats(struct paced_device *state, uint64_t charged) {
     state->stats.epochs++;
     state->stats.charged_ns += charged;
     uint64_t now = vgpu_monotonic_ns();
@@ -198,7 +205,7 @@ static void log_stats(struct paced_device *state, uint64_t charged) {
 /* Wait for the epoch's work until `deadline`; false when it did not finish. The polls run without
  * the thread's timer slack (50 µs by default), restored after: each poll's sleep would otherwise
  * add that much to the GPU's idle time before the next epoch, this pod's or another's, starts. */
-static bool drain_all(struct paced_device *state, uint64_t deadline) {
+static VGPU_COLD bool drain_all(struct paced_device *state, uint64_t deadline) {
     if (state->pending == 0) {
         return true;
     }
@@ -232,7 +239,7 @@ static uint64_t measured_ns(const struct paced_device *state, bool finished) {
     return charged;
 }
 
-void vgpu_epoch_close(struct paced_device *state, bool drain) {
+VGPU_COLD void vgpu_epoch_close(struct paced_device *state, bool drain) {
     uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
     vgpu_epoch_mark(state); /* the epoch's last launches are measured too */
     bool finished = !drain || drain_all(state, deadline);
@@ -259,7 +266,7 @@ void vgpu_epoch_close(struct paced_device *state, bool drain) {
     state->open = false;
 }
 
-void vgpu_epoch_release_events(struct paced_device *state) {
+VGPU_COLD void vgpu_epoch_release_events(struct paced_device *state) {
     if (state->open) {
         vgpu_epoch_close(state, true);
     }
@@ -272,7 +279,7 @@ void vgpu_epoch_release_events(struct paced_device *state) {
 }
 
 /* The start event and every marker's, all or none. */
-static bool create_events(struct paced_device *state) {
+static VGPU_COLD bool create_events(struct paced_device *state) {
     unsigned created = 0;
     bool started = VGPU_REAL(cuEventCreate, &state->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
     bool made = started;
@@ -292,10 +299,15 @@ static bool create_events(struct paced_device *state) {
     return made;
 }
 
-bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcontext context) {
-    if (state->ready && state->context == context) {
-        return true;
-    }
+/* Whether every launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1); read as the events are
+ * made, so that a launch reads a field of its device's state rather than a word of its own. */
+static bool launches_block(void) {
+    const char *setting = getenv("CUDA_LAUNCH_BLOCKING");
+    return setting != NULL && strcmp(setting, "1") == 0;
+}
+
+static VGPU_COLD bool set_up_events(struct paced_device *state, int ordinal, int entry,
+                                    CUcontext context) {
     if (state->ready) {
         vgpu_epoch_release_events(state);
     }
@@ -317,9 +329,15 @@ bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcon
     /* Unknown: assume long (past the backlog, so one at a time) until the first marker returns. */
     state->kernel_ns = BACKLOG_NS + 1;
     state->estimated = false;
+    state->blocking = launches_block();
     state->ready = true;
     vgpu_log(VGPU_LOG_DEBUG, "compute pacing on device %d", ordinal);
     return true;
+}
+
+bool vgpu_epoch_set_up(struct paced_device *state, int ordinal, int entry, CUcontext context) {
+    return (state->ready && state->context == context) ||
+           set_up_events(state, ordinal, entry, context);
 }
 
 void vgpu_epoch_look(struct paced_device *state, uint64_t now) {
@@ -328,30 +346,35 @@ void vgpu_epoch_look(struct paced_device *state, uint64_t now) {
     state->looked_ns = state->looking ? now : state->looked_ns;
 }
 
+/* End the open epoch: it paused, or its lease was taken. */
+static VGPU_COLD void end_paused_or_lost(struct paced_device *state, uint64_t now, bool paused) {
+    /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
+     * The lease taken: charge what ran. */
+    state->stats.paused += paused;
+    state->stats.lost += !paused;
+    if (!paused) {
+        vgpu_gang_lost(state, now);
+        vgpu_log(VGPU_LOG_DEBUG,
+                 "lease taken back: %llu us after the last launch, %u queued, epoch of %llu "
+                 "us, at %llu ms",
+                 (unsigned long long)((now - state->last_launch_ns) / 1000), state->queued,
+                 (unsigned long long)((now - state->opened_ns) / 1000),
+                 (unsigned long long)(now / 1000000));
+    }
+    vgpu_epoch_close(state, paused);
+}
+
 void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
-    bool paused = state->open && now - state->last_launch_ns > PAUSE_NS &&
+    bool paused = state->open && VGPU_RARELY(now - state->last_launch_ns > PAUSE_NS) &&
                   (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
                    !vgpu_lease_wanted(state->lease, now));
-    if (state->open &&
-        (paused || (state->looking && state->lease != NULL && vgpu_lease_lost(state->lease, now)))) {
-        /* Paused: what is still queued (up to a backlog) is the pod's, and charged when done.
-         * The lease taken: charge what ran. */
-        state->stats.paused += paused;
-        state->stats.lost += !paused;
-        if (!paused) {
-            vgpu_gang_lost(state, now);
-            vgpu_log(VGPU_LOG_DEBUG,
-                     "lease taken back: %llu us after the last launch, %u queued, epoch of %llu "
-                     "us, at %llu ms",
-                     (unsigned long long)((now - state->last_launch_ns) / 1000), state->queued,
-                     (unsigned long long)((now - state->opened_ns) / 1000),
-                     (unsigned long long)(now / 1000000));
-        }
-        vgpu_epoch_close(state, paused);
+    if (VGPU_RARELY(state->open && (paused || (state->looking && state->lease != NULL &&
+                                               vgpu_lease_lost(state->lease, now))))) {
+        end_paused_or_lost(state, now, paused);
     }
 }
 
-void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, bool gang) {
+VGPU_COLD void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, bool gang) {
     if (state->lease != NULL) {
         uint64_t asked = vgpu_monotonic_ns();
         state->stats.urgent += state->urgent;
@@ -395,45 +418,61 @@ void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, boo
 }
 
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
-    if (state->stream != stream) {
+    if (VGPU_RARELY(state->stream != stream)) {
         vgpu_epoch_mark(state); /* a marker covers the launches of one stream */
         state->stats.switches++;
         state->stream = stream;
     }
 }
 
-/* Short kernels keep two launches in flight, so the GPU never waits for the next one; long ones
- * (and kernels of unknown length, assumed longer than the backlog) one, so that an epoch is not
- * stretched past its quantum by a second long kernel. */
+/* Whether the epoch's queue is past `backlog`. Short kernels keep two launches in flight, so
+ * the GPU never waits for the next one; long ones (and kernels of unknown length, assumed longer
+ * than the backlog) one, so that an epoch is not stretched past its quantum by a second long
+ * kernel. */
+static bool over_backlog(const struct paced_device *state, uint64_t backlog) {
+    unsigned in_flight = state->kernel_ns < LONG_KERNEL_NS ? 2 : 1;
+    return state->pending >= MARKERS - 1 ||
+           (state->queued >= in_flight && (uint64_t)state->queued * state->kernel_ns > backlog);
+}
+
+/* Wait for the epoch's work until its queue is back within `backlog`; the clock after. */
+static VGPU_COLD uint64_t drain_to_backlog(struct paced_device *state, uint64_t backlog) {
+    uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
+    /* Only what a marker covers can be waited for. */
+    while (over_backlog(state, backlog) && (state->pending > 0 || vgpu_epoch_mark(state)) &&
+           vgpu_epoch_retire(state, true, deadline)) {
+    }
+    return vgpu_monotonic_ns();
+}
+
 uint64_t vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
-    if (now - state->retired_ns >= RETIRE_EVERY_NS) {
-        vgpu_epoch_retire(state, false, 0); /* a driver call: not at every launch of tiny kernels */
+    if (VGPU_RARELY(now - state->retired_ns >= RETIRE_EVERY_NS ||
+                    now - state->last_launch_ns >= GAP_NS)) {
+        vgpu_epoch_retire(state, false, 0);
         state->retired_ns = now;
     }
     bool beside_urgent = state->yield_asked_ns != 0 && now >= state->yield_asked_ns &&
                          now - state->yield_asked_ns < URGENT_HOLD_NS;
     uint64_t backlog = beside_urgent ? URGENT_BACKLOG_NS : BACKLOG_NS;
-    uint64_t deadline = 0;
-    for (;;) {
-        unsigned in_flight = state->kernel_ns < LONG_KERNEL_NS ? 2 : 1;
-        bool over = state->pending >= MARKERS - 1 ||
-                    (state->queued >= in_flight &&
-                     (uint64_t)state->queued * state->kernel_ns > backlog);
-        /* Only what a marker covers can be waited for. */
-        if (!over || (state->pending == 0 && !vgpu_epoch_mark(state))) {
-            return deadline == 0 ? now : vgpu_monotonic_ns();
-        }
-        deadline = deadline != 0 ? deadline : vgpu_monotonic_ns() + WAIT_LIMIT_NS;
-        if (!vgpu_epoch_retire(state, true, deadline)) {
-            return vgpu_monotonic_ns();
-        }
-    }
+    return VGPU_RARELY(over_backlog(state, backlog)) ? drain_to_backlog(state, backlog) : now;
 }
 
 void vgpu_epoch_before_launch(struct paced_device *state) {
-    if (state->launched && state->pending == 0 && state->queued == 0 && state->unmarked == 0) {
+    if (VGPU_RARELY(state->launched && state->pending == 0 && state->queued == 0 &&
+                    state->unmarked == 0)) {
         note_gap(state);
     }
+}
+
+/* Tell the lease that the epoch launched now and when its queued work (`backlog`) drains. Told
+ * after the launch: one that blocked (a module loaded lazily, a graph's first upload) would
+ * otherwise say its work drains before it was even queued, and lose the lease. */
+static VGPU_COLD void tell_lease(struct paced_device *state, uint64_t backlog) {
+    state->last_launch_ns = vgpu_monotonic_ns();
+    uint64_t drains = state->last_launch_ns + backlog;
+    vgpu_lease_touch(state->lease, state->last_launch_ns);
+    vgpu_lease_expect(state->lease, drains);
+    state->expected_ns = drains;
 }
 
 void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
@@ -442,7 +481,7 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
         state->launches++;
         state->queued++;
         /* kernel_ns starts at the quantum, so the first launches are marked one by one. */
-        if ((uint64_t)state->unmarked * state->kernel_ns >= MARK_EVERY_NS) {
+        if (VGPU_RARELY((uint64_t)state->unmarked * state->kernel_ns >= MARK_EVERY_NS)) {
             vgpu_epoch_mark(state);
         }
     }
@@ -464,15 +503,8 @@ void vgpu_epoch_after_launch(struct paced_device *state, CUresult result) {
      * they run. */
     uint64_t backlog = (uint64_t)state->queued * state->kernel_ns;
     backlog = backlog < VGPU_LEASE_HOLD_NS ? backlog : VGPU_LEASE_HOLD_NS;
-    if (state->looking ||
-        state->last_launch_ns + backlog > state->expected_ns + VGPU_LEASE_DRAINED_NS / 4) {
-        /* Told after the launch: one that blocked (a module loaded lazily, a graph's first
-         * upload) would otherwise say its work drains before it was even queued, and lose the
-         * lease. */
-        state->last_launch_ns = vgpu_monotonic_ns();
-        uint64_t drains = state->last_launch_ns + backlog;
-        vgpu_lease_touch(state->lease, state->last_launch_ns);
-        vgpu_lease_expect(state->lease, drains);
-        state->expected_ns = drains;
+    if (VGPU_RARELY(state->looking || state->last_launch_ns + backlog >
+                                          state->expected_ns + VGPU_LEASE_DRAINED_NS / 4)) {
+        tell_lease(state, backlog);
     }
 }

@@ -5,11 +5,11 @@
 #ifndef VGPU_LIMITER_COMPUTE_EPOCHS_H
 #define VGPU_LIMITER_COMPUTE_EPOCHS_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "compute_bucket.h"
+#include "compute_lock.h"
 #include "cuda_api.h"
 
 /* GPU time per epoch. Each hand-over to another pod leaves the GPU idle 250-370 µs on an H100
@@ -33,11 +33,12 @@ struct marker {
  * writes the fields up to `start` only: they share three cache lines with the lock, which a real
  * driver's launch leaves cold (each line a miss per launch; compute_epochs.c checks it). */
 struct paced_device {
-    _Alignas(64) pthread_mutex_t lock;
+    _Alignas(64) struct vgpu_lock lock;
     bool ready;   /* events and lease set up */
     bool open;    /* an epoch is running */
     bool launched;        /* the epoch has had a launch */
     bool looking;         /* this launch reads and writes the lease's words (vgpu_epoch_look) */
+    bool blocking;        /* every launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1) */
     int entry;
     CUcontext context;
     struct vgpu_lease *lease;
@@ -107,10 +108,12 @@ void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now);
 /* Sets state->looking: whether a launch at `now` reads and writes the lease's words, at most
  * every VGPU_LEASE_LOOK_EVERY_NS. They are other processes' cache lines (the arbiter's, other pods'),
  * each a cache miss per launch where reading them at every launch cost a launch of empty
- * kernels on an H100 about 2.2x what the same path cost on the simulated GPU; a lease lost, a
+ * kernels on an H100 about 2.2x what the same path cost on the simulated GPU. A lease lost, a
  * yield asked or another pod waiting is seen at most that much later, and the holder's activity
- * is that much older than it is, far inside the arbiter's 500 µs and 10 ms. */
-#define VGPU_LEASE_LOOK_EVERY_NS 20000ULL
+ * is that much older than it is: a fifth of the 250 µs after which its own next touch counts it
+ * as drained, a tenth of the arbiter's 500 µs. Every 20 µs, the looks cost a launch of empty
+ * kernels about 30 ns of the 180 its paced path took on an H100. */
+#define VGPU_LEASE_LOOK_EVERY_NS 50000ULL
 void vgpu_epoch_look(struct paced_device *state, uint64_t now);
 /* Start an epoch on `stream`: take the lease (a wait for another pod is throttled time of the
  * pod's region `entry`; urgent when state->urgent; with the pod's other ranks when `gang`:

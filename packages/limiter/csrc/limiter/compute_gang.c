@@ -15,7 +15,6 @@
 #define _GNU_SOURCE
 #include "compute_gang.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -39,7 +38,7 @@
 
 /* The name tells (collectives.c). A launch may name a kernel by a library's CUkernel handle
  * as well as by a CUfunction: both are asked. */
-static bool named_collective(CUfunction function, CUkernel kernel) {
+static VGPU_COLD bool named_collective(CUfunction function, CUkernel kernel) {
     const char *name = NULL;
     bool named = (function != NULL && VGPU_REAL(cuFuncGetName, &name, function) == CUDA_SUCCESS) ||
                  (kernel != NULL && VGPU_REAL(cuKernelGetName, &name, kernel) == CUDA_SUCCESS);
@@ -76,7 +75,7 @@ bool vgpu_gang_is_collective(CUfunction function, bool *first) {
         if ((seen & ~(uintptr_t)1) == key) {
             return (seen & 1) != 0;
         }
-        if (seen == 0) {
+        if (VGPU_RARELY(seen == 0)) {
             *first = true;
             bool collective = named_collective(function, (CUkernel)(void *)function);
             uintptr_t free_slot = 0;
@@ -382,14 +381,14 @@ void vgpu_gang_pause(struct paced_device *state, int entry) {
     if (!pause) {
         return;
     }
-    pthread_mutex_unlock(&state->lock);
+    vgpu_lock_give(&state->lock);
     uint64_t paused = 0;
     if (decision.until_ns > now) {
         vgpu_compute_pause(decision.until_ns - now);
         paused = vgpu_monotonic_ns() - now;
         atomic_fetch_add_explicit(&device->throttled_ns, paused, memory_order_relaxed);
     }
-    pthread_mutex_lock(&state->lock);
+    vgpu_lock_take(&state->lock);
     state->stats.paused_ns += paused;
 }
 

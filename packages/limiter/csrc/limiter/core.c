@@ -188,7 +188,7 @@ static bool seed(int ordinal, const char *uuid, bool confined, int *entry_out) {
     return true;
 }
 
-CUresult vgpu_map_devices(void) {
+VGPU_COLD CUresult vgpu_map_devices(void) {
     CUresult result = vgpu_cuda_ready();
     if (result != CUDA_SUCCESS) {
         return result;
@@ -241,7 +241,8 @@ CUresult vgpu_map_devices(void) {
 }
 
 int vgpu_entry_of(int ordinal) {
-    if (!__atomic_load_n(&vgpu_state.mapped, __ATOMIC_ACQUIRE) && vgpu_map_devices() != CUDA_SUCCESS) {
+    if (VGPU_RARELY(!__atomic_load_n(&vgpu_state.mapped, __ATOMIC_ACQUIRE)) &&
+        vgpu_map_devices() != CUDA_SUCCESS) {
         return -1;
     }
     return ordinal >= 0 && ordinal < vgpu_state.ordinal_count ? vgpu_state.entries[ordinal] : -1;

@@ -13,6 +13,14 @@
 
 #define VGPU_MAX_ORDINALS 64
 
+/* The layout of the launch path: every launch runs its common case, and a launch's rare work (an
+ * epoch's start or end, a wait, a first sight of a kernel) lies outside the cache lines that case
+ * runs through. A real driver's launch leaves the CPU's caches cold, so each line of code a
+ * launch passes costs it a miss: laid out by the compiler's guesses, a paced launch ran through
+ * 56 lines of the library's code. */
+#define VGPU_RARELY(condition) __builtin_expect(!!(condition), 0)
+#define VGPU_COLD __attribute__((cold, noinline))
+
 struct vgpu_state {
     struct vgpu_config config;
     /* From here, what every launch reads, in one cache line: a real driver's launch leaves the
