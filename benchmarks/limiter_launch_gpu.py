@@ -11,7 +11,11 @@ intercepts: "in_process" compares the two ways side by side in one process, free
 between process launches (for "none" both are the driver, a check on the method).
 Usage: python benchmarks/limiter_launch_gpu.py --library libcuda_limiter.so [--control X.so]
        [--rounds 9] [--launches 200000] [--batch 64] [--limited 99] [--simulated]
-       [--evict BYTES]
+       [--evict BYTES] [--compare NAME=LIBRARY ...]
+With --compare (and --limited), only the limited case runs, for --library (named "library") and
+each other build named, alternating build by build in every round: the builds' in-process
+added ns per call side by side, as medians and every round's figure. Builds of one machine
+drift by ±15 % over minutes, so comparing them takes many rounds alternated like this.
 With --simulated it runs on the simulated GPU (no GPU needed): the simulator's launch is the
 baseline, so only the hooks' and the paced path's own work shows, not the real driver's calls.
 The simulator's launch also leaves the hooks' data and code in the CPU's caches, where a real
@@ -68,7 +72,15 @@ def main() -> None:
         help="bytes written between two calls, outside their timing, to leave the CPU's caches "
         "as cold as a real driver's launch does (use --launches 20000: it is slow)",
     )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="NAME=LIBRARY",
+        help="only the --limited case, this library and these builds alternating per round",
+    )
     args = parser.parse_args()
+    if args.compare and not args.limited:
+        parser.error("--compare needs --limited: it compares the paced launch path")
     work = Path(tempfile.mkdtemp(prefix="vgpu-launch-"))
     program = work / "launch_loop"
     subprocess.run(
@@ -99,6 +111,9 @@ def main() -> None:
             "TENSOR_FUSION_CUDA_UP_LIMIT": '{"0": 100}',
         },
     }
+    if args.compare:
+        compare(args, program, plain, work)
+        return
     if args.limited:
         cases[f"limit_{args.limited}"] = cases["limit_100"] | {
             "SHM_PATH": str(work / "pod-d"),
@@ -153,6 +168,48 @@ def main() -> None:
                         "throughput_ratio": round(statistics.median(launch_ratio[name]), 4),
                     }
                     for name in cases
+                },
+            }
+        ),
+        flush=True,
+    )
+
+
+def compare(args: argparse.Namespace, program: Path, plain: dict[str, str], work: Path) -> None:
+    """The --limited case of each build in turn, every round: in-process added ns per call."""
+    builds = {"library": str(Path(args.library).resolve())}
+    for item in args.compare:
+        name, separator, path = item.partition("=")
+        if not separator or not name or not path:
+            raise SystemExit(f"--compare {item!r}: expected NAME=LIBRARY")
+        builds[name] = str(Path(path).resolve())
+    added: dict[str, list[float]] = {name: [] for name in builds}
+    for round_number in range(args.rounds):
+        for name, library in builds.items():
+            env = plain | {
+                "LD_PRELOAD": library,
+                "SHM_PATH": str(work / f"pod-{name}-{round_number}"),
+                "TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": args.limited}),
+            }
+            out = subprocess.run(
+                [str(program), str(args.launches), str(args.batch), str(args.evict)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            report = json.loads(out)
+            added[name].append(report["call_ns_median"] - report["direct_call_ns_median"])
+    print(
+        json.dumps(
+            {
+                "measure": "launch_cost_paired",
+                "limit": args.limited,
+                "rounds": args.rounds,
+                "launches": args.launches,
+                "builds": {
+                    name: {"median_ns": statistics.median(values), "rounds_ns": values}
+                    for name, values in added.items()
                 },
             }
         ),

@@ -29,3 +29,37 @@ def test_the_launch_benchmark_runs_on_the_simulated_gpu() -> None:
     assert report["measure"] == "launch_cost"
     assert set(report["in_process"]) == {"none", "library", "limit_100", "limit_99"}
     assert all(value > 0 for value in report["ns_per_launch"].values())
+
+
+def test_compare_alternates_builds_of_the_paced_path(tmp_path: Path) -> None:
+    other = tmp_path / "other.so"
+    other.write_bytes(library_path().read_bytes())
+    result = subprocess.run(
+        [
+            *(sys.executable, str(BENCHMARK), "--simulated", "--library", str(library_path())),
+            *("--limited", "99", "--rounds", "2", "--launches", "1000"),
+            *("--compare", f"other={other}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["measure"] == "launch_cost_paired"
+    assert set(report["builds"]) == {"library", "other"}
+    assert all(len(build["rounds_ns"]) == 2 for build in report["builds"].values())
+
+
+def test_compare_needs_a_limit_and_names() -> None:
+    for extra in (["--compare", "other=x.so"], ["--limited", "99", "--compare", "x.so"]):
+        result = subprocess.run(
+            [sys.executable, str(BENCHMARK), "--simulated", "--library", "x.so", *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode != 0
+        assert "--compare" in result.stderr
