@@ -1,13 +1,15 @@
 /* The pacing state's lock (compute_lock.h, compute_lock.c): mutual exclusion among threads that
  * hold it briefly and threads that sleep while holding it (as a launch waiting for its work
- * does), so that waiters go to sleep on the futex and must each be woken. Built with its source
- * under ASan/UBSan (nox -s sanitize) and plainly by the test suite. Prints "N passed, M failed"
- * and exits non-zero on failure. */
+ * does), so that waiters go to sleep on the futex and must each be woken, with the program's
+ * errno left as it was. Built with its source under ASan/UBSan (nox -s sanitize) and plainly by
+ * the test suite. Prints "N passed, M failed" and exits non-zero on failure. */
 #define _GNU_SOURCE
 #include "compute_lock.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -28,8 +30,10 @@ static void check(int ok, int line, const char *what) {
 #define ROUNDS 20000
 
 static struct vgpu_lock lock = VGPU_LOCK_INITIALIZER;
-static long counter;    /* guarded by lock, written without atomics */
-static int inside;      /* threads inside the lock at once: never more than one */
+/* Guarded by the lock, written without atomics; volatile so that the compiler keeps every
+ * read and write where the source has them, inside the lock. */
+static volatile long counter;
+static volatile int inside; /* threads inside the lock at once: never more than one */
 static int most_inside; /* the most ever seen */
 
 static void sleep_us(long microseconds) {
@@ -98,24 +102,43 @@ static void trying(void) {
  * it, and letting go wakes it. */
 static void *wait_for_it(void *argument) {
     (void)argument;
-    vgpu_lock_take(&lock);
+    errno = ENOTRECOVERABLE;
+    vgpu_lock_take(&lock); /* sleeps on the futex: the program's errno stays */
     counter++;
+    bool kept = errno == ENOTRECOVERABLE;
     vgpu_lock_give(&lock);
-    return NULL;
+    return (void *)(long)kept;
+}
+
+static void ignore(int signal_number) {
+    (void)signal_number;
 }
 
 static void waking(void) {
+    struct sigaction action = {.sa_handler = ignore}; /* no SA_RESTART */
+    sigemptyset(&action.sa_mask);
+    CHECK(sigaction(SIGUSR1, &action, NULL) == 0);
     counter = 0;
     vgpu_lock_take(&lock);
     pthread_t waiter;
     CHECK(pthread_create(&waiter, NULL, wait_for_it, NULL) == 0);
-    for (int i = 0; i < 1000 && atomic_load(&lock.word) != 2; i++) {
+    /* Up to 30 s for the waiter to start and find the lock held, on a loaded machine. */
+    for (int i = 0; i < 300000 && atomic_load(&lock.word) != 2; i++) {
         sleep_us(100);
     }
     CHECK(atomic_load(&lock.word) == 2); /* the waiter said it may sleep */
+    /* A signal while it sleeps (a handler without SA_RESTART): the wait returns EINTR, and the
+     * waiter goes back to sleep with the program's errno as it was. */
+    sleep_us(20000);
+    CHECK(pthread_kill(waiter, SIGUSR1) == 0);
+    sleep_us(20000);
     CHECK(counter == 0);
-    vgpu_lock_give(&lock);
-    CHECK(pthread_join(waiter, NULL) == 0);
+    errno = ENOTRECOVERABLE;
+    vgpu_lock_give(&lock); /* wakes the waiter: errno stays here too */
+    CHECK(errno == ENOTRECOVERABLE);
+    void *kept = NULL;
+    CHECK(pthread_join(waiter, &kept) == 0);
+    CHECK(kept != NULL);
     CHECK(counter == 1);
     CHECK(atomic_load(&lock.word) == 0);
 }

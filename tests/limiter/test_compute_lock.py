@@ -1,7 +1,8 @@
 """The pacing state's lock (compute_lock.h) through its C test, built plainly here (the sanitize
 session builds it again under ASan and UBSan): one holder at a time among threads that hold it
 briefly and threads that sleep holding it, a try that fails while it is held, and a waiter that
-sleeps on the word and is woken when it is let go."""
+sleeps on the word, is interrupted by a signal and is woken when it is let go, the program's
+errno untouched."""
 
 import re
 import subprocess

@@ -5,11 +5,15 @@
 #define _GNU_SOURCE
 #include "compute_lock.h"
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* The program's errno is left as it was: a pthread mutex never changed it, and syscall() does
+ * (EAGAIN, EINTR). */
 void vgpu_lock_wait(struct vgpu_lock *lock) {
+    int saved = errno;
     uint32_t seen = atomic_exchange_explicit(&lock->word, 2, memory_order_acquire);
     while (seen != 0) {
         /* Returns at once when the word is no longer 2 (let go meanwhile), on a wake, or on a
@@ -17,8 +21,11 @@ void vgpu_lock_wait(struct vgpu_lock *lock) {
         syscall(SYS_futex, &lock->word, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
         seen = atomic_exchange_explicit(&lock->word, 2, memory_order_acquire);
     }
+    errno = saved;
 }
 
 void vgpu_lock_wake(struct vgpu_lock *lock) {
+    int saved = errno;
     syscall(SYS_futex, &lock->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    errno = saved;
 }
