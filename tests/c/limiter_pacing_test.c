@@ -478,6 +478,46 @@ static void peek(void) {
     CHECK_I64(vgpu_bucket_peek(&device, quarter, T0 + 9 * SECOND), cap_of(QUARTER));
 }
 
+/* GPU time run before the daemon's boost was known is charged the boost once it is; only the
+ * last one to two slots of it. */
+static void boost_charged_once_known(void) {
+    struct vgpu_unboosted kept = {0, 0, 0};
+    uint32_t boost = VGPU_BOOST_ONE + VGPU_BOOST_ONE / 5; /* 1.2 */
+    /* Known from the start: each epoch at the boost, nothing kept. */
+    CHECK_U64(vgpu_boosted_charge(&kept, 10 * MS, boost, T0), 12 * MS);
+    CHECK_U64(kept.gpu_ns + kept.older_ns, 0);
+    /* Not known: charged as is, and kept. */
+    CHECK_U64(vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + SECOND / 10), 10 * MS);
+    CHECK_U64(vgpu_boosted_charge(&kept, 20 * MS, 0, T0 + SECOND / 5), 20 * MS);
+    CHECK_U64(kept.gpu_ns + kept.older_ns, 30 * MS);
+    /* Known again: this epoch at 1.2, and 0.2 of the 30 ms kept. */
+    CHECK_U64(vgpu_boosted_charge(&kept, 10 * MS, boost, T0 + SECOND / 2), 12 * MS + 6 * MS);
+    CHECK_U64(kept.gpu_ns + kept.older_ns, 0);
+    CHECK_U64(vgpu_boosted_charge(&kept, 10 * MS, boost, T0 + SECOND), 12 * MS);
+    /* A boost of 1 (the load gains nothing from the headroom) charges nothing more. */
+    vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + 2 * SECOND);
+    CHECK_U64(vgpu_boosted_charge(&kept, 10 * MS, VGPU_BOOST_ONE, T0 + 3 * SECOND), 10 * MS);
+    /* Across slots: what the slot before the current one kept is charged too. */
+    vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + 4 * SECOND);
+    vgpu_boosted_charge(&kept, 20 * MS, 0, T0 + 5 * SECOND + SECOND / 2);
+    CHECK_U64(vgpu_boosted_charge(&kept, 0, boost, T0 + 6 * SECOND), 6 * MS);
+    /* Never known for long (boost correction off): only the last one to two slots are kept,
+     * so that a daemon that starts publishing later charges at most that. */
+    for (uint64_t at = 0; at < 10 * SECOND; at += SECOND / 10) {
+        vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + 10 * SECOND + at);
+    }
+    uint64_t owed = kept.gpu_ns + kept.older_ns;
+    CHECK(owed >= 10 * 10 * MS && owed <= 20 * 10 * MS);
+    CHECK_U64(vgpu_boosted_charge(&kept, 0, boost, T0 + 20 * SECOND), owed / 5);
+    /* A slot left long ago is not the one before: its time is dropped. */
+    vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + 30 * SECOND);
+    vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + 35 * SECOND);
+    CHECK_U64(kept.gpu_ns + kept.older_ns, 10 * MS);
+    /* A clock behind the slot's start (another boot's, a scribble): nothing older is kept. */
+    vgpu_boosted_charge(&kept, 10 * MS, 0, T0 + 34 * SECOND);
+    CHECK_U64(kept.gpu_ns + kept.older_ns, 10 * MS);
+}
+
 int main(void) {
     collective_names();
     light_use();
@@ -497,6 +537,7 @@ int main(void) {
     wait_for_budget();
     charge();
     pod_gets_its_limit();
+    boost_charged_once_known();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -210,6 +212,49 @@ def test_a_live_limit_change_applies_at_once(compute_env: LimitedEnv, tmp_path: 
     assert got == pytest.approx((20 * 1.5 + 60 * 2.5) / 4, abs=5)
 
 
+@contextmanager
+def publishing(base: str, boost: float, *, after: float = 0.0) -> Iterator[None]:
+    """Publish `boost` for the simulator's first GPU every 0.2 s, as the daemon does, from
+    `after` seconds on, while the block runs."""
+    stop = threading.Event()
+
+    def publish() -> None:
+        if stop.wait(after):
+            return
+        with DeviceLease.open(base, SIM_GPU0) as lease:
+            while not stop.is_set():
+                lease.publish_boost(boost)
+                stop.wait(0.2)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        publisher.join()
+
+
+def test_time_run_before_the_boost_is_known_is_charged_it_once_it_is(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """A daemon serves the GPU (its node file) but publishes its boost of 1.25 only half a second
+    into the pod's run, as a fresh daemon estimates a new load: the GPU time of that half second
+    is charged 1.25 too once the boost is known, so the whole run is charged 1.25 of its GPU time
+    (the device lease's sum of every epoch's), not 1 for its start."""
+    environment = compute_env()
+    base = environment["SHM_BASE_PATH"]
+    DeviceLease.open(base, SIM_GPU0).close()  # the node file, as a daemon makes it: no boost yet
+    with publishing(base, 1.25, after=0.5):
+        share(environment, 40, seconds=3.0)
+    with open_region(tmp_path / "pod" / "shm") as region:
+        charged = region.devices[0].gpu_ns
+    with DeviceLease.open(base, SIM_GPU0) as lease:
+        busy = lease.busy_ns()
+    assert busy > 0
+    assert charged / busy == pytest.approx(1.25, abs=0.02), (charged, busy)
+
+
 def test_a_process_killed_mid_kernel_does_not_block_the_device(compute_env: LimitedEnv) -> None:
     holder = subprocess.Popen(
         [WORKLOAD, "--kernels", "4", "--kernel-us", "500000"],
@@ -233,21 +278,8 @@ def test_the_published_boost_is_charged(compute_env: LimitedEnv, tmp_path: Path)
     """With the daemon's boost of 1.25 in the device lease, a pod at 40 % gets 32 % of the
     (simulated, unboosted) GPU's time: GPU time is charged as the saturated GPU's."""
     environment = compute_env()
-    stop = threading.Event()
-
-    def publish() -> None:
-        with DeviceLease.open(environment["SHM_BASE_PATH"], SIM_GPU0) as lease:
-            while not stop.is_set():
-                lease.publish_boost(1.25)
-                stop.wait(0.2)
-
-    publisher = threading.Thread(target=publish)
-    publisher.start()
-    try:
+    with publishing(environment["SHM_BASE_PATH"], 1.25):
         assert share(environment, 40) == pytest.approx(32, abs=TOLERANCE_PP)
-    finally:
-        stop.set()
-        publisher.join()
     # Withdrawn (or stale: a daemon gone), plain GPU time again.
     with DeviceLease.open(environment["SHM_BASE_PATH"], SIM_GPU0) as lease:
         lease.withdraw_boost()

@@ -17,7 +17,9 @@
  * saturated at its power limit (a bf16 matmul does ~11 % more work per GPU-second at a 25 %
  * limit on an H100). The node daemon publishes that factor per GPU in its node file beside the
  * device lease, from the GPU's power and utilization; E is charged times it, so L is a share
- * of the saturated GPU's work. Without the daemon the factor is 1.
+ * of the saturated GPU's work. Without the daemon the factor is 1; before a daemon's first
+ * factor for the GPU, E is charged as it is and kept, and pays the factor when it comes
+ * (vgpu_boosted_charge).
  *
  * Pacing: launches may run ahead of the GPU by at most BACKLOG_NS of estimated GPU time (markers
  * tell how long kernels take), so epochs stay short for 2 µs kernels and 100 ms ones alike.

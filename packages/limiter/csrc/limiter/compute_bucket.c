@@ -194,6 +194,30 @@ void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, stru
     }
 }
 
+uint64_t vgpu_boosted_charge(struct vgpu_unboosted *kept, uint64_t busy_ns, uint32_t boost,
+                             uint64_t now) {
+    if (boost == 0) {
+        if (now < kept->since_ns || now - kept->since_ns >= VGPU_UNBOOSTED_SLOT_NS) {
+            /* A new slot; the one before is kept when it ended just now. A clock behind the
+             * slot's start (a scribble, another boot) keeps nothing older. */
+            bool adjacent =
+                now >= kept->since_ns && now - kept->since_ns < 2 * VGPU_UNBOOSTED_SLOT_NS;
+            kept->older_ns = adjacent ? kept->gpu_ns : 0;
+            kept->gpu_ns = 0;
+            kept->since_ns = now;
+        }
+        kept->gpu_ns += busy_ns;
+        return busy_ns;
+    }
+    boost = boost < VGPU_BOOST_ONE ? VGPU_BOOST_ONE : boost;
+    uint64_t owed = kept->gpu_ns + kept->older_ns;
+    kept->gpu_ns = 0;
+    kept->older_ns = 0;
+    /* busy_ns at the boost, and what was charged 1.0 of `owed` topped up to it. Both below a
+     * few seconds of nanoseconds, times at most VGPU_BOOST_MAX: far from overflowing. */
+    return (busy_ns + owed) * boost / VGPU_BOOST_ONE - owed;
+}
+
 #define GANG_SEQ_MASK ((1ULL << VGPU_GANG_SEQ_BITS) - 1)
 #define GANG_HANDOVER (1ULL << VGPU_GANG_SEQ_BITS)
 #define GANG_TIME_AT (VGPU_GANG_SEQ_BITS + 1)

@@ -117,6 +117,25 @@ uint64_t vgpu_bucket_wait_ns(struct vgpu_region_device *device, struct vgpu_pace
  * pod's gpu_ns, and the part of it above the hard limit to its burst_ns. */
 void vgpu_bucket_charge(struct vgpu_region_device *device, uint64_t gpu_ns, struct vgpu_pace pace);
 
+/* GPU time that ran while the daemon's boost was not known (vgpu_lease_boost 0: a daemon serves
+ * the GPU but has not estimated it yet, which takes it about a second of a new load), kept to be
+ * charged the boost once it is. Charged 1.0 meanwhile, a pod at 25 % on a fresh daemon ran
+ * 30.7 % of an H100's matmul work in its first second. Only the last one to two slots of
+ * VGPU_UNBOOSTED_SLOT_NS are kept: a daemon that publishes late (or never: boost correction off)
+ * charges no more than that. */
+struct vgpu_unboosted {
+    uint64_t gpu_ns;   /* kept in the slot that began at since_ns */
+    uint64_t older_ns; /* kept in the slot before it */
+    uint64_t since_ns;
+};
+#define VGPU_UNBOOSTED_SLOT_NS 1000000000ULL
+
+/* What an epoch of `busy_ns` of GPU time, ending at `now`, is charged at `boost` (parts per
+ * VGPU_BOOST_ONE; 0: not known yet): busy_ns times the boost, plus the boost's part of what
+ * `kept` holds, once the boost is known; busy_ns, which `kept` keeps, while it is not. */
+uint64_t vgpu_boosted_charge(struct vgpu_unboosted *kept, uint64_t busy_ns, uint32_t boost,
+                             uint64_t now);
+
 /* The pod's gang gate (the region's gang_gate word): for the pod's collective number `seq`
  * (counted by each process on each GPU, so that every rank's n-th collective is the same one),
  * until when every rank pauses before launching it. The first rank to reach a collective decides

@@ -248,7 +248,8 @@ VGPU_COLD void vgpu_epoch_close(struct paced_device *state, bool drain) {
     uint64_t charged = busy;
     if (state->lease != NULL) {
         /* As the saturated GPU's time: what idle time lets GPU Boost add is not free. */
-        charged = charged * vgpu_lease_boost(state->lease) / VGPU_BOOST_ONE;
+        charged = vgpu_boosted_charge(&state->unboosted, busy, vgpu_lease_boost(state->lease),
+                                      vgpu_monotonic_ns());
     }
     vgpu_bucket_charge(&vgpu_state.region->devices[state->entry], charged, state->pace);
     log_stats(state, charged);

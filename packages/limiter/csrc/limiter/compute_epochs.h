@@ -65,6 +65,7 @@ struct paced_device {
     uint64_t idle_ns;
     _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
     struct vgpu_pace pace; /* the epoch's rate (the hard or the soft limit) and hard limit */
+    struct vgpu_unboosted unboosted; /* GPU time run before the daemon's boost was known */
     bool estimated;       /* kernel_ns comes from a measurement */
     bool urgent;          /* the pod's use is light (vgpu_use_light): its epoch is urgent */
     uint64_t collectives;   /* collective launches so far: each rank's n-th is the same one */

@@ -387,7 +387,7 @@ uint32_t vgpu_lease_boost(struct vgpu_lease *lease) {
     uint32_t boost = atomic_load(&node->boost);
     uint64_t written = atomic_load(&node->boost_ns);
     if (boost == 0 || written > now || now - written > VGPU_BOOST_STALE_NS) {
-        return VGPU_BOOST_ONE;
+        return 0;
     }
     return boost < VGPU_BOOST_ONE ? VGPU_BOOST_ONE : boost > VGPU_BOOST_MAX ? VGPU_BOOST_MAX : boost;
 }

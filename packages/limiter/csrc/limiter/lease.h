@@ -51,7 +51,8 @@ bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now);
 /* Whether a process of another pod is waiting for it (as wanted without pod words). */
 bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now);
 /* The GPU's boost as the daemon last published it in its node file (VGPU_BOOST_ONE ..
- * VGPU_BOOST_MAX), or VGPU_BOOST_ONE when none is published or it is stale. */
+ * VGPU_BOOST_MAX); VGPU_BOOST_ONE when no daemon serves the GPU (no node file), and 0 while one
+ * does but its file holds no boost, or a stale one (not estimated yet, withdrawn, or gone). */
 uint32_t vgpu_lease_boost(struct vgpu_lease *lease);
 
 uint64_t vgpu_monotonic_ns(void);
