@@ -129,14 +129,7 @@ def main() -> None:
     launch_ratio: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, env in cases.items():  # alternating: drift hits every case alike
-            out = subprocess.run(
-                [str(program), str(args.launches), str(args.batch), str(args.evict)],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            report = json.loads(out)
+            report = run_loop(program, args, env)
             samples[name].append(report["ns_per_launch"])
             calls[name].append(report["call_ns_median"])
             call_added[name].append(report["call_ns_median"] - report["direct_call_ns_median"])
@@ -175,6 +168,19 @@ def main() -> None:
     )
 
 
+def run_loop(program: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+    """One run of the C loop under `env`: its JSON report."""
+    out = subprocess.run(
+        [str(program), str(args.launches), str(args.batch), str(args.evict)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    report: dict[str, float] = json.loads(out)
+    return report
+
+
 def compare(args: argparse.Namespace, program: Path, plain: dict[str, str], work: Path) -> None:
     """The --limited case of each build in turn, every round: in-process added ns per call."""
     builds = {"library": str(Path(args.library).resolve())}
@@ -191,14 +197,7 @@ def compare(args: argparse.Namespace, program: Path, plain: dict[str, str], work
                 "SHM_PATH": str(work / f"pod-{name}-{round_number}"),
                 "TENSOR_FUSION_CUDA_UP_LIMIT": json.dumps({"0": args.limited}),
             }
-            out = subprocess.run(
-                [str(program), str(args.launches), str(args.batch), str(args.evict)],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            report = json.loads(out)
+            report = run_loop(program, args, env)
             added[name].append(report["call_ns_median"] - report["direct_call_ns_median"])
     print(
         json.dumps(

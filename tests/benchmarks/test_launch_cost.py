@@ -7,17 +7,19 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from vgpu_limiter import library_path
 
 BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "limiter_launch_gpu.py"
 
 
-def test_the_launch_benchmark_runs_on_the_simulated_gpu() -> None:
+def report_of(*options: str) -> dict[str, Any]:
+    """The benchmark's JSON line, run on the simulated GPU with the installed library."""
     result = subprocess.run(
         [
             *(sys.executable, str(BENCHMARK), "--simulated", "--library", str(library_path())),
-            *("--limited", "99", "--rounds", "1", "--launches", "2000"),
+            *options,
         ],
         capture_output=True,
         text=True,
@@ -25,7 +27,12 @@ def test_the_launch_benchmark_runs_on_the_simulated_gpu() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_the_launch_benchmark_runs_on_the_simulated_gpu() -> None:
+    report = report_of("--limited", "99", "--rounds", "1", "--launches", "2000")
     assert report["measure"] == "launch_cost"
     assert set(report["in_process"]) == {"none", "library", "limit_100", "limit_99"}
     assert all(value > 0 for value in report["ns_per_launch"].values())
@@ -34,19 +41,9 @@ def test_the_launch_benchmark_runs_on_the_simulated_gpu() -> None:
 def test_compare_alternates_builds_of_the_paced_path(tmp_path: Path) -> None:
     other = tmp_path / "other.so"
     other.write_bytes(library_path().read_bytes())
-    result = subprocess.run(
-        [
-            *(sys.executable, str(BENCHMARK), "--simulated", "--library", str(library_path())),
-            *("--limited", "99", "--rounds", "2", "--launches", "1000"),
-            *("--compare", f"other={other}"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    report = report_of(
+        *("--limited", "99", "--rounds", "2", "--launches", "1000", "--compare", f"other={other}")
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["measure"] == "launch_cost_paired"
     assert set(report["builds"]) == {"library", "other"}
     assert all(len(build["rounds_ns"]) == 2 for build in report["builds"].values())
