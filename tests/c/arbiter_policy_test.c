@@ -3,13 +3,12 @@
  * (nox -s sanitize) and plainly by the test suite. Prints "N passed, M failed" and exits non-zero
  * on failure. */
 #include "arbiter_internal.h"
+#include "unit_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int passed;
-static int failed;
 static uint64_t now_ns = 1000000000000ULL;
 
 #define MS 1000000ULL
@@ -17,16 +16,6 @@ static uint64_t now_ns = 1000000000000ULL;
 static uint64_t test_clock(void) {
     return now_ns;
 }
-
-static void check(int ok, int line, const char *what) {
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    fprintf(stderr, "line %d: %s\n", line, what);
-}
-#define CHECK(condition) check((condition), __LINE__, #condition)
 
 static struct vgpu_arbiter *arbiter;
 static struct vgpu_lease_seat seats[8];
@@ -295,6 +284,5 @@ int main(void) {
     gangs();
     deadlines();
     free(arbiter);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return unit_report();
 }

@@ -5,6 +5,7 @@
  * the test suite. Prints "N passed, M failed" and exits non-zero on failure. */
 #define _GNU_SOURCE
 #include "compute_lock.h"
+#include "unit_check.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,19 +13,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <time.h>
-
-static int passed;
-static int failed;
-
-static void check(int ok, int line, const char *what) {
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    fprintf(stderr, "line %d: %s\n", line, what);
-}
-#define CHECK(condition) check((condition), __LINE__, #condition)
 
 #define THREADS 8
 #define ROUNDS 20000
@@ -147,6 +135,5 @@ int main(void) {
     exclusion();
     trying();
     waking();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return unit_report();
 }
