@@ -120,15 +120,30 @@ class BoostPublisher:
             gpu.utilization_read = now
         energy = _known(nvml.device_energy(gpu.handle))
         assert gpu.lease is not None
-        gpu.estimator.add(
+        paced_busy_ns = gpu.lease.busy_ns()
+        # The activity of a lease the daemon arbitrates is its own word; a lease file's is a
+        # tenant's, which must not keep an old estimate in place (it bounds nothing).
+        paced_at = None if gpu.from_lease_file else gpu.lease.last_active()
+        boost = gpu.estimator.add(
             now,
             energy,
             gpu.utilization,
             gpu.limit_mw,
-            paced_busy_ns=gpu.lease.busy_ns(),
-            # The activity of a lease the daemon arbitrates is its own word; a lease file's is
-            # a tenant's, which must not keep an old estimate in place (it bounds nothing).
-            paced_at=None if gpu.from_lease_file else gpu.lease.last_active(),
+            paced_busy_ns=paced_busy_ns,
+            paced_at=paced_at,
+        )
+        # Every reading at debug level: what the model is fitted and checked against.
+        log.debug(
+            "boost reading: GPU %d at %.3f s: energy %s mJ, utilization %s %%, limit %s mW, "
+            "paced %s ns, paced at %s s; boost %s",
+            gpu.index,
+            now,
+            energy,
+            gpu.utilization,
+            gpu.limit_mw,
+            paced_busy_ns,
+            "unknown" if paced_at is None else f"{paced_at:.3f}",
+            "none" if boost is None else f"{boost:.4f}",
         )
 
     def _publish(self, gpu: _Gpu) -> None:

@@ -21,6 +21,11 @@ Predicted/measured speed-up per GPU-second of a bf16 4096³ matmul at 10/25/50/7
 P_idle at 16 %, the first fit, the model read 5-6 % high at 10 % and 1-2 % at 25 %: pods at
 10 % got 9.3-9.4 %.) It is one factor per GPU: pods sharing a GPU share it.
 
+U is NVML's utilization over the window, or the paced work's own share of it where that reads
+busier (below): NVML samples the GPU in periods of its own, which at low utilization hold an
+epoch or two of a paced pod, and the model divides by U. A window holds at least a few epochs'
+busy time: one second where the GPU is busy, up to three at 10 %.
+
 Only a steady load is measured: while utilization changes (a program starting or stopping) the
 energy and utilization readings cover different loads, so the estimate is kept until the load
 settles. A GPU's workload rarely changes between its busy spells, so the estimate kept through
@@ -55,7 +60,17 @@ IDLE_SHARE = 0.18
 """P_idle / P_limit: an H100 SXM drew 124-135 W of its 700 W with its clocks up between a paced
 workload's epochs (NVML's instantaneous power, read every 20 ms)."""
 WINDOW_S = 1.0
-"""Readings older than this are forgotten."""
+"""Readings older than this are forgotten, where the GPU is busy enough (below)."""
+BUSY_IN_WINDOW_S = 0.25
+"""At low utilization the window is longer, to hold this much of the GPU's busy time (about
+eight 32-ms epochs), at most MAX_WINDOW_S: the window's power and its utilization count the
+same epochs only up to the times of its ends (known to a reading each), and at 10 % a second
+holds three epochs."""
+MAX_WINDOW_S = 3.0
+MIN_BUSY_IN_SPAN_S = 0.1
+"""A window is estimated once it holds this much busy time (at least MIN_SPAN_S): after a
+change of load, the new load's first estimates at 10 % came from 0.3-s windows of one epoch
+or two, and read 1.04-1.06 where the load's was ~1.13."""
 MIN_SPAN_S = 0.3
 """The energy counter moves in steps (every 100 ms on an H100): this much of them at least."""
 GAP_S = 0.5
@@ -67,6 +82,11 @@ EXPONENT = 0.4
 STEADY = 0.3
 """The load is steady when the two halves of the window's utilization and of its power, and its
 newest utilization reading and its mean, differ by at most this share of the larger."""
+UTILIZATION_GRAIN = 0.08
+"""Utilization readings this close are one load whatever their ratio: NVML read an H100 running
+one 32-ms epoch every ~320 ms (a pod at 10 %) as 7 % in most sample periods and 14 % in those
+that held two epochs. Taken as a change of load, each such pair started the window again, and
+the estimates came from windows of a few readings: 1.00 to 1.33 where the load's was ~1.12."""
 FIRST_ESTIMATES = 5
 """Windows estimated before the first is published: one window alone may be off by the
 counter's step timing, which the median of several evens out."""
@@ -75,6 +95,8 @@ RECENT_S = 0.4
 PACED_WINDOW_S = 1.0
 """The paced work's GPU time is read over this long: it grows as epochs end (every ~32 ms), so
 a shorter span would read the same load a tenth higher or lower."""
+PACED_KEPT_S = MAX_WINDOW_S + GAP_S
+"""Readings of the paced work's GPU time are kept this long: as long as an energy window's."""
 HISTORY = 40
 """The published boost is the median of this many latest window estimates (2 s of readings
 every 50 ms): a window that straddles the end of the work (whose last 100 ms were idle, say)
@@ -115,6 +137,7 @@ class BoostEstimator:
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     _paced: deque[tuple[float, int]] = field(default_factory=deque)  # (time, lease busy_ns)
     _fresh: list[float] | None = None  # estimates since the window restarted at a change
+    _window_s: float = WINDOW_S  # for the load last measured (BUSY_IN_WINDOW_S)
 
     def add(
         self,
@@ -156,17 +179,23 @@ class BoostEstimator:
         if self._paced and (busy_ns < self._paced[-1][1] or now - self._paced[-1][0] > GAP_S):
             self._paced.clear()  # a new lease, or readings resumed after a pause
         self._paced.append((now, busy_ns))
-        while len(self._paced) > 2 and now - self._paced[1][0] >= PACED_WINDOW_S:
+        while len(self._paced) > 2 and now - self._paced[1][0] >= PACED_KEPT_S:
             self._paced.popleft()
 
     def paced_share(self, now: float) -> float | None:
         """The share of the last second that paced work kept the GPU busy (0..1), or None while
         less than MIN_SPAN_S of readings are in, or none lately."""
-        if len(self._paced) < 2:
+        if not self._paced or now - self._paced[-1][0] > GAP_S:
             return None
-        (first, first_ns), (last, last_ns) = self._paced[0], self._paced[-1]
-        if last - first < MIN_SPAN_S or now - last > GAP_S:
+        return self._paced_between(self._paced[-1][0] - PACED_WINDOW_S, self._paced[-1][0])
+
+    def _paced_between(self, start: float, end: float) -> float | None:
+        """The share of ``start``..``end`` that paced work kept the GPU busy, from the readings
+        nearest to them within it; None when they span less than MIN_SPAN_S."""
+        inside = [reading for reading in self._paced if start <= reading[0] <= end]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < MIN_SPAN_S:
             return None
+        (first, first_ns), (last, last_ns) = inside[0], inside[-1]
         return min(1.0, (last_ns - first_ns) / 1e9 / (last - first))
 
     def _measure(
@@ -182,7 +211,7 @@ class BoostEstimator:
         if not self._energy or energy_mj != self._energy[-1][1]:
             self._energy.append((now, energy_mj))
         self._busy.append((now, min(max(utilization, 0), 100) / 100.0))
-        while len(self._energy) > 2 and now - self._energy[1][0] > WINDOW_S:
+        while len(self._energy) > 2 and now - self._energy[1][0] > self._window_s:
             self._energy.popleft()
         while self._busy and self._busy[0][0] <= self._energy[0][0]:
             self._busy.popleft()
@@ -196,7 +225,7 @@ class BoostEstimator:
         if not early or not late or not self._steady_power(middle):
             return
         busy = (sum(early) + sum(late)) / (len(early) + len(late))
-        if _differ(late[-1], busy):
+        if _differ(late[-1], busy, UTILIZATION_GRAIN):
             # The load changed (or NVML's utilization, which lags, is still moving): what the
             # window holds is another load's. It starts again from the newest counter step, and
             # the new load's first estimates replace the old load's (a median of 2 s of them
@@ -204,10 +233,22 @@ class BoostEstimator:
             # GPU's boost for its first two seconds and got 32 % for 30).
             self._restart()
             return
-        if busy < MIN_BUSY or _differ(sum(early) / len(early), sum(late) / len(late)):
+        if busy < MIN_BUSY or _differ(
+            sum(early) / len(early), sum(late) / len(late), UTILIZATION_GRAIN
+        ):
             return
         if paced_at is not None and paced_at <= first:
             return  # no paced work in the window: nothing is charged this load's boost
+        # The paced work's own GPU time over the same span, where it reads busier: NVML's
+        # utilization samples the GPU in periods of its own and reads it a few points idler than
+        # it is, most at low utilization (8 % for a pod at 10 %, whose epochs the limiter timed
+        # at 10 %), which the model divides by. A tenant can write that time: it only ever
+        # lowers the estimate.
+        paced = self._paced_between(first, last)
+        busy = max(busy, paced) if paced is not None else busy
+        self._window_s = min(MAX_WINDOW_S, max(WINDOW_S, BUSY_IN_WINDOW_S / busy))
+        if (last - first) * busy < MIN_BUSY_IN_SPAN_S:
+            return
         power_w = (last_mj - first_mj) / (last - first) / 1000.0
         estimate = boost_from(power_w, busy, limit_mw / 1000.0)
         if math.isfinite(estimate):
@@ -244,5 +285,5 @@ class BoostEstimator:
         )
 
 
-def _differ(a: float, b: float) -> bool:
-    return abs(a - b) > STEADY * max(a, b)
+def _differ(a: float, b: float, grain: float = 0.0) -> bool:
+    return abs(a - b) > max(STEADY * max(a, b), grain)
