@@ -203,6 +203,12 @@ class BoostEstimator:
     ) -> None:
         """Add the readings, and a window estimate to the median when the load was steady and
         paced work ran in it."""
+        self._add_readings(now, energy_mj, utilization)
+        estimate = self._window_estimate(limit_mw / 1000.0, paced_at)
+        if estimate is not None and math.isfinite(estimate):
+            self._add_estimate(estimate)
+
+    def _add_readings(self, now: float, energy_mj: int, utilization: int) -> None:
         if self._busy and now - self._busy[-1][0] > GAP_S:
             self._energy.clear()  # readings resumed after a pause: the old ones say nothing
             self._busy.clear()
@@ -215,30 +221,39 @@ class BoostEstimator:
             self._energy.popleft()
         while self._busy and self._busy[0][0] <= self._energy[0][0]:
             self._busy.popleft()
+
+    def _window_estimate(self, limit_w: float, paced_at: float | None) -> float | None:
+        """The window's estimate, None when the load was not steady or paced work did not run
+        in it (or the window started again at a change of load)."""
         (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
         if last - first < MIN_SPAN_S:
-            return
+            return None
         # Utilization over the span the energy covers (readings after its first step).
         middle = (first + last) / 2
         early = [value for at, value in self._busy if first < at <= middle]
         late = [value for at, value in self._busy if at > middle]
-        if not early or not late or not self._steady_power(middle):
-            return
+        if not early or not late:
+            return None
         busy = (sum(early) + sum(late)) / (len(early) + len(late))
         if _differ(late[-1], busy, UTILIZATION_GRAIN):
             # The load changed (or NVML's utilization, which lags, is still moving): what the
             # window holds is another load's. It starts again from the newest counter step, and
             # the new load's first estimates replace the old load's (a median of 2 s of them
             # took 2 s to follow a quieter load: 30/30 after 30/70 was charged the saturated
-            # GPU's boost for its first two seconds and got 32 % for 30).
+            # GPU's boost for its first two seconds and got 32 % for 30). Seen before the power's
+            # halves are compared: a 3-s window of a quiet load that an idle spell and a busier
+            # load followed kept failing that test for 3 s, and the new load was charged the
+            # estimates of its first, mixed windows.
             self._restart()
-            return
-        if busy < MIN_BUSY or _differ(
-            sum(early) / len(early), sum(late) / len(late), UTILIZATION_GRAIN
+            return None
+        if (
+            busy < MIN_BUSY
+            or _differ(sum(early) / len(early), sum(late) / len(late), UTILIZATION_GRAIN)
+            or not self._steady_power(middle, (1.0 - busy) * IDLE_SHARE * limit_w)
+            # No paced work in the window: nothing is charged this load's boost.
+            or (paced_at is not None and paced_at <= first)
         ):
-            return
-        if paced_at is not None and paced_at <= first:
-            return  # no paced work in the window: nothing is charged this load's boost
+            return None
         # The paced work's own GPU time over the same span, where it reads busier: NVML's
         # utilization samples the GPU in periods of its own and reads it a few points idler than
         # it is, most at low utilization (8 % for a pod at 10 %, whose epochs the limiter timed
@@ -248,17 +263,15 @@ class BoostEstimator:
         busy = max(busy, paced) if paced is not None else busy
         self._window_s = min(MAX_WINDOW_S, max(WINDOW_S, BUSY_IN_WINDOW_S / busy))
         if (last - first) * busy < MIN_BUSY_IN_SPAN_S:
-            return
-        power_w = (last_mj - first_mj) / (last - first) / 1000.0
-        estimate = boost_from(power_w, busy, limit_mw / 1000.0)
-        if math.isfinite(estimate):
-            self._add_estimate(estimate)
+            return None
+        return boost_from((last_mj - first_mj) / (last - first) / 1000.0, busy, limit_w)
 
     def _restart(self) -> None:
         step = self._energy[-1]
         self._energy = deque([step])
         self._busy = deque(reading for reading in self._busy if reading[0] > step[0])
         self._fresh = []
+        self._window_s = WINDOW_S
 
     def _add_estimate(self, estimate: float) -> None:
         if self._fresh is not None:
@@ -273,15 +286,20 @@ class BoostEstimator:
         if len(self._estimates) >= FIRST_ESTIMATES:
             self._median = statistics.median(self._estimates)
 
-    def _steady_power(self, middle: float) -> bool:
-        """Whether the window's two halves drew about the same power (energy steps around the
-        middle split it): power falls at once when work stops, before NVML's utilization does."""
+    def _steady_power(self, middle: float, floor_w: float) -> bool:
+        """Whether the window's two halves drew about the same power above ``floor_w`` (the
+        gaps' share; energy steps around the middle split it): power falls at once when work
+        stops, before NVML's utilization does. Above the floor, because at low utilization the
+        gaps' power is most of the mean: at 10 % on an H100 the window that began with a load
+        (its first second drew less, starting up) read 174 W against the load's 206 W, halves
+        within 30 % of each other, and its estimate of 1.0 was published for two seconds."""
         (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
         split, split_mj = min(self._energy, key=lambda point: abs(point[0] - middle))
         if not first < split < last:
             return False
         return not _differ(
-            (split_mj - first_mj) / (split - first), (last_mj - split_mj) / (last - split)
+            (split_mj - first_mj) / (split - first) / 1000.0 - floor_w,
+            (last_mj - split_mj) / (last - split) / 1000.0 - floor_w,
         )
 
 
