@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, note
 from hypothesis import strategies as st
 from vgpu_common.limits import normalize_uuid
 from vgpu_hypervisor.daemon.boost_publisher import BoostPublisher
@@ -214,6 +214,41 @@ def test_a_pod_at_10_percent_is_estimated_from_its_own_gpu_time_through_nvml_s_g
     # NVML's mean alone (no busy time read) gives the higher estimate the pods were charged.
     nvml_only, _ = feed(BoostEstimator(), 205.1, 8, 3.0)
     assert nvml_only is not None and nvml_only > expected * 1.04
+
+
+@given(
+    st.floats(150, 750),  # the load's mean power, W
+    st.integers(5, 100),  # and NVML's utilization, %
+    st.floats(0, 1.2),  # the share busy_ns says paced work ran
+    st.lists(
+        st.tuples(
+            st.floats(-0.1, 0.1),  # this reading's power off the load's, as a share
+            st.integers(-8, 8),  # its utilization off the load's, points
+            st.one_of(st.none(), st.integers(-(10**10), 10**10)),  # a scribble of busy_ns
+        ),
+        min_size=1,
+        max_size=120,
+    ),
+)
+def test_the_paced_time_only_ever_lowers_the_estimate(
+    power_w: float, utilization: int, share: float, readings: list[tuple[float, int, int | None]]
+) -> None:
+    """The lease's busy_ns is any paced pod's to write: whatever it says, every published
+    estimate is at most the one NVML's readings alone give, and published at the same readings.
+    Loads near steady, read every 50 ms, so that estimates are made."""
+    with_paced, without = BoostEstimator(), BoostEstimator()
+    now, energy, busy_ns, published = 0.0, 0, 0, 0
+    for power_off, utilization_off, scribble in readings:
+        now += 0.05
+        energy += round(power_w * (1 + power_off) * 50)
+        busy_ns = max(0, busy_ns + round(share * 50e6) + (scribble or 0))
+        reading = min(100, max(0, utilization + utilization_off))
+        lowered = with_paced.add(now, energy, reading, 700_000, paced_busy_ns=busy_ns, paced_at=now)
+        plain = without.add(now, energy, reading, 700_000, paced_at=now)
+        assert (lowered is None) == (plain is None)
+        assert lowered is None or plain is None or lowered <= plain + 1e-12
+        published += plain is not None
+    note(f"published {published} of {len(readings)}")
 
 
 H100_READINGS = Path(__file__).parent / "data/boost_readings_h100.csv"

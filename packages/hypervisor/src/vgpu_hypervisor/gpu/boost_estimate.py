@@ -259,11 +259,13 @@ class BoostEstimator:
         # it is, most at low utilization (8 % for a pod at 10 %, whose epochs the limiter timed
         # at 10 %), which the model divides by. A tenant can write that time: it only ever
         # lowers the estimate.
-        paced = self._paced_between(first, last)
-        busy = max(busy, paced) if paced is not None else busy
+        # Which windows are estimated follows NVML alone, so that the paced share, a tenant's
+        # to write, changes no estimate but by lowering it.
         self._window_s = min(MAX_WINDOW_S, max(WINDOW_S, BUSY_IN_WINDOW_S / busy))
         if (last - first) * busy < MIN_BUSY_IN_SPAN_S:
             return None
+        paced = self._paced_between(first, last)
+        busy = max(busy, paced) if paced is not None else busy
         return boost_from((last_mj - first_mj) / (last - first) / 1000.0, busy, limit_w)
 
     def _restart(self) -> None:
