@@ -1,7 +1,8 @@
 /* The paced launches' clock (paced_clock.h, paced_clock.c): a counter of a known rate, driven
- * through real reads by hand, stands for the clock only within its span after each, only once
- * its rate is measured, and is dropped for good after a few extrapolations that missed the
- * clock (a counter of another rate, one that goes back); then, with the CPU's own counter, every
+ * through real reads by hand, stands for the clock only within its span after each and only
+ * once its rate is measured; a read it misses (a counter of a new rate, one ahead or behind,
+ * one that ran on while the clock stood) is not measured across, and the rate is measured again;
+ * a counter that keeps missing is dropped for good. Then, with the CPU's own counter, every
  * time the clock gives lies between real reads of CLOCK_MONOTONIC around it. Built with its
  * source under ASan/UBSan (nox -s sanitize) and plainly by the test suite. Prints "N passed, M
  * failed" and exits non-zero on failure. */
@@ -58,57 +59,55 @@ static void measured_rate(void) {
     CHECK(clock.span_ticks != 0);
     near(vgpu_paced_clock_extrapolate(&clock, clock.base_ticks + 30000), clock.base_ns + 10000, 1,
          __LINE__);
-    /* A long pause, then launches again: no check across it, the span as before. */
+    /* A long pause, then launches again: checked to the rate's error, the span as before. */
     uint64_t later = clock.base_ns + 60000000000ULL;
     read_at(&clock, &rate, later, ticks_at(later));
     CHECK(rate.misses == 0 && clock.span_ticks != 0);
 }
 
-/* Reads every `step` ns of the clock, the counter running at `ticks_per_ns`; how many until it
- * was dropped (0: never, in `reads`). */
-static int dropped_after(double ticks_per_ns, uint64_t step, int reads) {
-    struct vgpu_paced_clock clock = {0};
-    struct vgpu_counter_rate rate = {0};
-    for (uint64_t ns = START_NS; ns <= START_NS + 3000000; ns += 100000) {
-        read_at(&clock, &rate, ns, ticks_at(ns)); /* measured at 3 GHz */
+/* A clock whose rate is measured at 3 GHz, its base at `*ns`. */
+static void measured(struct vgpu_paced_clock *clock, struct vgpu_counter_rate *rate, uint64_t *ns) {
+    for (*ns = START_NS; *ns <= START_NS + 3000000; *ns += 100000) {
+        read_at(clock, rate, *ns, ticks_at(*ns));
     }
-    uint64_t ns = clock.base_ns, ticks = clock.base_ticks;
-    for (int i = 1; i <= reads; i++) {
-        ns += step;
-        ticks += (uint64_t)((double)step * ticks_per_ns);
-        read_at(&clock, &rate, ns, ticks);
-        if (clock.span_ticks == 0) {
-            /* Dropped for good: a counter that keeps time again is not taken back. */
-            for (int j = 0; j < 100; j++) {
-                ns += 100000;
-                ticks += 100000 * TICKS_PER_NS;
-                read_at(&clock, &rate, ns, ticks);
-                CHECK(clock.span_ticks == 0);
-                CHECK(vgpu_paced_clock_extrapolate(&clock, ticks + 1) == 0);
-            }
-            return i;
-        }
-    }
-    return 0;
+    *ns -= 100000;
+    CHECK(clock->span_ticks != 0 && rate->misses == 0);
 }
 
-static void missed_extrapolations(void) {
-    CHECK(dropped_after(3.0, 100000, 1000) == 0);
-    /* 5 % slow over a span: the extrapolation misses by 5 µs, three times, and it is dropped. */
-    CHECK(dropped_after(2.85, 100000, 1000) == 3);
-    /* A rate that moved a little (1 ns in a span) is followed as it is measured again. */
-    CHECK(dropped_after(3.00003, 100000, 5000) == 0);
+/* Reads every 100 µs of the clock for `reads` reads, the counter running at `ticks_per_ns`
+ * after the rate was measured at 3 GHz: the misses, and the extrapolation's error half a span
+ * after the last read. */
+static unsigned misses_at(double ticks_per_ns, int reads, uint64_t *error) {
+    struct vgpu_paced_clock clock = {0};
+    struct vgpu_counter_rate rate = {0};
+    uint64_t ns;
+    measured(&clock, &rate, &ns);
+    uint64_t ticks = ticks_at(ns);
+    for (int i = 0; i < reads; i++) {
+        ns += 100000;
+        ticks += (uint64_t)(100000 * ticks_per_ns);
+        read_at(&clock, &rate, ns, ticks);
+    }
+    uint64_t at = vgpu_paced_clock_extrapolate(&clock, ticks + (uint64_t)(50000 * ticks_per_ns));
+    *error = at > ns + 50000 ? at - ns - 50000 : ns + 50000 - at;
+    return rate.misses;
+}
+
+static void rates_that_change(void) {
+    uint64_t error;
+    CHECK(misses_at(3.0, 1000, &error) == 0 && error <= 1);
+    /* 5 % slower: the extrapolation misses by 5 µs once, and the new rate is measured. */
+    CHECK(misses_at(2.85, 1000, &error) == 1 && error <= 1);
+    /* 5e-4 faster: 50 ns in a span, no miss; the rate follows as it is measured again. */
+    CHECK(misses_at(3.0015, 40000, &error) == 0 && error <= 3);
 }
 
 static void counter_that_goes_back(void) {
     struct vgpu_paced_clock clock = {0};
     struct vgpu_counter_rate rate = {0};
-    uint64_t ns = START_NS;
-    for (; ns <= START_NS + 3000000; ns += 100000) {
-        read_at(&clock, &rate, ns, ticks_at(ns));
-    }
-    CHECK(clock.span_ticks != 0);
-    /* Each read on a CPU whose counter is 1 ms behind, then on the first again. */
+    uint64_t ns;
+    measured(&clock, &rate, &ns);
+    /* Reads on a CPU whose counter is 1 ms behind, between reads on the first: three misses. */
     for (int i = 0; i < 3; i++) {
         ns += 100000;
         read_at(&clock, &rate, ns, ticks_at(ns) - 3000000);
@@ -116,7 +115,61 @@ static void counter_that_goes_back(void) {
         read_at(&clock, &rate, ns, ticks_at(ns));
     }
     CHECK(rate.misses >= 3);
-    CHECK(clock.span_ticks == 0);
+    /* Dropped for good: a counter that keeps time again is not taken back. */
+    for (int i = 0; i < 100; i++) {
+        ns += 100000;
+        read_at(&clock, &rate, ns, ticks_at(ns));
+        CHECK(clock.span_ticks == 0);
+        CHECK(vgpu_paced_clock_extrapolate(&clock, ticks_at(ns) + 1) == 0);
+    }
+}
+
+static void nothing_measured_across_a_miss(void) {
+    struct vgpu_paced_clock clock = {0};
+    struct vgpu_counter_rate rate = {0};
+    uint64_t ns;
+    measured(&clock, &rate, &ns);
+    /* 50 µs on, the counter reads 1 ms ahead (another CPU's): a miss, and no rate until it is
+     * measured again from there over 2 ms. */
+    ns += 50000;
+    read_at(&clock, &rate, ns, ticks_at(ns) + 3000000);
+    CHECK(rate.misses == 1 && clock.span_ticks == 0);
+    CHECK(vgpu_paced_clock_extrapolate(&clock, ticks_at(ns) + 3000001) == 0);
+    for (int i = 0; i < 10; i++) {
+        ns += 100000;
+        read_at(&clock, &rate, ns, ticks_at(ns) + 3000000);
+        CHECK(clock.span_ticks == 0); /* 1 ms of reads: not yet */
+    }
+    for (int i = 0; i < 11; i++) {
+        ns += 100000;
+        read_at(&clock, &rate, ns, ticks_at(ns) + 3000000);
+    }
+    CHECK(rate.misses == 1);
+    near(clock.span_ticks, 100000 * TICKS_PER_NS, 2, __LINE__);
+}
+
+static void jumps_across_gaps(void) {
+    /* No launch for 0.5 ms (past the spans checked to the microsecond), and the counter 1 ms
+     * ahead when they come back: a miss all the same. */
+    struct vgpu_paced_clock clock = {0};
+    struct vgpu_counter_rate rate = {0};
+    uint64_t ns;
+    measured(&clock, &rate, &ns);
+    ns += 500000;
+    read_at(&clock, &rate, ns, ticks_at(ns) + 3000000);
+    CHECK(rate.misses == 1 && clock.span_ticks == 0);
+    /* The counter went on for 10 s while the clock stood (a suspended machine): a miss. */
+    struct vgpu_paced_clock suspended = {0};
+    struct vgpu_counter_rate suspended_rate = {0};
+    measured(&suspended, &suspended_rate, &ns);
+    read_at(&suspended, &suspended_rate, ns + 1000000, ticks_at(ns + 1000000) + 30000000000ULL);
+    CHECK(suspended_rate.misses == 1 && suspended.span_ticks == 0);
+    /* A quiet second with a counter that kept time: no miss. */
+    struct vgpu_paced_clock quiet = {0};
+    struct vgpu_counter_rate quiet_rate = {0};
+    measured(&quiet, &quiet_rate, &ns);
+    read_at(&quiet, &quiet_rate, ns + 1000000000ULL, ticks_at(ns + 1000000000ULL));
+    CHECK(quiet_rate.misses == 0 && quiet.span_ticks != 0);
 }
 
 static void no_counter_or_no_rate(void) {
@@ -132,7 +185,7 @@ static void no_counter_or_no_rate(void) {
     for (uint64_t ns = START_NS; ns <= START_NS + 50000000; ns += 10000000) {
         read_at(&slow, &slow_rate, ns, 1 + (ns - START_NS) / 10000000);
     }
-    CHECK(slow.span_ticks == 0);
+    CHECK(slow.span_ticks == 0 && slow_rate.misses >= 3); /* dropped for good */
 }
 
 static uint64_t monotonic_ns(void) {
@@ -166,8 +219,10 @@ static void real_counter(void) {
 
 int main(void) {
     measured_rate();
-    missed_extrapolations();
+    rates_that_change();
     counter_that_goes_back();
+    nothing_measured_across_a_miss();
+    jumps_across_gaps();
     no_counter_or_no_rate();
     real_counter();
     return unit_report();

@@ -1,8 +1,8 @@
 """The paced launches' clock (paced_clock.h) through its C test, built plainly here (the sanitize
 session builds it again under ASan and UBSan): the CPU's counter stands for CLOCK_MONOTONIC only
-within a span after each real read and once its rate is measured, a counter that misses the
-clock is dropped for good, and on this machine's own counter every time it gives lies between
-the real reads around it."""
+within a span after each real read and once its rate is measured, a read it misses is not
+measured across, a counter that keeps missing is dropped for good, and on this machine's own
+counter every time it gives lies between the real reads around it."""
 
 import re
 import subprocess

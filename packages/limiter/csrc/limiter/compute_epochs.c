@@ -366,8 +366,9 @@ static VGPU_COLD void end_paused_or_lost(struct paced_device *state, uint64_t no
 }
 
 void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
-    bool paused = state->open && VGPU_RARELY(now - state->last_launch_ns > PAUSE_NS) &&
-                  (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
+    uint64_t quiet = vgpu_elapsed(state->last_launch_ns, now);
+    bool paused = state->open && VGPU_RARELY(quiet > PAUSE_NS) &&
+                  (quiet > CONTENDED_PAUSE_NS || state->lease == NULL ||
                    !vgpu_lease_wanted(state->lease, now));
     if (VGPU_RARELY(state->open && (paused || (state->looking && state->lease != NULL &&
                                                vgpu_lease_lost(state->lease, now))))) {
@@ -447,8 +448,8 @@ static VGPU_COLD uint64_t drain_to_backlog(struct paced_device *state, uint64_t 
 }
 
 uint64_t vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
-    if (VGPU_RARELY(now - state->retired_ns >= RETIRE_EVERY_NS ||
-                    now - state->last_launch_ns >= GAP_NS)) {
+    if (VGPU_RARELY(vgpu_elapsed(state->retired_ns, now) >= RETIRE_EVERY_NS ||
+                    vgpu_elapsed(state->last_launch_ns, now) >= GAP_NS)) {
         vgpu_epoch_retire(state, false, 0);
         state->retired_ns = now;
     }

@@ -3,44 +3,95 @@
 #define _GNU_SOURCE
 #include "paced_clock.h"
 
+#include <stdatomic.h>
+#include <sys/prctl.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 /* How long after a real read the counter stands for the clock. Two launches' clock reads in a
  * hundred on an H100 (a paced launch every ~4 µs) are real; between them an error in the rate
- * of 1e-5 (a rate measured over CALIBRATE_NS from reads ~20 ns apart) is 1 ns. */
+ * of 1e-4 (the first rate, measured over CALIBRATE_NS from reads SLOW_READ_NS wide at most) is
+ * 10 ns, and of 1e-6 (the rate over a second) 0.1 ns. */
 #define SPAN_NS 100000ULL
 /* The rate is measured over at least this long, and from a newer read after RATE_AGE_NS: a
- * counter whose rate moves (a virtual machine moved to another host) is followed within it. */
+ * counter whose rate drifts a little is followed. One that moves more (a virtual machine moved
+ * to another host) misses, and is measured again from scratch. */
 #define CALIBRATE_NS 2000000ULL
 #define RATE_AGE_NS 1000000000ULL
-/* A real read within CHECK_SPANS spans of the base checks the extrapolation to it: more than
- * MISS_NS off, MISSES times, and the counter is not used again in this process. */
+/* A real read checks the extrapolation to it: within CHECK_SPANS spans of the base it may be at
+ * most MISS_NS off, further away at most GAP_TOLERANCE of the time since (the rate's error).
+ * MISSES misses, and the counter is not used again in this process. */
 #define CHECK_SPANS 4
 #define MISS_NS 1000
+#define GAP_TOLERANCE 2e-4
 #define MISSES 3
-/* A real read whose counter moved more than this meanwhile was interrupted (before the rate is
- * known: that many ticks, 20 µs at 3 GHz). */
-#define SLOW_READ_NS 1000
-#define FIRST_SLOW_READ_TICKS 65536
+/* A real read brackets the counter between two reads of the clock: wider than this (the thread
+ * descheduled, an interrupt), the pair is not used. SLOW_READS such reads in a row (a clock
+ * that is a system call here) and the counter is not used again. */
+#define SLOW_READ_NS 200
+#define SLOW_READS 16
+
+static uint64_t clock_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+}
+
+/* Whether this process may read the counter: on x86-64 an invariant TSC (its rate fixed through
+ * power states), and one that the process has not made trap (PR_SET_TSC, as sandboxes do).
+ * Asked at the first real read and again every RATE_AGE_NS. */
+static bool counter_allowed(void) {
+#if defined(__x86_64__)
+    static _Atomic int invariant; /* 0: not asked yet; 1: yes; 2: no */
+    int known = atomic_load_explicit(&invariant, memory_order_relaxed);
+    if (known == 0) {
+        unsigned a, b, c, d;
+        bool yes = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
+        known = yes ? 1 : 2;
+        atomic_store_explicit(&invariant, known, memory_order_relaxed);
+    }
+    int tsc = PR_TSC_ENABLE;
+    return known == 1 && (prctl(PR_GET_TSC, &tsc, 0, 0, 0) != 0 || tsc == PR_TSC_ENABLE);
+#else
+    return vgpu_counter_ticks() != 0;
+#endif
+}
 
 static void drop_counter(struct vgpu_paced_clock *clock, struct vgpu_counter_rate *rate) {
     rate->misses = MISSES;
     clock->span_ticks = 0;
 }
 
-/* Whether the counter kept time with the clock from the base to (`ticks`, `now_ns`), where that
- * can be said. */
-static int kept_time(const struct vgpu_paced_clock *clock, uint64_t ticks, uint64_t now_ns) {
-    if ((int64_t)(ticks - clock->base_ticks) < 0) {
-        return 0; /* went back: another CPU's counter, not synchronized with this one's */
+/* Whether the counter kept time with the clock from the base to (`ticks`, `now_ns`), as far as
+ * the rate known says. */
+static bool kept_time(const struct vgpu_paced_clock *clock, uint64_t ticks, uint64_t now_ns) {
+    if ((int64_t)(ticks - clock->base_ticks) < 0 || now_ns < clock->base_ns) {
+        return false; /* went back: another CPU's counter, not synchronized with this one's */
+    }
+    if (clock->span_ticks == 0) {
+        return true; /* no rate yet */
     }
     uint64_t since = ticks - clock->base_ticks;
-    if (clock->span_ticks == 0 || since >= CHECK_SPANS * clock->span_ticks) {
-        return 1; /* no rate yet, or too long ago for the rate's error to stay small */
+    uint64_t elapsed = now_ns - clock->base_ns;
+    double predicted;
+    if (since < CHECK_SPANS * clock->span_ticks) {
+        predicted = (double)((since * clock->ns_per_tick) >> 32);
+        return predicted - (double)elapsed <= MISS_NS && (double)elapsed - predicted <= MISS_NS;
     }
-    uint64_t predicted = clock->base_ns + ((since * clock->ns_per_tick) >> 32);
-    uint64_t error = predicted > now_ns ? predicted - now_ns : now_ns - predicted;
-    return error <= MISS_NS;
+    /* A gap (no launch for a while): the rate's error grows with it, a jump does not. */
+    predicted = (double)since * (double)clock->ns_per_tick / 4294967296.0;
+    double tolerance = GAP_TOLERANCE * (double)elapsed;
+    tolerance = tolerance > MISS_NS ? tolerance : MISS_NS;
+    return predicted - (double)elapsed <= tolerance && (double)elapsed - predicted <= tolerance;
+}
+
+static void anchor_at(struct vgpu_paced_clock *clock, struct vgpu_counter_rate *rate,
+                      uint64_t ticks, uint64_t now_ns) {
+    rate->anchor_ticks = ticks;
+    rate->anchor_ns = now_ns;
+    clock->span_ticks = 0; /* until the rate is measured again */
 }
 
 uint64_t vgpu_paced_clock_rebase(struct vgpu_paced_clock *clock, struct vgpu_counter_rate *rate,
@@ -49,25 +100,25 @@ uint64_t vgpu_paced_clock_rebase(struct vgpu_paced_clock *clock, struct vgpu_cou
         clock->span_ticks = 0; /* no counter, or one that did not keep time */
         return now_ns;
     }
-    if (clock->base_ns != 0 && !kept_time(clock, ticks, now_ns) && ++rate->misses >= MISSES) {
-        drop_counter(clock, rate);
-        return now_ns;
-    }
-    if (rate->anchor_ns == 0 || ticks <= rate->anchor_ticks || now_ns <= rate->anchor_ns) {
-        rate->anchor_ticks = ticks; /* the first read, or a counter that went back */
-        rate->anchor_ns = now_ns;
-        clock->span_ticks = 0;
+    if (clock->base_ns != 0 && !kept_time(clock, ticks, now_ns)) {
+        if (++rate->misses >= MISSES) {
+            drop_counter(clock, rate);
+            return now_ns;
+        }
+        anchor_at(clock, rate, ticks, now_ns); /* nothing measured across the miss */
+    } else if (rate->anchor_ns == 0) {
+        anchor_at(clock, rate, ticks, now_ns); /* the first read */
     } else if (now_ns - rate->anchor_ns >= CALIBRATE_NS) {
         double ns_per_tick =
             (double)(now_ns - rate->anchor_ns) / (double)(ticks - rate->anchor_ticks);
-        if (ns_per_tick > 1e-3 && ns_per_tick < 1e3) { /* 1 MHz to 1 THz */
-            clock->ns_per_tick = (uint64_t)(ns_per_tick * 4294967296.0);
-            clock->span_ticks = (uint64_t)((double)SPAN_NS / ns_per_tick);
-        } else {
+        if (!(ns_per_tick > 1e-3 && ns_per_tick < 1e3)) { /* 1 MHz to 1 THz */
             drop_counter(clock, rate);
+            return now_ns;
         }
+        clock->ns_per_tick = (uint64_t)(ns_per_tick * 4294967296.0);
+        clock->span_ticks = (uint64_t)((double)SPAN_NS / ns_per_tick);
         if (now_ns - rate->anchor_ns >= RATE_AGE_NS) {
-            rate->anchor_ticks = ticks;
+            rate->anchor_ticks = ticks; /* the rate keeps what it measured until then */
             rate->anchor_ns = now_ns;
         }
     }
@@ -78,17 +129,24 @@ uint64_t vgpu_paced_clock_rebase(struct vgpu_paced_clock *clock, struct vgpu_cou
 
 __attribute__((cold, noinline)) uint64_t vgpu_paced_clock_read(struct vgpu_paced_clock *clock,
                                                               struct vgpu_counter_rate *rate) {
-    uint64_t before = vgpu_counter_ticks();
-    struct timespec clock_now;
-    clock_gettime(CLOCK_MONOTONIC, &clock_now);
-    uint64_t after = vgpu_counter_ticks();
-    uint64_t now = (uint64_t)clock_now.tv_sec * 1000000000ULL + (uint64_t)clock_now.tv_nsec;
-    /* A read that took long (the thread descheduled between the counter and the clock) pairs
-     * the counter with another time: the base stays, and the next read is real again. */
-    uint64_t slow = clock->span_ticks != 0 ? clock->span_ticks / (SPAN_NS / SLOW_READ_NS)
-                                           : FIRST_SLOW_READ_TICKS;
-    if (after - before > slow) {
-        return now;
+    if (rate->misses >= MISSES) {
+        return clock_ns(); /* the counter dropped: the clock alone */
     }
-    return vgpu_paced_clock_rebase(clock, rate, before + (after - before) / 2, now);
+    if (rate->anchor_ns == 0 || clock_ns() - rate->anchor_ns >= RATE_AGE_NS) {
+        if (!counter_allowed()) {
+            drop_counter(clock, rate);
+            return clock_ns();
+        }
+    }
+    uint64_t before = clock_ns();
+    uint64_t ticks = vgpu_counter_ticks();
+    uint64_t after = clock_ns();
+    if (after - before > SLOW_READ_NS) {
+        if (++rate->slow_reads >= SLOW_READS) {
+            drop_counter(clock, rate);
+        }
+        return after;
+    }
+    rate->slow_reads = 0;
+    return vgpu_paced_clock_rebase(clock, rate, ticks, before + (after - before) / 2);
 }

@@ -6,10 +6,11 @@
  *
  * The counter only stands for the clock between real reads, at most SPAN_NS apart
  * (paced_clock.c), and each real read checks the extrapolation: a counter that does not keep
- * time with the clock (not invariant, or not synchronized across the CPUs a thread runs on) is
- * dropped for good after a few misses, and every read is then a real one. The time it gives is
- * never behind the last real read, nor ahead of the next by more than a microsecond. One per
- * paced device, under its lock. */
+ * time with the clock (not invariant, not synchronized across the CPUs a thread runs on, made
+ * to trap) is dropped for good after a few misses, and every read is then a real one. A time it
+ * gives may be up to a microsecond behind or ahead of a real read made next to it, so a
+ * difference between the two is taken with vgpu_elapsed (lease.h), never a bare subtraction.
+ * One per paced device, under its lock. */
 #ifndef VGPU_LIMITER_PACED_CLOCK_H
 #define VGPU_LIMITER_PACED_CLOCK_H
 
@@ -31,7 +32,8 @@ struct vgpu_paced_clock {
 /* What only real reads use: the counter's rate, measured between two of them. */
 struct vgpu_counter_rate {
     uint64_t anchor_ticks, anchor_ns; /* the real read the rate is measured from */
-    unsigned misses; /* real reads that the extrapolation missed by more than MISS_NS */
+    unsigned misses;     /* real reads that the extrapolation missed (paced_clock.c) */
+    unsigned slow_reads; /* real reads in a row too wide to pair the counter with the clock */
 };
 
 /* The CPU's counter, or 0 where there is none this code knows. */
