@@ -183,7 +183,8 @@ static VGPU_COLD void log_stats(struct paced_device *state, uint64_t charged) {
                  "lost, %u for a collective, %u yielded; %u urgent), %u launches, %u markers, "
                  "%u stream switches, %llu us of GPU time charged, %llu us waited for the lease "
                  "(%llu us of it for the gang's other ranks), %llu us paused for the limit, %llu "
-                 "us beyond the bucket's cap in %llu ms; %llu collectives so far",
+                 "us beyond the bucket's cap in %llu ms; %llu collectives so far; the clock "
+                 "%s",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.urgent,
@@ -195,7 +196,9 @@ static VGPU_COLD void log_stats(struct paced_device *state, uint64_t charged) {
                  (unsigned long long)(state->stats.paused_ns / 1000),
                  (unsigned long long)(state->stats.capped_ns / 1000),
                  (unsigned long long)((now - state->stats.since_ns) / 1000000),
-                 (unsigned long long)state->collectives);
+                 (unsigned long long)state->collectives,
+                 vgpu_paced_clock_counting(&state->rate) ? "from the CPU's counter"
+                                                         : "read for real (the counter dropped)");
     }
     memset(&state->stats, 0, sizeof state->stats);
     state->launches = 0;

@@ -36,6 +36,15 @@ struct vgpu_counter_rate {
     unsigned slow_reads; /* real reads in a row too wide to pair the counter with the clock */
 };
 
+/* Real reads that missed the extrapolation (paced_clock.c) after which the counter is not used
+ * again. */
+#define VGPU_CLOCK_MISSES 3
+
+/* Whether the counter is still in use (or its rate being measured), not dropped. */
+static inline bool vgpu_paced_clock_counting(const struct vgpu_counter_rate *rate) {
+    return rate->misses < VGPU_CLOCK_MISSES;
+}
+
 /* The CPU's counter, or 0 where there is none this code knows. */
 static inline uint64_t vgpu_counter_ticks(void) {
 #if defined(__x86_64__)
