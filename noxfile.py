@@ -146,12 +146,6 @@ C_TESTS: list[tuple[str, list[Path], list[Path], dict[str, str]]] = [
         {},
     ),
     (
-        "paced_clock_test",
-        [ROOT / "tests/c/paced_clock_test.c", LIMITER_C / "limiter/paced_clock.c"],
-        [LIMITER_C / "limiter"],
-        {},
-    ),
-    (
         "limiter_pacing_test",
         [
             ROOT / "tests/c/limiter_pacing_test.c",

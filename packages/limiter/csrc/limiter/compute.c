@@ -291,7 +291,7 @@ static VGPU_COLD void end_quantum(struct paced_device *state) {
 static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal, int entry,
                         CUcontext context) {
     for (;;) {
-        uint64_t now = vgpu_paced_now(&state->clock, &state->rate);
+        uint64_t now = vgpu_monotonic_ns();
         vgpu_epoch_look(state, now);
         vgpu_epoch_end_paused_or_lost(state, now);
         if (VGPU_RARELY(state->looking) && state->open && state->lease != NULL &&
@@ -378,7 +378,7 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     if (VGPU_RARELY(first || graph != NULL || state->blocking)) {
         /* A launch that may have blocked (a kernel's first, which may load its module; a
          * graph's upload; every launch under CUDA_LAUNCH_BLOCKING) ended later than it began. */
-        state->entered_ns = vgpu_paced_now(&state->clock, &state->rate);
+        state->entered_ns = vgpu_monotonic_ns();
     }
     vgpu_epoch_after_launch(state, result);
     vgpu_lock_give(&state->lock);

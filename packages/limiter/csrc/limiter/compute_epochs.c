@@ -183,8 +183,7 @@ static VGPU_COLD void log_stats(struct paced_device *state, uint64_t charged) {
                  "lost, %u for a collective, %u yielded; %u urgent), %u launches, %u markers, "
                  "%u stream switches, %llu us of GPU time charged, %llu us waited for the lease "
                  "(%llu us of it for the gang's other ranks), %llu us paused for the limit, %llu "
-                 "us beyond the bucket's cap in %llu ms; %llu collectives so far; the clock "
-                 "%s",
+                 "us beyond the bucket's cap in %llu ms; %llu collectives so far",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.urgent,
@@ -196,9 +195,7 @@ static VGPU_COLD void log_stats(struct paced_device *state, uint64_t charged) {
                  (unsigned long long)(state->stats.paused_ns / 1000),
                  (unsigned long long)(state->stats.capped_ns / 1000),
                  (unsigned long long)((now - state->stats.since_ns) / 1000000),
-                 (unsigned long long)state->collectives,
-                 vgpu_paced_clock_counting(&state->rate) ? "from the CPU's counter"
-                                                         : "read for real (the counter dropped)");
+                 (unsigned long long)state->collectives);
     }
     memset(&state->stats, 0, sizeof state->stats);
     state->launches = 0;
@@ -369,9 +366,8 @@ static VGPU_COLD void end_paused_or_lost(struct paced_device *state, uint64_t no
 }
 
 void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
-    uint64_t quiet = vgpu_elapsed(state->last_launch_ns, now);
-    bool paused = state->open && VGPU_RARELY(quiet > PAUSE_NS) &&
-                  (quiet > CONTENDED_PAUSE_NS || state->lease == NULL ||
+    bool paused = state->open && VGPU_RARELY(now - state->last_launch_ns > PAUSE_NS) &&
+                  (now - state->last_launch_ns > CONTENDED_PAUSE_NS || state->lease == NULL ||
                    !vgpu_lease_wanted(state->lease, now));
     if (VGPU_RARELY(state->open && (paused || (state->looking && state->lease != NULL &&
                                                vgpu_lease_lost(state->lease, now))))) {
@@ -451,8 +447,8 @@ static VGPU_COLD uint64_t drain_to_backlog(struct paced_device *state, uint64_t 
 }
 
 uint64_t vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
-    if (VGPU_RARELY(vgpu_elapsed(state->retired_ns, now) >= RETIRE_EVERY_NS ||
-                    vgpu_elapsed(state->last_launch_ns, now) >= GAP_NS)) {
+    if (VGPU_RARELY(now - state->retired_ns >= RETIRE_EVERY_NS ||
+                    now - state->last_launch_ns >= GAP_NS)) {
         vgpu_epoch_retire(state, false, 0);
         state->retired_ns = now;
     }

@@ -11,7 +11,6 @@
 #include "compute_bucket.h"
 #include "compute_lock.h"
 #include "cuda_api.h"
-#include "paced_clock.h"
 
 /* GPU time per epoch. Each hand-over to another pod leaves the GPU idle 250-370 µs on an H100
  * (the holder's last kernel to the next holder's first, read from the GPU's global timer:
@@ -59,10 +58,8 @@ struct paced_device {
     uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
     uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest collective */
     unsigned launches;      /* launches since the pacing log last said (stats) */
-    struct vgpu_paced_clock clock; /* what the fields above read as `now` (vgpu_paced_now) */
     /* From here, what launches in an open epoch do not touch. */
     CUevent start;
-    struct vgpu_counter_rate rate; /* the clock's real reads */
     /* Of done_ns, the time the GPU sat idle within the epoch because the program fed it nothing
      * (its host thread descheduled, or busy between launches): not the pod's GPU time. */
     uint64_t idle_ns;

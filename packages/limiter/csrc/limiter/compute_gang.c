@@ -282,7 +282,7 @@ struct vgpu_gang_decision vgpu_gang_until(uint64_t *seq, unsigned *late, uint64_
 /* --- one pause for all the pod's ranks ------------------------------------------------------ */
 
 bool vgpu_gang_member(const struct paced_device *state, uint64_t now) {
-    return state->collective_ns != 0 && vgpu_elapsed(state->collective_ns, now) < VGPU_GANG_HOLD_NS;
+    return state->collective_ns != 0 && now - state->collective_ns < VGPU_GANG_HOLD_NS;
 }
 
 struct gang_decision {

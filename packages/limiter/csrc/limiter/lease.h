@@ -56,10 +56,5 @@ bool vgpu_lease_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now
 uint32_t vgpu_lease_boost(struct vgpu_lease *lease);
 
 uint64_t vgpu_monotonic_ns(void);
-/* The time from `then` to `now` (both CLOCK_MONOTONIC ns), 0 when `then` reads later: a paced
- * launch's clock (paced_clock.h) may be a little behind a real read made just before it. */
-static inline uint64_t vgpu_elapsed(uint64_t then, uint64_t now) {
-    return now > then ? now - then : 0;
-}
 
 #endif

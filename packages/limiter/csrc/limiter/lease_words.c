@@ -261,7 +261,7 @@ bool vgpu_words_lost(struct vgpu_lease *lease, uint64_t now) {
         return false;
     }
     lease->exclusive = false;
-    if (lease->exposed || vgpu_elapsed(lease->touched_ns, now) > VGPU_LEASE_STALE_NS / 2 ||
+    if (lease->exposed || now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2 ||
         (lease->drains_ns != 0 && now > lease->drains_ns) ||
         atomic_load(&lease->shared->drained_owner) == token()) {
         return true; /* a waiter may rightly have judged this process stale or idle */
@@ -273,7 +273,7 @@ bool vgpu_words_lost(struct vgpu_lease *lease, uint64_t now) {
 }
 
 void vgpu_words_touch(struct vgpu_lease *lease, uint64_t now) {
-    if (vgpu_elapsed(lease->touched_ns, now) > VGPU_LEASE_STALE_NS / 2 ||
+    if (now - lease->touched_ns > VGPU_LEASE_STALE_NS / 2 ||
         (lease->drains_ns != 0 && now > lease->drains_ns &&
          now - lease->drains_ns > VGPU_LEASE_DRAINED_NS / 2)) {
         lease->exposed = true; /* stale or drained for a while: a waiter may take the lease */
