@@ -249,21 +249,20 @@ class BoostEstimator:
         if (
             busy < MIN_BUSY
             or _differ(sum(early) / len(early), sum(late) / len(late), UTILIZATION_GRAIN)
-            or not self._steady_power(middle, (1.0 - busy) * IDLE_SHARE * limit_w)
+            or not self._steady_power(middle)
             # No paced work in the window: nothing is charged this load's boost.
             or (paced_at is not None and paced_at <= first)
         ):
             return None
-        # The paced work's own GPU time over the same span, where it reads busier: NVML's
-        # utilization samples the GPU in periods of its own and reads it a few points idler than
-        # it is, most at low utilization (8 % for a pod at 10 %, whose epochs the limiter timed
-        # at 10 %), which the model divides by. A tenant can write that time: it only ever
-        # lowers the estimate.
         # Which windows are estimated follows NVML alone, so that the paced share, a tenant's
         # to write, changes no estimate but by lowering it.
         self._window_s = min(MAX_WINDOW_S, max(WINDOW_S, BUSY_IN_WINDOW_S / busy))
         if (last - first) * busy < MIN_BUSY_IN_SPAN_S:
             return None
+        # The paced work's own GPU time over the same span, where it reads busier: NVML's
+        # utilization samples the GPU in periods of its own and reads it a few points idler than
+        # it is, most at low utilization (8 % for a pod at 10 %, whose epochs the limiter timed
+        # at 10 %), which the model divides by.
         paced = self._paced_between(first, last)
         busy = max(busy, paced) if paced is not None else busy
         return boost_from((last_mj - first_mj) / (last - first) / 1000.0, busy, limit_w)
@@ -288,20 +287,15 @@ class BoostEstimator:
         if len(self._estimates) >= FIRST_ESTIMATES:
             self._median = statistics.median(self._estimates)
 
-    def _steady_power(self, middle: float, floor_w: float) -> bool:
-        """Whether the window's two halves drew about the same power above ``floor_w`` (the
-        gaps' share; energy steps around the middle split it): power falls at once when work
-        stops, before NVML's utilization does. Above the floor, because at low utilization the
-        gaps' power is most of the mean: at 10 % on an H100 the window that began with a load
-        (its first second drew less, starting up) read 174 W against the load's 206 W, halves
-        within 30 % of each other, and its estimate of 1.0 was published for two seconds."""
+    def _steady_power(self, middle: float) -> bool:
+        """Whether the window's two halves drew about the same power (energy steps around the
+        middle split it): power falls at once when work stops, before NVML's utilization does."""
         (first, first_mj), (last, last_mj) = self._energy[0], self._energy[-1]
         split, split_mj = min(self._energy, key=lambda point: abs(point[0] - middle))
         if not first < split < last:
             return False
         return not _differ(
-            (split_mj - first_mj) / (split - first) / 1000.0 - floor_w,
-            (last_mj - split_mj) / (last - split) / 1000.0 - floor_w,
+            (split_mj - first_mj) / (split - first), (last_mj - split_mj) / (last - split)
         )
 
 
