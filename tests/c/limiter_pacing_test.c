@@ -159,18 +159,23 @@ static void rate_hard_or_burst(void) {
     struct vgpu_pace pace = choose(QUARTER, 0, 0, 0, T0, &answer);
     CHECK_U64(pace.rate, QUARTER);
     CHECK_U64(pace.hard, QUARTER);
+    CHECK(pace.alone); /* nobody else wants the GPU: a pod alone */
+    CHECK_U64(answer.asked, 1); /* the lease is looked at whenever the limit limits */
+    CHECK_U64(answer.asked_at, T0);
     pace = choose(QUARTER, QUARTER, 0, 0, T0, &answer); /* a soft limit no higher: no burst */
     CHECK_U64(pace.rate, QUARTER);
-    CHECK_U64(answer.asked, 0); /* the lease is looked at only when a burst is possible */
     pace = choose(QUARTER, HALF, 0, 0, T0, &answer);
     CHECK_U64(pace.rate, HALF); /* uncontended: the soft limit */
     CHECK_U64(pace.hard, QUARTER);
-    CHECK_U64(answer.asked, 1);
-    CHECK_U64(answer.asked_at, T0);
+    CHECK(pace.alone);
+    CHECK_U64(answer.asked, 3);
     answer.contended = true;
     pace = choose(QUARTER, HALF, 0, 0, T0, &answer);
     CHECK_U64(pace.rate, QUARTER); /* contended: the hard limit */
     CHECK_U64(pace.hard, QUARTER);
+    CHECK(!pace.alone);
+    pace = choose(QUARTER, 0, 0, 0, T0, &answer);
+    CHECK(!pace.alone);
     answer.contended = false;
     pace = choose(QUARTER, 20000, 0, 0, T0, &answer); /* a soft limit past 100 % bursts at 100 % */
     CHECK_U64(pace.rate, VGPU_COMPUTE_UNLIMITED);
@@ -201,7 +206,7 @@ static void rate_effective(void) {
 
 static void refill_accrues_up_to_cap(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false, false};
     uint64_t capped = 0;
     /* The first refill starts the bucket: empty, refilled now. */
     CHECK_I64(vgpu_bucket_refill(&device, quarter, T0, &capped), 0);
@@ -220,7 +225,7 @@ static void refill_accrues_up_to_cap(void) {
 /* A gang's bucket (a job's ranks, which end epochs only at collectives) holds twice as much. */
 static void a_gang_holds_twice_as_much(void) {
     fresh_device();
-    struct vgpu_pace gang = {QUARTER, QUARTER, true};
+    struct vgpu_pace gang = {QUARTER, QUARTER, true, false};
     uint64_t capped = 0;
     vgpu_bucket_refill(&device, gang, T0, &capped);
     CHECK_I64(vgpu_bucket_refill(&device, gang, T0 + SECOND, &capped), 2 * cap_of(QUARTER));
@@ -228,22 +233,54 @@ static void a_gang_holds_twice_as_much(void) {
     CHECK_I64(vgpu_bucket_peek(&device, gang, T0 + 2 * SECOND), 2 * cap_of(QUARTER));
     /* Another process of the pod, no rank, refills at the single cap: what is held stays, and
      * only what accrued is counted as cut. */
-    struct vgpu_pace plain = {QUARTER, QUARTER, false};
+    struct vgpu_pace plain = {QUARTER, QUARTER, false, false};
     capped = 0;
     CHECK_I64(vgpu_bucket_peek(&device, plain, T0 + 2 * SECOND), 2 * cap_of(QUARTER));
     CHECK_I64(vgpu_bucket_refill(&device, plain, T0 + 2 * SECOND, &capped), 2 * cap_of(QUARTER));
     CHECK_U64(capped, SECOND / 4);
 }
 
+/* A pod no other pod contends with waits for no lease: its bucket keeps only what the hard
+ * limit saves in VGPU_BUCKET_ALONE_NS. What it saved while contended stays when the others stop;
+ * only what accrues is cut. */
+static void a_pod_alone_holds_less(void) {
+    fresh_device();
+    struct vgpu_pace alone = {HALF, HALF, false, true};
+    struct vgpu_pace contended = {HALF, HALF, false, false};
+    int64_t alone_cap = (int64_t)(VGPU_BUCKET_ALONE_NS * HALF / VGPU_COMPUTE_UNLIMITED);
+    CHECK(alone_cap < cap_of(HALF));
+    uint64_t capped = 0;
+    vgpu_bucket_refill(&device, alone, T0, &capped);
+    /* 10 ms at 50 % is 5 ms: under the cap. */
+    CHECK_I64(vgpu_bucket_refill(&device, alone, T0 + 10 * MS, &capped), (int64_t)(5 * MS));
+    /* A second idle, starting up: 8 ms kept, the rest cut. */
+    CHECK_I64(vgpu_bucket_refill(&device, alone, T0 + SECOND, &capped), alone_cap);
+    CHECK_U64(capped, SECOND / 2 - (uint64_t)alone_cap);
+    CHECK_I64(vgpu_bucket_peek(&device, alone, T0 + 2 * SECOND), alone_cap);
+    /* Contended, it saves up to the full cap (what a wait for another pod's epoch accrues). */
+    CHECK_I64(vgpu_bucket_peek(&device, contended, T0 + 2 * SECOND), cap_of(HALF));
+    CHECK_I64(vgpu_bucket_refill(&device, contended, T0 + 2 * SECOND, &capped), cap_of(HALF));
+    /* Alone again: what it holds stays; what accrues meanwhile is cut. */
+    capped = 0;
+    CHECK_I64(vgpu_bucket_refill(&device, alone, T0 + 2 * SECOND + 4 * MS, &capped), cap_of(HALF));
+    CHECK_U64(capped, 2 * MS);
+    /* Spent below the cap, it refills to the smaller one. */
+    set_balance(0);
+    CHECK_I64(vgpu_bucket_refill(&device, alone, T0 + 3 * SECOND, &capped), alone_cap);
+    /* A gang's cap is twice the full one, alone or not. */
+    struct vgpu_pace gang = {HALF, HALF, true, true};
+    CHECK_I64(vgpu_bucket_refill(&device, gang, T0 + 4 * SECOND, &capped), 2 * cap_of(HALF));
+}
+
 static void refill_pays_debt_at_rate(void) {
     fresh_device();
     uint64_t capped = 0;
-    vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF, false}, T0, &capped);
+    vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF, false, false}, T0, &capped);
     set_balance(-(int64_t)(10 * MS));
-    CHECK_I64(vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF, false}, T0 + 4 * MS, &capped),
+    CHECK_I64(vgpu_bucket_refill(&device, (struct vgpu_pace){HALF, HALF, false, false}, T0 + 4 * MS, &capped),
               -(int64_t)(8 * MS));
     /* Bursting: it accrues at the soft limit, but the cap is the hard limit's. */
-    struct vgpu_pace burst = {HALF, QUARTER, false};
+    struct vgpu_pace burst = {HALF, QUARTER, false, false};
     CHECK_I64(vgpu_bucket_refill(&device, burst, T0 + 20 * MS, &capped), 0);
     CHECK_I64(vgpu_bucket_refill(&device, burst, T0 + SECOND, &capped), cap_of(QUARTER));
     CHECK(cap_of(QUARTER) < cap_of(HALF));
@@ -251,7 +288,7 @@ static void refill_pays_debt_at_rate(void) {
 
 static void refill_after_idle_or_clock_back(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false, false};
     uint64_t capped = 0;
     vgpu_bucket_refill(&device, quarter, T0, &capped);
     set_balance(-(int64_t)SECOND);
@@ -277,7 +314,7 @@ static void refill_after_idle_or_clock_back(void) {
     CHECK_I64(vgpu_bucket_refill(&device, quarter, UINT64_MAX, &capped), 0);
     CHECK_U64(capped, 0);
     /* The largest gap that accrues, at 100 %: 10 s, cut to the cap, without overflow. */
-    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, 9999, false};
+    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, 9999, false, false};
     fresh_device();
     vgpu_bucket_refill(&device, full, T0, &capped);
     capped = 0;
@@ -310,9 +347,9 @@ static void wait_for_budget(void) {
     fresh_device();
     uint64_t capped = 0;
     /* Not limited: no wait, and the bucket is not even looked at. */
-    CHECK_U64(vgpu_bucket_wait_ns(&device, (struct vgpu_pace){0, 0, false}, T0, &capped), 0);
+    CHECK_U64(vgpu_bucket_wait_ns(&device, (struct vgpu_pace){0, 0, false, false}, T0, &capped), 0);
     CHECK_U64(refilled_at(), 0);
-    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false, false};
     CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0, &capped), 0); /* a fresh bucket */
     set_balance(-(int64_t)MS);
     /* 1 ms of debt, 0.25 ms paid back in the last ms: 3 ms to wait. */
@@ -320,28 +357,28 @@ static void wait_for_budget(void) {
     CHECK_U64(vgpu_bucket_wait_ns(&device, quarter, T0 + 4 * MS, &capped), 0);
     CHECK_I64(balance(), 0);
     /* At 100 % (a soft limit's burst) the bucket is still paced: a debt is waited for. */
-    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, QUARTER, false};
+    struct vgpu_pace full = {VGPU_COMPUTE_UNLIMITED, QUARTER, false, false};
     set_balance(-(int64_t)(2 * MS));
     CHECK_U64(vgpu_bucket_wait_ns(&device, full, T0 + 5 * MS, &capped), MS);
 }
 
 static void charge(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false, false};
     vgpu_bucket_charge(&device, 3 * MS, quarter);
     CHECK_I64(balance(), -(int64_t)(3 * MS));
     CHECK_U64(atomic_load(&device.gpu_ns), 3 * MS);
     CHECK_U64(atomic_load(&device.burst_ns), 0);
     /* At 50 % over a 25 % hard limit, half of the GPU time was burst. */
-    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){HALF, QUARTER, false});
+    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){HALF, QUARTER, false, false});
     CHECK_I64(balance(), -(int64_t)(7 * MS));
     CHECK_U64(atomic_load(&device.gpu_ns), 7 * MS);
     CHECK_U64(atomic_load(&device.burst_ns), 2 * MS);
     /* At 100 % over 25 %: three quarters. */
-    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){VGPU_COMPUTE_UNLIMITED, QUARTER, false});
+    vgpu_bucket_charge(&device, 4 * MS, (struct vgpu_pace){VGPU_COMPUTE_UNLIMITED, QUARTER, false, false});
     CHECK_U64(atomic_load(&device.burst_ns), 5 * MS);
     /* No hard limit known: no burst counted. */
-    vgpu_bucket_charge(&device, MS, (struct vgpu_pace){HALF, 0, false});
+    vgpu_bucket_charge(&device, MS, (struct vgpu_pace){HALF, 0, false, false});
     CHECK_U64(atomic_load(&device.burst_ns), 5 * MS);
     CHECK_U64(atomic_load(&device.gpu_ns), 12 * MS);
     CHECK_I64(balance(), -(int64_t)(12 * MS));
@@ -369,9 +406,9 @@ static uint64_t busy_pod(struct vgpu_pace pace, uint64_t epoch_ns, uint64_t seco
 
 static void pod_gets_its_limit(void) {
     /* 25 % of 10 s is 2.5 s, give or take an epoch and what the bucket starts with. */
-    uint64_t used = busy_pod((struct vgpu_pace){QUARTER, QUARTER, false}, 32 * MS, 10);
+    uint64_t used = busy_pod((struct vgpu_pace){QUARTER, QUARTER, false, false}, 32 * MS, 10);
     CHECK(used >= 10 * SECOND / 4 - 32 * MS && used <= 10 * SECOND / 4 + 32 * MS);
-    used = busy_pod((struct vgpu_pace){7000, 7000, false}, 2 * MS, 10);
+    used = busy_pod((struct vgpu_pace){7000, 7000, false, false}, 2 * MS, 10);
     CHECK(used >= 7 * SECOND - 2 * MS && used <= 7 * SECOND + 2 * MS);
     CHECK_U64(atomic_load(&device.gpu_ns), used);
 }
@@ -464,7 +501,7 @@ static void gang_gate(void) {
 
 static void peek(void) {
     fresh_device();
-    struct vgpu_pace quarter = {QUARTER, QUARTER, false};
+    struct vgpu_pace quarter = {QUARTER, QUARTER, false, false};
     uint64_t capped = 0;
     CHECK_I64(vgpu_bucket_peek(&device, quarter, T0), 0); /* never refilled */
     vgpu_bucket_refill(&device, quarter, T0, &capped);
@@ -531,6 +568,7 @@ int main(void) {
     rate_effective();
     refill_accrues_up_to_cap();
     a_gang_holds_twice_as_much();
+    a_pod_alone_holds_less();
     refill_pays_debt_at_rate();
     refill_after_idle_or_clock_back();
     time_to_budget();

@@ -24,8 +24,10 @@ enum {
 };
 
 /* The bucket holds at most the hard limit's share of this much wall time (compute_bucket.c),
- * a gang's twice as much. */
+ * a gang's twice as much, and a pod that no other pod contends with only VGPU_BUCKET_ALONE_NS's
+ * share. */
 #define VGPU_BUCKET_BURST_NS 50000000ULL
+#define VGPU_BUCKET_ALONE_NS 16000000ULL
 /* A refill after this long starts the bucket afresh, empty and out of debt. */
 #define VGPU_BUCKET_IDLE_NS 10000000000ULL
 /* A wait for the bucket is at least this, and at most this before the limits are read again. */
@@ -55,6 +57,9 @@ struct vgpu_pace {
     uint32_t hard;
     /* The pace of a job's rank (compute_gang.h): its bucket holds twice as much. */
     bool gang;
+    /* No other pod wanted the GPU lately (vgpu_pace_contended): the pod waits for no lease, and
+     * its bucket holds less (VGPU_BUCKET_ALONE_NS). */
+    bool alone;
 };
 
 /* Whether another pod wants the GPU: `wanted_now` (it waits for or holds the device lease at
@@ -66,14 +71,16 @@ bool vgpu_pace_contended(bool wanted_now, _Atomic uint64_t *seen_ns, uint64_t no
  * and written less than VGPU_EFFECTIVE_STALE_NS before `now`; the rate is that hard limit, 0
  * when the pod's limit does not limit, or with a soft limit above the hard limit: the soft limit
  * (at most VGPU_COMPUTE_UNLIMITED) when `contended(context, now)` says no other pod wants the
- * GPU, else the daemon's fresh burst rate (what the others leave) up to the soft limit.
- * `contended` is called only when there is a soft limit (it may look at the device lease). */
+ * GPU, else the daemon's fresh burst rate (what the others leave) up to the soft limit. The pace
+ * is `alone` when the limit limits and `contended` says no. `contended` is called only when the
+ * limit limits (it may look at the device lease): once per epoch, not per launch. */
 struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_t now,
                                   bool (*contended)(void *context, uint64_t now), void *context);
 
 /* Add to the bucket what accrued at `pace.rate` since its last refill, capped at what the hard
- * limit saves in VGPU_BUCKET_BURST_NS, a gang's twice that (a pod that bursts keeps no more in
- * hand than without); what the cap cut off is added to `*capped`. A balance above the cap (a
+ * limit saves in VGPU_BUCKET_BURST_NS, a gang's twice that, a pod alone's in
+ * VGPU_BUCKET_ALONE_NS (a pod that bursts keeps no more in hand than without); what the cap cut
+ * off is added to `*capped`. A balance above the cap (a
  * gang's, refilled by another process of its pod on the same GPU) is kept, not cut. The first refill, one after VGPU_BUCKET_IDLE_NS, and one
  * with `now` more than that before the last refill empty the bucket instead; a `now` less than
  * that before it changes nothing (a reading older than another process's refill must not forgive
