@@ -372,6 +372,13 @@ def test_a_load_s_first_window_is_published_at_once_where_the_gpu_is_busy() -> N
     assert estimator.boost == pytest.approx(boost_from(480.0, 0.5, 700.0), rel=0.035)
 
 
+def test_a_tenant_s_paced_share_does_not_make_a_quiet_load_s_first_window_count() -> None:
+    """Whether a first window is published at once follows NVML alone: a lease's busy_ns that
+    claims the GPU half busy, where NVML reads 8 %, still waits for five windows."""
+    claimed = _estimates_when_first_published(BoostEstimator(), 205.1, [8], 0.5)
+    assert claimed == FIRST_ESTIMATES
+
+
 def test_at_low_utilization_a_load_s_windows_are_published_once_several_agree() -> None:
     """At 10 % a first window alone read 7.5 % high on NVML's 7/14 grain: a load's estimates
     are published, or replace the old load's, once five windows were estimated (their median)."""

@@ -253,6 +253,24 @@ def test_a_frozen_process_killed_gives_its_memory_back(
         region.resume()
 
 
+def test_contention_is_remembered_by_each_pod_alone_is_not(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """Two pods on one GPU each record in their region when they last saw the other want it (the
+    pod's bucket then holds L of 50 ms, whichever of its processes refills it); a pod alone never
+    does (its bucket holds L of 16 ms)."""
+    concurrent([limit(compute_env("alone"), 30)], seconds=1.0)
+    concurrent([limit(compute_env("a"), 30), limit(compute_env("b"), 30)], seconds=1.5)
+    at = ffi.offsetof("struct vgpu_region", "devices")
+    at += ffi.offsetof("struct vgpu_region_device", "contended_ns")  # of GPU 0's entry
+    seen = {}
+    for pod in ("alone", "a", "b"):
+        data = (tmp_path / pod / "shm").read_bytes()
+        seen[pod] = int.from_bytes(data[at : at + 8], "little")
+    assert seen["alone"] == 0, seen
+    assert seen["a"] > 0 and seen["b"] > 0, seen
+
+
 def test_the_lease_adds_up_the_gpu_time_of_every_pods_epochs(
     compute_env: LimitedEnv, tmp_path: Path
 ) -> None:

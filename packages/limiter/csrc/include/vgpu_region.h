@@ -91,7 +91,11 @@ struct vgpu_region_device {
      * them (a region written before these words existed reads 0 here). */
     VGPU_ATOMIC(uint64_t) refusals;
     VGPU_ATOMIC(uint64_t) refused_bytes_last;
-    uint64_t spare[2];
+    /* When a process of the pod last saw another pod want this GPU (CLOCK_MONOTONIC): the pod's
+     * bucket holds more while it is contended (compute_bucket.h). Owned by the compute limiter;
+     * a region written before this word existed reads 0 here (never contended yet). */
+    VGPU_ATOMIC(uint64_t) contended_ns;
+    uint64_t spare[1];
 };
 
 struct vgpu_region_process {

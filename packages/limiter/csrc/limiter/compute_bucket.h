@@ -63,8 +63,9 @@ struct vgpu_pace {
 };
 
 /* Whether another pod wants the GPU: `wanted_now` (it waits for or holds the device lease at
- * `now`, which is then remembered in `*seen_ns`), or it was last seen less than
- * VGPU_CONTENDED_HOLD_NS before `now`. A `now` before `*seen_ns` is not contended. */
+ * `now`, which is then remembered in `*seen_ns`, the region's contended_ns, which every process
+ * of the pod writes), or it was last seen less than VGPU_CONTENDED_HOLD_NS before `now`. A `now`
+ * before `*seen_ns` is not contended. */
 bool vgpu_pace_contended(bool wanted_now, _Atomic uint64_t *seen_ns, uint64_t now);
 
 /* The pace at `now`: hard is the pod's limit, or the daemon's effective limit when that is lower
@@ -73,7 +74,8 @@ bool vgpu_pace_contended(bool wanted_now, _Atomic uint64_t *seen_ns, uint64_t no
  * (at most VGPU_COMPUTE_UNLIMITED) when `contended(context, now)` says no other pod wants the
  * GPU, else the daemon's fresh burst rate (what the others leave) up to the soft limit. The pace
  * is `alone` when the limit limits and `contended` says no. `contended` is called only when the
- * limit limits (it may look at the device lease): once per epoch, not per launch. */
+ * limit limits (it may look at the device lease): when a pace is chosen (before an epoch, at
+ * each wait for the bucket, at a gang's collective), never per launch. */
 struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_t now,
                                   bool (*contended)(void *context, uint64_t now), void *context);
 

@@ -63,7 +63,6 @@ struct paced_device {
     /* Of done_ns, the time the GPU sat idle within the epoch because the program fed it nothing
      * (its host thread descheduled, or busy between launches): not the pod's GPU time. */
     uint64_t idle_ns;
-    _Atomic uint64_t contended_ns; /* when another pod was last seen wanting the GPU */
     struct vgpu_pace pace; /* the epoch's rate (the hard or the soft limit) and hard limit */
     struct vgpu_unboosted unboosted; /* GPU time run before the daemon's boost was known */
     bool estimated;       /* kernel_ns comes from a measurement */

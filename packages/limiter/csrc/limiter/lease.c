@@ -232,7 +232,10 @@ void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words
     lease->pod = pod_words;
 }
 
-/* In a forked child, the connection and the seat are its parent's: it takes its own. */
+/* In a forked child, the connection and the seat are its parent's: it takes its own. Where it
+ * cannot, the parent's seat stays mapped, unused (the socket says the lease is not arbitrated):
+ * a thread reading whether other pods want the GPU outside the device's lock (compute.c) may
+ * still hold the pointer. */
 static void reseat_child(struct vgpu_lease *lease) {
     close(lease->socket);
     lease->socket = -1;
@@ -240,7 +243,6 @@ static void reseat_child(struct vgpu_lease *lease) {
     char why[4400];
     bool absent = false;
     if (!seat_in(lease, &absent, why, sizeof why)) {
-        lease->seat = NULL;
         seat_gone(lease);
     }
 }

@@ -95,12 +95,16 @@ published at once. Until then a GPU's pods are charged the old load's boost, or 
 difference charged once the boost is known where there is none yet (the limiter keeps their GPU
 time), and either must end early in their first second. Replayed through an H100's readings, a
 PyTorch matmul at 25 % on a fresh daemon had its first boost 0.85-1.05 s after its first epoch
-with five windows (it got 29.6-30.0 % of its first second), 0.2 s sooner with one, within 3 %
-of where the median settled; a JAX matmul at 50 % was charged the 25 % load's 1.068 for its
-first second, where its own was 1.12."""
+with five windows (it got 29.6-30.0 % of its first second), 0.2 s sooner with one; a JAX
+matmul at 50 % was charged the 25 % load's 1.068 for its first second, where its own was 1.12.
+A first window reads 1-5 % below where the median settles two seconds on, as the load's power
+still rises (a median of its first three read the same, 0.1 s later): a pod is charged a little
+less for a moment, where before it was charged 1.0 or another load's boost."""
 PROMPT_BUSY = 2 * UTILIZATION_GRAIN
 """Where NVML's grain is at most half its reading. At 10 % a first window alone read 7.5 %
-high (NVML's 7/14 grain), at 15 % and above within 3 %, as closely as later windows."""
+high (NVML's 7/14 grain); at 15 % and above, on the same synthetic readings, within 3 %, as
+closely as later windows. Judged on NVML's utilization alone: the paced share, a tenant's to
+write, decides nothing here."""
 RECENT_S = 0.4
 """Utilization readings this recent bound the boost at once (see ``ceiling``)."""
 PACED_WINDOW_S = 1.0
