@@ -6,6 +6,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,28 @@ def test_the_ceiling_bounds_the_boost_at_once_and_the_load_comes_back_after_it()
     assert after == pytest.approx(partial, rel=0.01)
 
 
+def sampled(
+    estimator: BoostEstimator,
+    power_w: float,
+    readings: list[int],
+    paced: float,
+    seconds: float,
+) -> Iterator[float]:
+    """Like ``feed``, from the estimator's last reading on, with NVML's utilization read every
+    200 ms from ``readings`` in turn (as the daemon does) and the lease's busy_ns at ``paced`` in
+    whole 32-ms epochs: the time of every reading, once the estimator has it."""
+    energy = estimator._energy[-1][1] if estimator._energy else 0
+    start = estimator._busy[-1][0] if estimator._busy else 0.0
+    for tick in range(1, round(seconds / 0.025) + 1):
+        if tick % 4 == 0:
+            energy += round(power_w * 100)
+        now = start + tick * 0.025
+        utilization = readings[(tick // 8) % len(readings)]
+        busy_ns = int(tick * 0.025 * paced / 0.032) * 32_000_000
+        estimator.add(now, energy, utilization, 700_000, paced_busy_ns=busy_ns, paced_at=now)
+        yield now
+
+
 def feed_sampled(
     estimator: BoostEstimator,
     power_w: float,
@@ -188,20 +211,8 @@ def feed_sampled(
     paced: float,
     seconds: float,
 ) -> list[tuple[float, float | None]]:
-    """Like ``feed``, with NVML's utilization read every 200 ms from ``readings`` in turn (as
-    the daemon does) and the lease's busy_ns at ``paced`` in whole 32-ms epochs: the time and
-    the published estimate of every reading."""
-    energy = estimator._energy[-1][1] if estimator._energy else 0
-    published = []
-    for tick in range(1, round(seconds / 0.025) + 1):
-        if tick % 4 == 0:
-            energy += round(power_w * 100)
-        now = tick * 0.025
-        utilization = readings[(tick // 8) % len(readings)]
-        busy_ns = int(now * paced / 0.032) * 32_000_000
-        estimator.add(now, energy, utilization, 700_000, paced_busy_ns=busy_ns, paced_at=now)
-        published.append((now, estimator.boost))
-    return published
+    """``sampled``'s readings: the time and the published estimate of every one."""
+    return [(at, estimator.boost) for at in sampled(estimator, power_w, readings, paced, seconds)]
 
 
 def test_a_pod_at_10_percent_is_estimated_from_its_own_gpu_time_through_nvml_s_grain() -> None:
@@ -341,16 +352,10 @@ def test_the_ceiling_falls_as_the_gpu_gets_busier(busy: float, less: float) -> N
 def _estimates_when_first_published(
     estimator: BoostEstimator, power_w: float, readings: list[int], paced: float
 ) -> int:
-    """How many windows of a load (NVML's utilization read every 200 ms from ``readings`` in
-    turn, as ``feed_sampled``) had been estimated when the estimate first changed."""
-    before, energy = estimator.boost, estimator._energy[-1][1] if estimator._energy else 0
-    start = estimator._busy[-1][0] if estimator._busy else 0.0
-    for tick in range(1, 200):
-        energy += round(power_w * 100) if tick % 4 == 0 else 0
-        now = start + tick * 0.025
-        utilization = readings[(tick // 8) % len(readings)]
-        busy_ns = int(tick * 0.025 * paced / 0.032) * 32_000_000
-        estimator.add(now, energy, utilization, 700_000, paced_busy_ns=busy_ns, paced_at=now)
+    """How many windows of a load (``sampled``) had been estimated when the estimate first
+    changed; 0 if it did not within 5 s."""
+    before = estimator.boost
+    for _ in sampled(estimator, power_w, readings, paced, 5.0):
         if estimator.boost != before:
             fresh = estimator._fresh
             return len(estimator._estimates) if fresh is None else len(fresh)

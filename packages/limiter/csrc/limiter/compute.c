@@ -52,18 +52,19 @@
 
 /* --- the pod's token bucket (compute_bucket.c) at the limits the region has now ------------- */
 
-/* Whether another pod wants the GPU now (waits for the lease or holds it), or did lately as
- * any process of the pod saw it (the region's contended_ns: a process whose pod-mate waited
- * through another pod's epoch refills the pod's bucket for that wait); the pod's own other
+/* Remembered for the whole pod (the region's contended_ns): a process whose pod-mate waited
+ * through another pod's epoch refills the pod's bucket for that wait. The pod's own other
  * processes do not count. Atomic loads of the lease and the region only. */
-static bool contended(void *device_state, uint64_t now) {
-    struct paced_device *state = device_state;
-    if (state->lease == NULL) {
-        return true; /* no way to know: no burst, the full cap */
-    }
+bool vgpu_compute_contended(struct paced_device *state, uint64_t now) {
     return vgpu_pace_contended(vgpu_lease_wanted_by_other_pod(state->lease, now) ||
                                    vgpu_lease_held_by_other_pod(state->lease),
                                &vgpu_state.region->devices[state->entry].contended_ns, now);
+}
+
+static bool contended(void *device_state, uint64_t now) {
+    struct paced_device *state = device_state;
+    /* No lease, no way to know: no burst, the full cap. */
+    return state->lease == NULL || vgpu_compute_contended(state, now);
 }
 
 static bool always_contended(void *unused, uint64_t now) {
@@ -306,10 +307,8 @@ static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal
         vgpu_epoch_switch_stream(state, stream);
         uint64_t entered = vgpu_epoch_wait_for_backlog(state, now);
         /* Only another pod waiting ends a burst (the pod's own processes share its bucket). */
-        if (VGPU_RARELY(state->looking) && state->lease != NULL &&
-            vgpu_lease_wanted_by_other_pod(state->lease, now)) {
-            atomic_store_explicit(&vgpu_state.region->devices[entry].contended_ns, now,
-                                  memory_order_relaxed);
+        if (VGPU_RARELY(state->looking) && state->lease != NULL) {
+            vgpu_compute_contended(state, now); /* remembered: read when burst is chosen */
         }
         if (VGPU_RARELY(state->done_ns >= vgpu_gang_quantum(state, now))) {
             end_quantum(state);

@@ -20,4 +20,9 @@ void vgpu_compute_context_gone(CUcontext context);
 struct vgpu_pace vgpu_compute_pace(struct paced_device *state, int entry);
 struct vgpu_pace vgpu_compute_hard_pace(int entry);
 
+/* Whether another pod wants the GPU of `state` (set up, with a lease) at `now`: it waits for the
+ * lease or holds it, which the pod's region then remembers (contended_ns), or a process of the
+ * pod saw it do so lately. */
+bool vgpu_compute_contended(struct paced_device *state, uint64_t now);
+
 #endif

@@ -82,12 +82,12 @@ struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_
 /* Add to the bucket what accrued at `pace.rate` since its last refill, capped at what the hard
  * limit saves in VGPU_BUCKET_BURST_NS, a gang's twice that, a pod alone's in
  * VGPU_BUCKET_ALONE_NS (a pod that bursts keeps no more in hand than without); what the cap cut
- * off is added to `*capped`. A balance above the cap (a
- * gang's, refilled by another process of its pod on the same GPU) is kept, not cut. The first refill, one after VGPU_BUCKET_IDLE_NS, and one
- * with `now` more than that before the last refill empty the bucket instead; a `now` less than
- * that before it changes nothing (a reading older than another process's refill must not forgive
- * the pod's debt). Returns the balance. Safe against the pod's other processes refilling and
- * debiting at the same time. */
+ * off is added to `*capped`. A balance above the cap (a gang's, refilled by another process of
+ * its pod on the same GPU; one saved while contended) is kept, not cut. The first refill, one
+ * after VGPU_BUCKET_IDLE_NS, and one with `now` more than that before the last refill empty the
+ * bucket instead; a `now` less than that before it changes nothing (a reading older than another
+ * process's refill must not forgive the pod's debt). Returns the balance. Safe against the pod's
+ * other processes refilling and debiting at the same time. */
 int64_t vgpu_bucket_refill(struct vgpu_region_device *device, struct vgpu_pace pace, uint64_t now,
                            uint64_t *capped);
 

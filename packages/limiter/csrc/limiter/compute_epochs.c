@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "compute.h"
 #include "compute_gang.h"
 #include "core.h"
 #include "lease.h"
@@ -378,13 +379,9 @@ void vgpu_epoch_end_paused_or_lost(struct paced_device *state, uint64_t now) {
 VGPU_COLD void vgpu_epoch_open(struct paced_device *state, CUstream stream, int entry, bool gang) {
     if (state->lease != NULL) {
         uint64_t asked = vgpu_monotonic_ns();
-        if (vgpu_lease_held_by_other_pod(state->lease) ||
-            vgpu_lease_wanted_by_other_pod(state->lease, asked)) {
-            /* The wait is for another pod: what the pod's bucket accrues meanwhile is kept at
-             * its next refill (the full cap, compute_bucket.h), whichever process makes it. */
-            atomic_store_explicit(&vgpu_state.region->devices[entry].contended_ns, asked,
-                                  memory_order_relaxed);
-        }
+        /* A wait for another pod is remembered: what the pod's bucket accrues meanwhile is
+         * kept at its next refill (the full cap, compute_bucket.h), whichever process makes it. */
+        vgpu_compute_contended(state, asked);
         state->stats.urgent += state->urgent;
         uint64_t for_ranks = state->stats.gang_start_ns;
         if (gang) {
