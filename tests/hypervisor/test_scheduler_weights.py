@@ -21,6 +21,7 @@ from vgpu_hypervisor.daemon.scheduler import (
 from vgpu_limiter.region import DeviceInfo, ProcessInfo, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
+from tests.limiter.test_scheduling import share_between
 
 CREATED_NS = ffi.offsetof("struct vgpu_region", "created_ns")
 
@@ -120,33 +121,83 @@ def _counted(name: str, gpu_ns: int, throttled_ns: int, live: bool = True) -> Po
     )
 
 
+MS = 1_000_000
+
+
 def test_a_pod_wants_a_gpu_while_it_launches_or_waits_there() -> None:
-    demand = DemandTracker()
-    # First seen: a pod with a live process wants it, one without does not.
+    now = [10**12]
+    demand = DemandTracker(clock=lambda: now[0])
+    busy, late = (("ml", "busy"), 0), (("ml", "late"), 0)
+    # First seen (every pod, after the daemon restarts): nobody wants it yet, not even a pod
+    # with a live process; counted for that alone, idle pods divided the GPU for a pass.
     first = demand.observe([_counted("busy", 5, 0), _counted("made", 0, 0, live=False)])
-    assert first.wanting == {(("ml", "busy"), 0)}
-    # Then only a counter that moved counts: GPU time, or time waited for its share.
+    assert first.wanting == set()
+    # Then a counter that moved counts: GPU time, or time waited for its share.
+    now[0] += 100 * MS
     assert demand.observe(
         [_counted("busy", 9, 0), _counted("made", 0, 0, live=False), _counted("late", 0, 0)]
-    ).wanting == {(("ml", "busy"), 0), (("ml", "late"), 0)}
+    ).wanting == {busy}
+    now[0] += 100 * MS
     assert demand.observe(
-        [_counted("busy", 9, 4), _counted("made", 0, 0), _counted("late", 0, 0)]
-    ).wanting == {(("ml", "busy"), 0)}
-    # Idle again (a sleeping process, a frozen pod): wants nothing; nor does a pod whose
+        [_counted("busy", 9, 4), _counted("made", 0, 0), _counted("late", 1, 0)]
+    ).wanting == {busy, late}
+    # Within a second of its last move it still wants the GPU, however soon the next pass.
+    now[0] += 900 * MS
+    assert demand.observe(
+        [_counted("busy", 9, 4), _counted("made", 0, 0), _counted("late", 1, 0)]
+    ).wanting == {busy, late}
+    # Idle a second (a sleeping process, a frozen pod): wants nothing; nor does a pod whose
     # processes exited, whatever its counters did before they went.
-    assert demand.observe([_counted("busy", 9, 4), _counted("made", 0, 0)]).wanting == set()
+    now[0] += 100 * MS
+    assert demand.observe([_counted("busy", 9, 4), _counted("late", 1, 0)]).wanting == set()
+    now[0] += 100 * MS
     assert demand.observe([_counted("busy", 12, 4, live=False)]).wanting == set()
     bad = PodRecord("ml", "bad", Path("/none/bad"), error="truncated")
     assert demand.observe([bad]).wanting == set()
 
 
-def test_a_pods_use_is_its_gpu_time_over_the_pass() -> None:
-    now = [10**9]
+def test_passes_milliseconds_apart_see_busy_pods_as_busy() -> None:
+    """Passes also run after every API change and Kubernetes event. Judged pass to pass, two
+    busy 60 % pods whose counters move as their 32-ms epochs end were seen idle in half of
+    twenty quick passes, and the GPU was left undivided until the next periodic pass."""
+    now = [10**12]
+    demand = DemandTracker(clock=lambda: now[0])
+    gpu = {"a": 0, "b": 16 * MS}
+    demand.observe([_counted(name, used, 0) for name, used in gpu.items()])
+    for step in range(400):  # 2 s, a pass every 5 ms
+        now[0] += 5 * MS
+        if step % 6 == 0:  # an epoch of each ends every 32 ms or so
+            gpu = {name: used + 16 * MS for name, used in gpu.items()}
+        seen = demand.observe([_counted(name, used, 0) for name, used in gpu.items()])
+        if step > 0:
+            assert seen.wanting == {(("ml", "a"), 0), (("ml", "b"), 0)}, step
+    # Their use, measured over windows of a second or so however often the passes come.
+    assert seen.usage == {(("ml", "a"), 0): pytest.approx(5300, abs=300)} | {
+        (("ml", "b"), 0): pytest.approx(5300, abs=300)
+    }
+
+
+def test_a_pods_use_is_its_gpu_time_since_it_started_to_want_the_gpu() -> None:
+    now = [10**12]
     demand = DemandTracker(clock=lambda: now[0])
     demand.observe([_counted("a", 0, 0), _counted("b", 0, 0)])
+    # Both start: counted at their whole limit (no use yet) until a window of their work.
+    now[0] += 500 * MS
+    seen = demand.observe([_counted("a", 1, 0), _counted("b", 1, 0)])
+    assert len(seen.wanting) == 2 and seen.usage == {}
     now[0] += 10**9  # a second: 170 ms of GPU time is 17 %
-    seen = demand.observe([_counted("a", 170 * 10**6, 0), _counted("b", 10**8, 5 * 10**7)])
+    seen = demand.observe([_counted("a", 170 * MS + 1, 0), _counted("b", 10**8 + 1, 5 * 10**7)])
     assert seen.usage == {(("ml", "a"), 0): 1700, (("ml", "b"), 0): 1000}
+    # b stops for two seconds and wakes: its use is measured afresh, not over its idle time
+    # (a pod woken at 70 % read as 35 gave a bursting pod the rest).
+    now[0] += 2 * 10**9
+    demand.observe([_counted("a", 510 * MS, 0), _counted("b", 10**8 + 1, 5 * 10**7)])
+    now[0] += 100 * MS
+    seen = demand.observe([_counted("a", 527 * MS, 0), _counted("b", 170 * MS, 5 * 10**7)])
+    assert (("ml", "b"), 0) in seen.wanting and (("ml", "b"), 0) not in seen.usage
+    now[0] += 10**9
+    seen = demand.observe([_counted("a", 697 * MS, 0), _counted("b", 870 * MS, 5 * 10**7)])
+    assert seen.usage[(("ml", "b"), 0)] == 7000
 
 
 @pytest.mark.parametrize(
@@ -166,8 +217,10 @@ def test_a_pods_use_is_its_gpu_time_over_the_pass() -> None:
         ),
         # Never past the soft limit: the rest stays.
         ({"a": (2000, 3000, 0), "c": (1000, 0, 0)}, {"a": 3000}),
-        # Alone, a pod may burst to the whole GPU.
-        ({"a": (2000, 10000, 0)}, {"a": 10000}),
+        # Alone: no rate. Nothing the others leave was measured; the limiter bursts while it
+        # sees no other pod and holds the hard limit beside one that wakes until a pass
+        # weighs it in.
+        ({"a": (2000, 10000, 0)}, {"a": 0}),
     ],
 )
 def test_a_bursting_pod_takes_what_the_others_leave(
@@ -359,3 +412,34 @@ def test_a_policy_book_of_the_wrong_shape_is_no_policy(document: object) -> None
 def test_a_policy_book_round_trips() -> None:
     policies = {("ml", "a"): ((5, 7), Qos.HIGH, 3), ("ml", "b"): ((5, 9), Qos.LOW, 0)}
     assert _decode_policies(_encode_policies(policies)) == policies
+
+
+def test_a_bursting_pod_gives_way_at_once_to_a_pod_that_wakes(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """A pod at 30 (burst 100) runs alone, then a 70 % pod starts beside it. Before, the daemon
+    published the lone pod's soft limit as its burst rate, which it kept beside the newcomer:
+    the 70 % pod got 43-50 % of its first two seconds and 55-58 % of the next three: its use,
+    measured over passes that held its idle time or the other's burst, gained 5 points a
+    pass."""
+    for name, flags in (("a", ["--burst", "0=100"]), ("b", [])):
+        limit = "0=30" if name == "a" else "0=70"
+        created = daemon.cli("pods", "create", name, "--compute", limit, *flags)
+        assert created.returncode == 0, created.stderr
+    workloads.append(daemon.workload("a", "--duration", "60", "--kernel-us", "500"))
+    with open_region(daemon.base / "default" / "a" / "shm") as region:
+        wait_for(lambda: region.devices[0].gpu_ns > 0, timeout=10)
+        time.sleep(1.5)  # passes with a alone, bursting
+        # Alone: no rate (what others leave was not measured), so at the first launch of
+        # another pod that waits its hard limit holds.
+        assert region.burst(0) == 0
+        woken = daemon.workload("b", "--duration", "3", "--kernel-us", "500", "--marks")
+        workloads.append(woken)
+        out, err = woken.communicate(timeout=60)
+        assert woken.returncode == 0, err
+        # Weighed beside the newcomer at its whole limit until its use was measured, then at
+        # what it used: nothing left above the hard limit.
+        assert region.burst(0) == 0
+    marks = json.loads(out)["marks"]
+    share = share_between(marks, 0.5, 2.5)
+    assert share >= 60, share  # 70 on an idle machine; about 50 before

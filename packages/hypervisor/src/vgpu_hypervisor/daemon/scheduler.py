@@ -116,14 +116,21 @@ def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, in
     others leave. A pod without a soft limit is counted at what it needs: what it used and some
     headroom, never more than its limit (a pod its limit holds back uses about all of it), and
     its limit when not yet measured. What is left goes to the bursting pods in proportion to
-    their room above the hard limit, never past their soft limit; none left: 0 (their hard limit
-    holds). A pod that needs more than it got last pass gains the headroom each pass.
+    their room above the hard limit, never past their soft limit; none left, or no other pod
+    wants the GPU: 0 (their hard limit holds while contended). A pod that needs more than it got
+    last pass gains the headroom each pass.
     While another pod is counted at its whole limit (it uses all of it, or is not measured yet),
     what is left is counted from what the GPU gives the pods (capacity_of), as their effective
     limits are: from 100 % the 2 % kept back for hand-overs went to the bursting pod, 51 beside
     another's 49. Beside pods under their limits it is counted from 100 %: their headroom leaves
     room enough, and a smaller rate would leave the GPU idle."""
     bursting = {key: (hard, soft) for key, (hard, soft, _) in pods.items() if soft > hard}
+    if len(pods) == 1:
+        # Alone: nothing the others leave was measured. The limiter bursts while it sees no
+        # other pod, and falls to its hard limit at the first that waits until a pass weighs
+        # it in. Published as its soft limit, the rate held a pod at 30 (burst 100) at 100
+        # beside a 70 % pod that woke, which then got 43-58 % for five seconds.
+        return dict.fromkeys(bursting, 0)
     needed = sum(hard for hard, _ in bursting.values())
     held = False  # another pod counted at its whole limit
     for key, (hard, _, used) in pods.items():
