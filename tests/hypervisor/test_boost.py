@@ -15,7 +15,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from vgpu_common.limits import normalize_uuid
 from vgpu_hypervisor.daemon.boost_publisher import BoostPublisher
-from vgpu_hypervisor.gpu import nvml
+from vgpu_hypervisor.gpu import NOT_AVAILABLE, nvml
 from vgpu_hypervisor.gpu.boost_estimate import (
     FIRST_ESTIMATES,
     MAX_BOOST,
@@ -450,6 +450,49 @@ def test_the_publisher_trusts_only_the_activity_of_a_lease_it_arbitrates(
     publisher.tick()
     publisher.close()
     assert seen == [None]
+
+
+def test_an_estimate_is_withdrawn_while_the_gpu_s_readings_keep_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the last estimate (1.108) was published through 10 s of failing energy readings
+    at 100 % utilization, where the GPU's boost was 1: pods lost a tenth of their share."""
+    readings: dict[str, object] = {
+        "device_handle": object(),
+        "device_uuid": SIM_GPU0,
+        "device_power_limit": 700_000,
+        "device_utilization": (100, 0),
+        "device_energy": 1000,
+    }
+    for name in tuple(readings):  # read at each call: the test changes them
+        monkeypatch.setattr(nvml, name, lambda *_, name=name: readings[name])
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+
+    def add(self: BoostEstimator, *args: Any, **_: Any) -> float:
+        self.boost = 1.108
+        return self.boost
+
+    monkeypatch.setattr(BoostEstimator, "add", add)
+    with DeviceLease.open(tmp_path, SIM_GPU0) as reader:
+        publisher = BoostPublisher(tmp_path, 1)
+        monkeypatch.setattr(BoostPublisher, "_paced", staticmethod(lambda gpu: True))
+        publisher.tick()
+        assert reader.boost() == pytest.approx(1.108, abs=0.001)
+        readings["device_energy"] = NOT_AVAILABLE
+        for _ in range(30):  # 1.5 s: a window or so of failures keeps the estimate
+            now[0] += 0.05
+            publisher.tick()
+        assert reader.boost() == pytest.approx(1.108, abs=0.001)
+        for _ in range(20):
+            now[0] += 0.05
+            publisher.tick()
+        assert reader.boost() is None  # withdrawn: plain GPU time is charged
+        readings["device_energy"] = 2000
+        now[0] += 0.05
+        publisher.tick()
+        assert reader.boost() == pytest.approx(1.108, abs=0.001)
+        publisher.close()
 
 
 def _boosted_run(daemon: Daemon, pod: str, limit: int) -> list[float]:

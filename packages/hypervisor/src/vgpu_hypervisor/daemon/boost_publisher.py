@@ -4,9 +4,11 @@ device lease under the base path, where the compute limiter of every pod on the 
 Only GPUs with paced work (their lease active in the last few seconds) are read often: the
 energy counter every 50 ms (it moves in 100-ms steps on an H100, and the times of its steps are
 what the power is measured from), utilization every 200 ms (NVML averages it over 1/6 s or
-more itself). A GPU without paced work is left alone and its estimate kept. A GPU whose
-readings fail keeps its last estimate until it goes stale in the lease (5 s); on close the
-estimates are withdrawn, so the limiter charges plain GPU time again at once.
+more itself). A GPU without paced work is left alone and its estimate kept. A GPU with paced
+work whose readings keep failing for FAILING_S has its estimate withdrawn until they come back:
+an estimate nothing checks may no longer fit the load (before, 1.108 was published through
+10 s of failing energy readings at 100 % utilization, where the GPU's boost was 1). On close
+the estimates are withdrawn, so the limiter charges plain GPU time again at once.
 """
 
 import logging
@@ -28,6 +30,8 @@ LIMIT_EVERY_S = 5.0
 """The power limit changes rarely (an operator's nvidia-smi -pl): read it this often."""
 PACED_RECENTLY_S = 5.0
 """A GPU whose lease saw a limited process this recently is read."""
+FAILING_S = 2.0
+"""A paced GPU's estimate is withdrawn once its readings have failed this long: two windows."""
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ class _Gpu:
         self.utilization_read = -UTILIZATION_EVERY_S
         self.estimator = BoostEstimator()
         self.published: float | None = None
+        self.failing_since: float | None = None  # paced, and readings failing since then
+        self.withdrawn = False
 
 
 def _known(value: object) -> int | None:
@@ -77,7 +83,7 @@ class BoostPublisher:
                 if self._connect(gpu) and self._paced(gpu):
                     self._read(gpu, now)
         for gpu in self._gpus:
-            self._publish(gpu)
+            self._publish(gpu, now)
 
     def _connect(self, gpu: _Gpu) -> bool:
         """The GPU's handle, UUID and lease, found once; False while they cannot be had."""
@@ -124,6 +130,10 @@ class BoostPublisher:
         # The activity of a lease the daemon arbitrates is its own word; a lease file's is a
         # tenant's, which must not keep an old estimate in place (it bounds nothing).
         paced_at = None if gpu.from_lease_file else gpu.lease.last_active()
+        if energy is None or gpu.utilization is None or not gpu.limit_mw:
+            gpu.failing_since = now if gpu.failing_since is None else gpu.failing_since
+        else:
+            gpu.failing_since = None
         boost = gpu.estimator.add(
             now,
             energy,
@@ -146,10 +156,24 @@ class BoostPublisher:
             "none" if boost is None else f"{boost:.4f}",
         )
 
-    def _publish(self, gpu: _Gpu) -> None:
+    def _publish(self, gpu: _Gpu, now: float) -> None:
         boost = gpu.estimator.boost
         if boost is None or gpu.lease is None:
             return
+        if gpu.failing_since is not None and now - gpu.failing_since >= FAILING_S:
+            if not gpu.withdrawn:
+                log.warning(
+                    "GPU %d: its power or utilization readings failed for %.0f s: boost "
+                    "correction withdrawn until they come back",
+                    gpu.index,
+                    now - gpu.failing_since,
+                )
+                gpu.lease.withdraw_boost()
+                gpu.withdrawn, gpu.published = True, None
+            return
+        if gpu.withdrawn:
+            log.info("GPU %d: its readings came back: boost correction again", gpu.index)
+            gpu.withdrawn = False
         gpu.lease.publish_boost(boost)  # also when unchanged: the time says the daemon lives
         if gpu.published is None or abs(boost - gpu.published) >= 0.05:
             log.info("GPU %d boost %.3f", gpu.index, boost)
