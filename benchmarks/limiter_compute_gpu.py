@@ -5,7 +5,8 @@ CUDA graph replay; long kernels (50 ms spin kernels). Other frameworks' launch p
 same elementwise step (--kinds cupy jax triton): CuPy, JAX (XLA), Triton; matmuls in the other
 frameworks (--kinds jax_matmul cupy_matmul: a jitted bf16 and a CuPy fp16 4096³); bf16 matmuls of
 other sizes and fp32 (matmul_large, matmul_small, matmul_fp32), which draw other power. Each
-runs alone unlimited first (its throughput is 100 %), then under each limit in a fresh process.
+runs alone unlimited (its throughput is 100 %), then under each limit in a fresh process, then
+unlimited again: the mean of the two unlimited runs is the reference.
 Throughput is counted per 1-s window from the program's own synchronizations.
   single   every workload at every --limits value: mean, first window, worst window
   pods     two pods at once (30/70 and 30/30), one pod of two processes at 40 %
@@ -286,23 +287,37 @@ def pct(rates: list[float], baseline: float) -> list[float]:
     return [round(100 * r / baseline, 1) for r in rates]
 
 
+def _baseline_line(kind: str, when: str, windows: list[float]) -> float:
+    """Print one unlimited run's line; its steady rate per second (the first window left out)."""
+    rate = statistics.mean(windows[1:])
+    print(
+        json.dumps(
+            {
+                "measure": "baseline",
+                "workload": kind,
+                "when": when,
+                "per_second": round(rate, 1),
+                "windows": [round(w, 1) for w in windows],
+            }
+        ),
+        flush=True,
+    )
+    return rate
+
+
 def single(node: Node, kinds: list[str], limits: list[float], seconds: int) -> None:
+    """Each kind's limited runs between two unlimited ones, the reference being their mean: a
+    GPU held at its power limit runs a few percent slower as it warms (a JAX matmul's unlimited
+    rate moved 2.5 % between two runs on one H100), which at 50 % is more than a point. Each
+    line also gives its mean against either baseline alone (`mean_pct_by_baseline`): the
+    measurement's own resolution."""
     for kind in kinds:
-        baseline_windows = run(kind, seconds, node.plain)
-        baseline = statistics.mean(baseline_windows[1:])  # steady state, per second
-        print(
-            json.dumps(
-                {
-                    "measure": "baseline",
-                    "workload": kind,
-                    "per_second": round(baseline, 1),
-                    "windows": [round(w, 1) for w in baseline_windows],
-                }
-            ),
-            flush=True,
-        )
-        for limit in limits:
-            got = pct(run(kind, seconds, node.pod_env(limit)), baseline)
+        before = _baseline_line(kind, "before", run(kind, seconds, node.plain))
+        limited = [(limit, run(kind, seconds, node.pod_env(limit))) for limit in limits]
+        after = _baseline_line(kind, "after", run(kind, seconds, node.plain))
+        baseline = (before + after) / 2
+        for limit, rates in limited:
+            got = pct(rates, baseline)
             mean = round(statistics.mean(got), 2)
             print(
                 json.dumps(
@@ -315,6 +330,9 @@ def single(node: Node, kinds: list[str], limits: list[float], seconds: int) -> N
                         "first_second_pct": got[0],
                         "worst_window_error_pp": round(max(abs(g - limit) for g in got), 1),
                         "windows_pct": got,
+                        "mean_pct_by_baseline": [
+                            round(statistics.mean(pct(rates, b)), 2) for b in (before, after)
+                        ],
                     }
                 ),
                 flush=True,
