@@ -7,6 +7,7 @@ own user, which is no more privileged than a tenant either."""
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -251,8 +252,12 @@ def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
 ) -> None:
     """A flood of connections can keep the daemon from answering for a moment: the process
     then paces with a lease of its own (no other user can truncate it), never with the group's
-    lease file, and takes the daemon's once it answers."""
-    DeviceLease.open(base, SIM_GPU0).close()  # the node folder and the lease file, as a daemon
+    lease file, and takes the daemon's once it answers. The node file names the daemon's
+    arbiter, as a live daemon's does: a process on a lease of its own goes to the group's file
+    only once none is named or nobody listens (after a daemon stopped)."""
+    node = DeviceLease.open(base, SIM_GPU0)  # the node folder and the lease file, as a daemon
+    node._node.lease_instance = 12345  # what a live daemon's arbiter names itself
+    node.close()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(base / ".node" / SOCKET_NAME))
     listener.listen(0)  # never accepted: its queue fills at once
@@ -266,7 +271,8 @@ def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
     environment = limit(pods("a"), 50) | {"TMPDIR": str(tmp_path)}
     try:
         result = subprocess.run(
-            [WORKLOAD, "--kernels", "20", "--kernel-us", "1000"],
+            # About 3 s: long enough for a few retries of the daemon (every second).
+            [WORKLOAD, "--kernels", "1500", "--kernel-us", "1000"],
             env=environment,
             capture_output=True,
             text=True,
@@ -282,5 +288,85 @@ def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
         line for line in result.stderr.splitlines() if "device lease from the daemon" in line
     ]
     assert f"using {tmp_path}/vgpu-devices-" in said, said
+    assert "no daemon; using" not in result.stderr
     with lease_path(base, SIM_GPU0).open("rb") as lease_file:
         assert int.from_bytes(lease_file.read()[EPOCHS : EPOCHS + 8], "little") == 0
+
+
+def _until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _epochs(lease: Path) -> int:
+    with lease.open("rb") as lease_file:
+        return int.from_bytes(lease_file.read()[EPOCHS : EPOCHS + 8], "little")
+
+
+def test_a_process_that_met_a_daemon_going_away_takes_the_group_lease_file_once_it_is_gone(
+    base: Path, pods: Callable[[str], dict[str, str]], tmp_path: Path
+) -> None:
+    """A daemon going away can accept a connection and close it unanswered. A process whose
+    connection ended then meets that and paces with a lease of its own (a daemon that does not
+    answer never sends it to the group's file), while a pod that comes once the daemon is gone
+    takes the group's lease file. Before, the first stayed on its own lease for as long as no
+    daemon came back, and the two pods stopped excluding each other (a 30/70 pair at 13/63 %).
+    Now it takes the group's file once it finds no daemon (within a second or two). The
+    daemon's going away is staged, not raced: the process is stopped meanwhile."""
+    private = tmp_path / f"vgpu-devices-{os.geteuid()}" / lease_path(base, SIM_GPU0).name
+    group = lease_path(base, SIM_GPU0)
+    socket_path = base / ".node" / SOCKET_NAME
+    processes: dict[str, subprocess.Popen[str]] = {}
+    logs = {name: tmp_path / f"{name}.log" for name in ("a", "b")}
+
+    def start(name: str, percent: int) -> subprocess.Popen[str]:
+        environment = limit(pods(name), percent) | {
+            "TF_LOG_LEVEL": "info",
+            "TMPDIR": str(tmp_path),
+        }
+        with logs[name].open("w") as log:  # a file: a pipe nobody reads could stall it
+            processes[name] = subprocess.Popen(
+                [WORKLOAD, "--duration", "120", "--kernel-us", "500"],
+                env=environment,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+            )
+        return processes[name]
+
+    try:
+        with broker(base) as leases:
+            first = start("a", 30)
+            arbitrated = leases.lease(SIM_GPU0)
+            assert arbitrated is not None
+            _until(lambda: arbitrated.word(EPOCHS) > 0, 30, "no epoch under the daemon")
+            first.send_signal(signal.SIGSTOP)  # it sees the daemon stop only once it runs
+        # The daemon's socket is gone and the node file still names it: a stand-in of the
+        # daemon going away accepts the process's connection and closes it unanswered.
+        going = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        going.bind(str(socket_path))
+        going.listen(8)
+        going.settimeout(30)
+        first.send_signal(signal.SIGCONT)
+        try:
+            going.accept()[0].close()
+        finally:
+            going.close()
+            socket_path.unlink()
+        said = f"not kept apart: using {private.parent}"
+        _until(lambda: said in logs["a"].read_text(), 30, "no lease of its own")
+        start("b", 70)  # finds no daemon at all: the group's lease file
+        _until(lambda: "no daemon; using" in logs["a"].read_text(), 30, "still on its own")
+        assert f"no daemon; using {group.parent}" in logs["a"].read_text()
+        # Both pace with the group's file now: the own lease runs no more epochs.
+        before = _epochs(private)
+        time.sleep(1.0)
+        assert _epochs(private) == before
+        assert _epochs(group) > 0
+        assert "vgpu-devices" not in logs["b"].read_text()
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait(timeout=60)

@@ -128,6 +128,45 @@ def test_a_waiter_killed_while_waiting_does_not_stop_burst(
     assert share_between(marks, 0.3, 1.8) >= 90
 
 
+def test_a_leaked_waiter_count_does_not_stop_a_pod_of_two_processes_bursting(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """Without a daemon nothing resets the lease's waiters: a count left by a waiter killed
+    while it waited stays. A pod of two processes keeps the lease's word that someone waits
+    fresh itself (one waits while the other holds), so the count beyond its own looked like
+    another pod waiting, for good: 30 % instead of its soft limit. Only another pod's word
+    that it waits counts now."""
+    base = tmp_path / "base"
+    DeviceLease.open(base, SIM_GPU0).close()
+    with lease_path(base, SIM_GPU0).open("r+b") as lease:
+        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
+        lease.write((1).to_bytes(8, "little"))
+    pod_with_burst(tmp_path / "a", 30, 100)
+    processes = [workload(compute_env("a"), 2.5) for _ in range(2)]
+    shares = [share_between(report(p)["marks"], 0.4, 2.3) for p in processes]  # type: ignore[arg-type]
+    assert sum(shares) >= 85, shares
+
+
+def test_a_pod_of_two_processes_falls_back_beside_another_pod_despite_a_leaked_count(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """The other side of the test above: another pod's waiters say so themselves, so the pod of
+    two processes still sees them and keeps to its hard limit beside them."""
+    base = tmp_path / "base"
+    DeviceLease.open(base, SIM_GPU0).close()
+    with lease_path(base, SIM_GPU0).open("r+b") as lease:
+        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
+        lease.write((1).to_bytes(8, "little"))
+    pod_with_burst(tmp_path / "a", 30, 100)
+    processes = [workload(compute_env("a"), 3) for _ in range(2)]
+    other = workload(limit(compute_env("b"), 70), 3)
+    shares = [share_between(report(p)["marks"], 0.5, 2.8) for p in processes]  # type: ignore[arg-type]
+    other_share = share_between(report(other)["marks"], 0.5, 2.8)  # type: ignore[arg-type]
+    # Not bursting (a loaded machine may leave either a little short of its limit).
+    assert 20 <= sum(shares) <= 35, (shares, other_share)
+    assert other_share >= 62, (shares, other_share)
+
+
 def test_no_burst_without_a_soft_limit(compute_env: LimitedEnv, tmp_path: Path) -> None:
     pod_with_burst(tmp_path / "a", 30, 0)
     result = report(workload(compute_env("a"), 2))

@@ -40,21 +40,26 @@ static void private_folder(char *folder, size_t size) {
     snprintf(folder, size, "%.4000s/vgpu-devices-%u", vgpu_state.config.tmp_folder, (unsigned)geteuid());
 }
 
-static struct vgpu_device_lease *map_in(struct vgpu_lease *lease, char *why, size_t why_size) {
+/* The GPU's lease file in `path` (this user's own folder when `private`); NULL with `why`. */
+static struct vgpu_device_lease *map_file(const char *path, bool private, const char *uuid,
+                                          char *why, size_t why_size) {
     uid_t owner;
-    int folder = vgpu_lease_folder(lease->folder,
-                                   lease->private ? VGPU_FOLDER_PRIVATE : VGPU_FOLDER_LEASES,
+    int folder = vgpu_lease_folder(path, private ? VGPU_FOLDER_PRIVATE : VGPU_FOLDER_LEASES,
                                    &owner, why, why_size);
     if (folder < 0) {
         return NULL;
     }
     char reason[256];
-    struct vgpu_device_lease *shared = vgpu_lease_map(folder, lease->uuid, reason, sizeof reason);
+    struct vgpu_device_lease *shared = vgpu_lease_map(folder, uuid, reason, sizeof reason);
     close(folder);
     if (shared == NULL) {
-        snprintf(why, why_size, "%s/%s", lease->folder, reason);
+        snprintf(why, why_size, "%s/%s", path, reason);
     }
     return shared;
+}
+
+static struct vgpu_device_lease *map_in(struct vgpu_lease *lease, char *why, size_t why_size) {
+    return map_file(lease->folder, lease->private, lease->uuid, why, why_size);
 }
 
 /* Whether this user simply has no way into the shared folder (no daemon made it, or the node
@@ -118,7 +123,8 @@ static bool seat_in(struct vgpu_lease *lease, bool *absent, char *why, size_t wh
     lease->seat = seat;
     lease->instance = instance;
     lease->forks = atomic_load(&forks);
-    lease->private = false;
+    /* `private` is left as it is: it tells what `shared` maps, the file paced with once this
+     * connection ends (seat_gone), and follow_daemon must know it for one of this user's own. */
     return true;
 }
 
@@ -134,6 +140,7 @@ static bool map_any(struct vgpu_lease *lease) {
         return true;
     }
     snprintf(lease->folder, sizeof lease->folder, "%.4000s/.devices", base_path());
+    lease->private = false; /* of a private file that could not be mapped before */
     char first[4400];
     bool usual = false;
     if (absent) {
@@ -143,7 +150,8 @@ static bool map_any(struct vgpu_lease *lease) {
     } else {
         /* A daemon is there but did not answer (busy, or flooded with connections): not the
          * group's lease file, which any member could write under this process, but one of this
-         * user's own until the daemon answers (follow_daemon asks every second). */
+         * user's own until the daemon answers (follow_daemon asks every second), or is found
+         * gone (then the group's file: leave_own_lease). */
         snprintf(first, sizeof first, "from the daemon: %.4300s", why);
         lease->said_daemon = true;
     }
@@ -184,9 +192,36 @@ static bool arbitrated(const struct vgpu_lease *lease) {
     return lease->socket >= 0;
 }
 
+/* A lease of this user's own "for now" (a daemon was there but did not answer) while there is
+ * no daemon any more: the group's lease file, as map_any takes without a daemon. A daemon going
+ * away accepts a connection and closes it unanswered while it stops: a process whose connection
+ * ended then (seat_gone) took a lease of its own, while those that came a moment later found no
+ * daemon and took the group's file; they would not exclude each other for as long as no daemon
+ * came back (a 30/70 pair at 13/63 %). Called between epochs, the lease not held: no word of
+ * the old file is ours to give back. The old file stays mapped (one page): a thread reading
+ * outside the device's lock (compute.c) may still hold the pointer. Where the group's file
+ * cannot be had, the lease of this user's own is kept, as map_any would keep it. */
+static void leave_own_lease(struct vgpu_lease *lease) {
+    char folder[sizeof lease->folder];
+    snprintf(folder, sizeof folder, "%.4000s/.devices", base_path());
+    char why[4400];
+    struct vgpu_device_lease *group = map_file(folder, false, lease->uuid, why, sizeof why);
+    lease->said_daemon = false; /* no longer "for now"; a daemon that fails later is said again */
+    if (group == NULL) {
+        vgpu_log(shut_out(folder) ? VGPU_LOG_INFO : VGPU_LOG_WARN,
+                 "device lease %s; no daemon, keeping %s", why, lease->folder);
+        return;
+    }
+    snprintf(lease->folder, sizeof lease->folder, "%s", folder);
+    lease->private = false;
+    __atomic_store_n(&lease->shared, group, __ATOMIC_RELEASE); /* mapped and stamped first */
+    vgpu_log(VGPU_LOG_INFO, "device lease of %s: no daemon; using %s", lease->uuid, folder);
+}
+
 /* Between epochs, at most every NODE_RETRY_NS: when the daemon's node file names an arbiter
  * other than the one connected to (the daemon restarted, or started after this process), connect
- * to it, so that every paced process of the GPU is arbitrated together again. */
+ * to it, so that every paced process of the GPU is arbitrated together again; and a lease of
+ * this user's own for now goes to the group's file once no daemon is there (leave_own_lease). */
 static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     if (now - lease->asked_ns < NODE_RETRY_NS) {
         return;
@@ -196,7 +231,11 @@ static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     uint64_t named = node != NULL ? atomic_load(&node->lease_instance) : 0;
     /* A lease of this user's own while a daemon is there: ask again even if the node file
      * names nothing new (a flood may have kept the daemon from answering). */
-    bool own_for_now = lease->private && lease->said_daemon;
+    bool own_for_now = lease->private && lease->said_daemon && !arbitrated(lease);
+    if (named == 0 && own_for_now) { /* no daemon names an arbiter of this GPU: none to wait for */
+        leave_own_lease(lease);
+        return;
+    }
     if (named == 0 || (named == lease->instance && (arbitrated(lease) || !own_for_now))) {
         return;
     }
@@ -205,6 +244,10 @@ static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
     if (!seat_in(lease, &absent, why, sizeof why)) { /* said once: this runs every second */
         vgpu_log(absent || lease->said_daemon ? VGPU_LOG_DEBUG : VGPU_LOG_WARN,
                  "device lease from the daemon: %s", why);
+        if (absent && own_for_now) { /* the daemon is gone (no socket, or nobody listening) */
+            leave_own_lease(lease);
+            return;
+        }
         lease->said_daemon = lease->said_daemon || !absent;
         return;
     }
@@ -213,7 +256,11 @@ static void follow_daemon(struct vgpu_lease *lease, uint64_t now) {
 }
 
 /* The arbiter's connection broke (the daemon stopped): pace with a lease file until a daemon
- * names itself again in the node file. */
+ * names itself again in the node file. A daemon that stops may still accept the connection
+ * made again here and close it unanswered: that is taken, as anywhere, for a daemon that is
+ * there but did not answer (a lease of this user's own), not for none, since a flood of
+ * connections looks the same; follow_daemon takes the group's file once the daemon is gone,
+ * within a second or two. */
 static void seat_gone(struct vgpu_lease *lease) {
     close(lease->socket);
     lease->socket = -1;

@@ -325,11 +325,21 @@ bool vgpu_words_wanted(const struct vgpu_lease *lease, uint64_t now) {
 
 bool vgpu_words_wanted_by_other_pod(const struct vgpu_lease *lease, uint64_t now) {
     uint64_t waiters = atomic_load(&lease->shared->waiters);
-    if (!waiting(waiters, atomic_load(&lease->shared->waiting_ns), now)) {
+    uint64_t said = atomic_load(&lease->shared->waiting_ns);
+    if (!waiting(waiters, said, now)) {
         return false;
     }
     if (lease->pod == NULL) {
         return true;
+    }
+    /* The lease's latest word that someone waits is this pod's own (say_waiting writes the same
+     * time in both): no waiter of another pod has said so since, and one says so at least every
+     * VGPU_LEASE_WAITING_EVERY_NS. Without it, a count left in `waiters` by a waiter killed or
+     * stopped while it waited (no daemon resets it), kept fresh by this pod's own waiters (one
+     * waits while the other holds), looked like another pod waiting for good, and a pod of two
+     * processes never burst. */
+    if (said == atomic_load(&lease->pod[POD_WAITING_NS])) {
+        return false;
     }
     uint64_t ours = atomic_load(&lease->pod[POD_WAITERS]);
     if (!waiting(ours, atomic_load(&lease->pod[POD_WAITING_NS]), now)) {
