@@ -435,6 +435,8 @@ def burst(bench: Bench, base: float) -> None:
             "per_100ms_after_start": [
                 pct(rate(a, offset + k / 10, offset + (k + 1) / 10), base) for k in range(10)
             ],
+            # The 70 % pod's every second from its start: how soon the bursting pod gives way.
+            "second_pod_per_s": [pct(rate(b, k, k + 1), base) for k in range(int(end - offset))],
         }
     )
     # A pod of two processes, alone: its own processes are no contention, so together they
