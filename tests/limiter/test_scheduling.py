@@ -112,16 +112,20 @@ def test_a_pod_of_two_processes_bursts_while_no_other_pod_wants_the_gpu(
         assert region.devices[0].burst_ns > 0
 
 
+def leak_a_waiter(base: Path) -> None:
+    """The lease's waiters count as a waiter killed while it waited leaves it (no daemon)."""
+    DeviceLease.open(base, SIM_GPU0).close()
+    with lease_path(base, SIM_GPU0).open("r+b") as lease:
+        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
+        lease.write((1).to_bytes(8, "little"))
+
+
 def test_a_waiter_killed_while_waiting_does_not_stop_burst(
     compute_env: LimitedEnv, tmp_path: Path
 ) -> None:
     """A process killed while it waited for the lease leaves its count in the lease's waiters.
     A count that no live waiter renews is no one waiting: a pod alone still bursts."""
-    base = tmp_path / "base"
-    DeviceLease.open(base, SIM_GPU0).close()
-    with lease_path(base, SIM_GPU0).open("r+b") as lease:
-        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
-        lease.write((1).to_bytes(8, "little"))
+    leak_a_waiter(tmp_path / "base")
     pod_with_burst(tmp_path / "a", 30, 100)
     marks = report(workload(compute_env("a"), 2))["marks"]
     assert isinstance(marks, list)
@@ -136,11 +140,7 @@ def test_a_leaked_waiter_count_does_not_stop_a_pod_of_two_processes_bursting(
     fresh itself (one waits while the other holds), so the count beyond its own looked like
     another pod waiting, for good: 30 % instead of its soft limit. Only another pod's word
     that it waits counts now."""
-    base = tmp_path / "base"
-    DeviceLease.open(base, SIM_GPU0).close()
-    with lease_path(base, SIM_GPU0).open("r+b") as lease:
-        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
-        lease.write((1).to_bytes(8, "little"))
+    leak_a_waiter(tmp_path / "base")
     pod_with_burst(tmp_path / "a", 30, 100)
     processes = [workload(compute_env("a"), 2.5) for _ in range(2)]
     shares = [share_between(report(p)["marks"], 0.4, 2.3) for p in processes]  # type: ignore[arg-type]
@@ -152,11 +152,7 @@ def test_a_pod_of_two_processes_falls_back_beside_another_pod_despite_a_leaked_c
 ) -> None:
     """The other side of the test above: another pod's waiters say so themselves, so the pod of
     two processes still sees them and keeps to its hard limit beside them."""
-    base = tmp_path / "base"
-    DeviceLease.open(base, SIM_GPU0).close()
-    with lease_path(base, SIM_GPU0).open("r+b") as lease:
-        lease.seek(ffi.offsetof("struct vgpu_device_lease", "waiters"))
-        lease.write((1).to_bytes(8, "little"))
+    leak_a_waiter(tmp_path / "base")
     pod_with_burst(tmp_path / "a", 30, 100)
     processes = [workload(compute_env("a"), 3) for _ in range(2)]
     other = workload(limit(compute_env("b"), 70), 3)
