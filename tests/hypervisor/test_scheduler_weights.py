@@ -195,9 +195,14 @@ def test_a_pods_use_is_its_gpu_time_since_it_started_to_want_the_gpu() -> None:
     now[0] += 100 * MS
     seen = demand.observe([_counted("a", 527 * MS, 0), _counted("b", 170 * MS, 5 * 10**7)])
     assert (("ml", "b"), 0) in seen.wanting and (("ml", "b"), 0) not in seen.usage
-    now[0] += 10**9
-    seen = demand.observe([_counted("a", 697 * MS, 0), _counted("b", 870 * MS, 5 * 10**7)])
-    assert seen.usage[(("ml", "b"), 0)] == 7000
+    assert seen.measuring  # the daemon's next pass comes within a quarter of a second
+    # Its first use is measured over that quarter second; later ones over a second or so.
+    now[0] += 250 * MS
+    seen = demand.observe([_counted("a", 570 * MS, 0), _counted("b", 345 * MS, 5 * 10**7)])
+    assert seen.usage[(("ml", "b"), 0)] == 7000 and not seen.measuring
+    now[0] += 500 * MS
+    seen = demand.observe([_counted("a", 655 * MS, 0), _counted("b", 695 * MS, 5 * 10**7)])
+    assert seen.usage[(("ml", "b"), 0)] == 7000  # the quarter second's, until a whole window
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,8 @@ class Node:
         self._snapshot: NodeSnapshot | None = None
         self._lock = threading.Lock()
         self._demand = DemandTracker()  # who wants each GPU, pass to pass
+        # A pod started to want a GPU and its use is not measured yet: the next pass soon.
+        self.measuring = False
         self.view = NodeView(taken_at=0.0, snapshot=None)
         # The cluster's pods of this node when the daemon follows a cluster (Kubernetes): set
         # by the one place that wires it in, as its pod source starts after the node.
@@ -92,6 +94,7 @@ class Node:
             # it weighs (the class and weight the daemon holds) and writes what it decides.
             policies = self.store.held_policies(records)
             demand = self._demand.observe(records)
+            self.measuring = demand.measuring
             effective = node_effective_limits(records, policies, demand.wanting)
             self.store.publish_effective(effective)
             self.store.publish_burst(node_burst_rates(records, effective, demand))

@@ -39,6 +39,7 @@ from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.limits import server_config
 from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
+from vgpu_hypervisor.daemon.demand import FIRST_USE_WINDOW_NS
 from vgpu_hypervisor.daemon.leases import start_lease_broker
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
@@ -445,7 +446,13 @@ class Daemon:
         await _every(self.settings.sample_interval_s, sample)
 
     async def _pod_passes(self, node: Node) -> None:
-        await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh)
+        # Sooner while a pod that started to want a GPU waits for its use to be measured.
+        sooner = FIRST_USE_WINDOW_NS / 1e9
+        await _every(
+            min(self.settings.sample_interval_s, _POD_PASS_S),
+            node.refresh,
+            lambda: sooner if node.measuring else None,
+        )
 
     async def _metrics(self, node: Node, metrics: MetricsFile) -> None:
         events = SchedulerEvents()
@@ -512,13 +519,18 @@ def _token_reviewer(settings: Settings) -> TokenReviewer | None:
     return token_review.TokenReviewer(url, settings.token_review_allow)
 
 
-async def _every(period: float, work: Callable[[], object]) -> None:
-    """``work`` in a worker thread every ``period`` seconds (a slow run delays the next)."""
+async def _every(
+    period: float, work: Callable[[], object], sooner: Callable[[], float | None] = lambda: None
+) -> None:
+    """``work`` in a worker thread every ``period`` seconds (a slow run delays the next), or
+    after what ``sooner`` says when it says less."""
     loop = asyncio.get_running_loop()
     deadline = loop.time()
     while True:
         await asyncio.to_thread(work)
-        deadline = max(deadline + period, loop.time())
+        wanted = sooner()
+        step = period if wanted is None else min(period, wanted)
+        deadline = max(deadline + step, loop.time())
         await asyncio.sleep(deadline - loop.time())
 
 
