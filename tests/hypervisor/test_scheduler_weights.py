@@ -3,6 +3,7 @@ who counts as wanting the GPU, and the daemon publishing each pod's effective li
 region."""
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -448,3 +449,34 @@ def test_a_bursting_pod_gives_way_at_once_to_a_pod_that_wakes(
     marks = json.loads(out)["marks"]
     share = share_between(marks, 0.5, 2.5)
     assert share >= 60, share  # 70 on an idle machine; about 50 before
+
+
+def test_a_stopped_process_takes_nothing_from_a_pod_that_runs(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """A process stopped by SIGSTOP (a debugger, a stopped job) may be caught holding the
+    device lease or waiting for it: the daemon's arbiter takes the lease back once its queued
+    work should have drained, and its pod stops wanting the GPU, so the other pod runs on at its
+    own limit."""
+    for name, compute in (("runs", 70), ("stops", 30)):
+        created = daemon.cli("pods", "create", name, "--compute", f"0={compute}")
+        assert created.returncode == 0, created.stderr
+    started = time.monotonic()
+    runner = daemon.workload("runs", "--duration", "5", "--kernel-us", "500", "--marks")
+    stopped = daemon.workload("stops", "--duration", "60", "--kernel-us", "500")
+    workloads.extend([runner, stopped])
+    with open_region(daemon.base / "default" / "stops" / "shm") as region:
+        wait_for(lambda: region.devices[0].gpu_ns > 0, timeout=10)
+    time.sleep(0.5)
+    stopped.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic() - started
+    try:
+        out, err = runner.communicate(timeout=60)
+    finally:
+        stopped.send_signal(signal.SIGKILL)
+        stopped.send_signal(signal.SIGCONT)
+    assert runner.returncode == 0, err
+    marks = json.loads(out)["marks"]
+    share = share_between(marks, stopped_at + 0.5, min(stopped_at + 2.5, 4.8))
+    print(f"the running pod got {share:.1f} % after the other stopped")
+    assert share >= 60, share  # 70 on an idle machine
