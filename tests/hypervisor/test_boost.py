@@ -488,9 +488,21 @@ def test_an_estimate_is_withdrawn_while_the_gpu_s_readings_keep_failing(
             now[0] += 0.05
             publisher.tick()
         assert reader.boost() is None  # withdrawn: plain GPU time is charged
+        assert publisher.boosts() == {}  # nor shown by the API and the metrics
         readings["device_energy"] = 2000
         now[0] += 0.05
         publisher.tick()
+        assert reader.boost() == pytest.approx(1.108, abs=0.001)
+        assert publisher.boosts() == {SIM_GPU0: pytest.approx(1.108)}
+        # A reading that failed just before the paced work stopped is no failing GPU: one not
+        # read keeps its estimate for its next busy spell.
+        readings["device_energy"] = NOT_AVAILABLE
+        now[0] += 0.05
+        publisher.tick()
+        monkeypatch.setattr(BoostPublisher, "_paced", staticmethod(lambda gpu: False))
+        for _ in range(60):
+            now[0] += 0.05
+            publisher.tick()
         assert reader.boost() == pytest.approx(1.108, abs=0.001)
         publisher.close()
 

@@ -1,5 +1,8 @@
 """The daemon's life and the CLI's errors: signals, a failing task, listen addresses, no daemon."""
 
+import asyncio
+import contextlib
+import itertools
 import json
 import os
 import pty
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from vgpu_hypervisor.daemon.service import _every
 
 from tests.hypervisor.conftest import TF_HYPERVISOR, Daemon, clean_environment, wait_for
 
@@ -160,3 +164,32 @@ def test_top_in_a_terminal_quits_on_q_and_ctrl_c(daemon: Daemon, key: bytes) -> 
     assert os.waitstatus_to_exitcode(status) == 0
     assert termios.tcgetattr(terminal)[3] & termios.ICANON  # the terminal is restored
     os.close(terminal)
+
+
+def test_pod_passes_come_sooner_once_something_asks_for_it_between_them() -> None:
+    """The daemon's passes every second come a quarter second apart while a pod that started
+    to want a GPU waits for its use to be measured, whichever pass saw it start (an API
+    request's, between two periodic ones): the loop asks again while it waits."""
+    runs: list[float] = []
+    hurry: list[bool] = [False]
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(_every(1.0, lambda: runs.append(loop.time()), sooner))
+        await asyncio.sleep(0.1)
+        hurry[0] = True  # another pass saw a pod start to want a GPU
+        await asyncio.sleep(0.5)
+        hurry[0] = False
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def sooner() -> float | None:
+        return 0.25 if hurry[0] else None
+
+    asyncio.run(scenario())
+    gaps = [later - earlier for earlier, later in itertools.pairwise(runs)]
+    # Two passes within the half second instead of none before the next second's.
+    assert len(runs) >= 3, runs
+    assert gaps[0] == pytest.approx(0.25, abs=0.15), gaps

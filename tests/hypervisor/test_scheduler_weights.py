@@ -206,6 +206,37 @@ def test_a_pods_use_is_its_gpu_time_since_it_started_to_want_the_gpu() -> None:
     assert seen.usage[(("ml", "b"), 0)] == 7000  # the quarter second's, until a whole window
 
 
+def test_a_pod_made_anew_under_the_same_name_is_first_seen_again() -> None:
+    """Its counters start again from 0: taken for the old pod's, the new one read a use of 0
+    for a window while it ran at 60 %."""
+    now = [10**12]
+    demand = DemandTracker(clock=lambda: now[0])
+    for step in range(3):
+        now[0] += 500 * MS
+        demand.observe([_counted("p", (step + 1) * 300 * MS, 0)])
+    now[0] += 500 * MS
+    assert demand.observe([_counted("p", 10 * MS, 0)]).wanting == set()  # made anew
+    now[0] += 250 * MS
+    seen = demand.observe([_counted("p", 160 * MS, 0)])
+    assert seen.wanting == {(("ml", "p"), 0)} and seen.usage == {}
+
+
+def test_a_first_use_holds_an_epoch_of_a_pod_at_a_low_limit() -> None:
+    """A pod at 10 % ends an epoch every 320 ms: its first use waits for one to end after the
+    one that woke it, rather than reading 0 over a quarter second without one."""
+    now = [10**12]
+    demand = DemandTracker(clock=lambda: now[0])
+    demand.observe([_counted("low", 0, 0)])
+    now[0] += 100 * MS
+    demand.observe([_counted("low", 32 * MS, 0)])  # it wakes: an epoch ended
+    now[0] += 250 * MS
+    seen = demand.observe([_counted("low", 32 * MS, 0)])
+    assert seen.measuring and seen.usage == {}
+    now[0] += 100 * MS  # the next epoch ends 320 ms after the first
+    seen = demand.observe([_counted("low", 64 * MS, 0)])
+    assert seen.usage == {(("ml", "low"), 0): 914} and not seen.measuring  # 32 ms in 350
+
+
 @pytest.mark.parametrize(
     ("pods", "wanted"),
     [

@@ -247,6 +247,36 @@ def test_a_paced_process_takes_the_lease_of_a_daemon_that_starts_later(
     assert err.count("the daemon's, instance") == 2, err
 
 
+def _paced_beside_a_flooded_daemon(
+    base: Path, environment: dict[str, str], tmp_path: Path
+) -> "subprocess.CompletedProcess[str]":
+    """About 3 s of paced work (long enough for a few retries of the daemon, every second)
+    while the daemon's socket never accepts: its queue is full."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(base / ".node" / SOCKET_NAME))
+    listener.listen(0)  # never accepted: its queue fills at once
+    queued = []
+    for _ in range(8):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        client.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            client.connect(str(base / ".node" / SOCKET_NAME))
+        queued.append(client)
+    try:
+        return subprocess.run(
+            [WORKLOAD, "--kernels", "1500", "--kernel-us", "1000"],
+            env=environment | {"TMPDIR": str(tmp_path), "TF_LOG_LEVEL": "info"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        for client in queued:
+            client.close()
+        listener.close()
+
+
 def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
     base: Path, pods: Callable[[str], dict[str, str]], tmp_path: Path
 ) -> None:
@@ -258,31 +288,7 @@ def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
     node = DeviceLease.open(base, SIM_GPU0)  # the node folder and the lease file, as a daemon
     node._node.lease_instance = 12345  # what a live daemon's arbiter names itself
     node.close()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(str(base / ".node" / SOCKET_NAME))
-    listener.listen(0)  # never accepted: its queue fills at once
-    queued = []
-    for _ in range(8):
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        client.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            client.connect(str(base / ".node" / SOCKET_NAME))
-        queued.append(client)
-    environment = limit(pods("a"), 50) | {"TMPDIR": str(tmp_path)}
-    try:
-        result = subprocess.run(
-            # About 3 s: long enough for a few retries of the daemon (every second).
-            [WORKLOAD, "--kernels", "1500", "--kernel-us", "1000"],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        for client in queued:
-            client.close()
-        listener.close()
+    result = _paced_beside_a_flooded_daemon(base, limit(pods("a"), 50), tmp_path)
     assert result.returncode == 0, result.stderr
     (said,) = [
         line for line in result.stderr.splitlines() if "device lease from the daemon" in line
@@ -291,6 +297,20 @@ def test_a_daemon_that_does_not_answer_never_sends_pods_to_the_group_lease_file(
     assert "no daemon; using" not in result.stderr
     with lease_path(base, SIM_GPU0).open("rb") as lease_file:
         assert int.from_bytes(lease_file.read()[EPOCHS : EPOCHS + 8], "little") == 0
+
+
+def test_a_lease_of_its_own_goes_to_the_group_file_when_no_daemon_names_an_arbiter(
+    base: Path, pods: Callable[[str], dict[str, str]], tmp_path: Path
+) -> None:
+    """A socket that does not answer, and a node file that names no daemon's arbiter: nobody
+    to wait for. The process that first took a lease of its own joins the group's lease file,
+    where processes that found no daemon pace, within a second or two."""
+    DeviceLease.open(base, SIM_GPU0).close()  # a node file naming no arbiter
+    result = _paced_beside_a_flooded_daemon(base, limit(pods("a"), 50), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"using {tmp_path}/vgpu-devices-" in result.stderr, result.stderr
+    assert f"no daemon; using {base}/.devices" in result.stderr, result.stderr
+    assert _epochs(lease_path(base, SIM_GPU0)) > 0
 
 
 def _until(condition: Callable[[], object], timeout: float, what: str) -> None:

@@ -68,11 +68,11 @@ class BoostPublisher:
         self._leases = leases
 
     def boosts(self) -> dict[str, float]:
-        """The latest estimate of each GPU that has one, by UUID."""
+        """The latest estimate of each GPU that has one published, by UUID."""
         return {
             gpu.uuid: gpu.estimator.boost
             for gpu in self._gpus
-            if gpu.uuid is not None and gpu.estimator.boost is not None
+            if gpu.uuid is not None and gpu.estimator.boost is not None and not gpu.withdrawn
         }
 
     def tick(self) -> None:
@@ -82,6 +82,8 @@ class BoostPublisher:
             for gpu in self._gpus:
                 if self._connect(gpu) and self._paced(gpu):
                     self._read(gpu, now)
+                else:
+                    gpu.failing_since = None  # not read: nothing failed (its estimate is kept)
         for gpu in self._gpus:
             self._publish(gpu, now)
 

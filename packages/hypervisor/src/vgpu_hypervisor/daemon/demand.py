@@ -111,7 +111,8 @@ class DemandTracker:
 
     @staticmethod
     def _update(before: _Seen | None, counters: tuple[int, int], now: int) -> _Seen:
-        if before is None:
+        if before is None or counters[0] < before.counters[0] or counters[1] < before.counters[1]:
+            # New, or its counters went back: a pod made anew under the same name.
             return _Seen(counters, None, now, counters[0], None)
         entry = before
         if counters != entry.counters:
@@ -123,7 +124,15 @@ class DemandTracker:
             entry.counters = counters
             entry.moved_ns = now
         elapsed = now - entry.since_ns
-        if elapsed >= (USE_WINDOW_NS if entry.used is not None else FIRST_USE_WINDOW_NS):
+        if entry.used is not None:
+            due = elapsed >= USE_WINDOW_NS
+        else:
+            # A first measurement holds at least one move of its counters after the one that
+            # woke it (an epoch ended): a pod at 10 % ends one every 320 ms, and a quarter
+            # second without one read it as 0.
+            moved_since = entry.moved_ns is not None and entry.moved_ns > entry.since_ns
+            due = elapsed >= FIRST_USE_WINDOW_NS and moved_since
+        if due:
             used = max(0, counters[0] - entry.since_gpu_ns) * WHOLE_GPU // elapsed
             entry.used = min(WHOLE_GPU, used)
             entry.since_ns, entry.since_gpu_ns = now, counters[0]

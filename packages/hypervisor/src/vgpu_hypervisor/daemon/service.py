@@ -519,19 +519,28 @@ def _token_reviewer(settings: Settings) -> TokenReviewer | None:
     return token_review.TokenReviewer(url, settings.token_review_allow)
 
 
+_SOONER_CHECK_S = 0.05  # how often a wait for the next run asks ``sooner`` again
+
+
 async def _every(
-    period: float, work: Callable[[], object], sooner: Callable[[], float | None] = lambda: None
+    period: float, work: Callable[[], object], sooner: Callable[[], float | None] | None = None
 ) -> None:
     """``work`` in a worker thread every ``period`` seconds (a slow run delays the next), or
-    after what ``sooner`` says when it says less."""
+    that long after the last run when ``sooner`` says less: asked again while waiting, since
+    something else (an API request's pass) may have made it say so."""
     loop = asyncio.get_running_loop()
     deadline = loop.time()
     while True:
         await asyncio.to_thread(work)
-        wanted = sooner()
-        step = period if wanted is None else min(period, wanted)
-        deadline = max(deadline + step, loop.time())
-        await asyncio.sleep(deadline - loop.time())
+        ran = loop.time()
+        deadline = max(deadline + period, ran)
+        while (now := loop.time()) < deadline:
+            wanted = sooner() if sooner is not None else None
+            if wanted is not None and ran + wanted <= now:
+                deadline = now
+                break
+            wait = deadline - now if sooner is None else min(deadline - now, _SOONER_CHECK_S)
+            await asyncio.sleep(wait)
 
 
 def run(settings: Settings, warnings: Iterable[str] = ()) -> None:
