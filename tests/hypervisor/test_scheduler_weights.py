@@ -352,16 +352,23 @@ def _share(process: "subprocess.Popen[str]") -> float:
     return float(100 * json.loads(out)["achieved_kernels_per_s"] * 500 / 1e6)
 
 
+@pytest.mark.parametrize("sleeper", [False, True], ids=["no process", "a process asleep"])
 def test_an_idle_pod_takes_nothing_and_one_that_wakes_regains_its_share(
-    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"], sleeper: bool
 ) -> None:
     """Before, a pod with a 50 % limit and no process cut a busy 30/70 pair to 20/47 on the
-    simulated GPU (20.7 / 48.4 on an H100)."""
+    simulated GPU (20.7 / 48.4 on an H100). Nor does a pod whose process allocated memory and
+    sleeps with its context open (a notebook between cells) take anything."""
     for name, compute in (("a", 30), ("b", 70), ("idle", 50)):
         created = daemon.cli("pods", "create", name, "--compute", f"0={compute}")
         assert created.returncode == 0, created.stderr
+    if sleeper:
+        asleep = daemon.workload("idle", "--alloc", "64M", "--kernels", "0", "--hold", "60")
+        workloads.append(asleep)
     regions = {n: open_region(daemon.base / "default" / n / "shm") for n in ("a", "b", "idle")}
     try:
+        if sleeper:
+            wait_for(lambda: regions["idle"].devices[0].memory_used > 0, timeout=10)
         pair = [daemon.workload(n, "--duration", "4", "--kernel-us", "500") for n in ("a", "b")]
         workloads.extend(pair)
         wait_for(lambda: regions["a"].devices[0].gpu_ns > 0, timeout=10)
