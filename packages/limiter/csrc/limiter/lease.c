@@ -34,6 +34,11 @@ static const char *base_path(void) {
     return vgpu_state.config.base_path;
 }
 
+/* The group's leases' folder, {base}/.devices, where every process without a daemon paces. */
+static void group_folder(char *folder, size_t size) {
+    snprintf(folder, size, "%.4000s/.devices", base_path());
+}
+
 /* The leases' folder when {base}/.devices is not usable: one of this user's own, which keeps
  * this user's pods apart but not other users'. */
 static void private_folder(char *folder, size_t size) {
@@ -139,7 +144,7 @@ static bool map_any(struct vgpu_lease *lease) {
     if (lease->shared != NULL) { /* the arbiter is gone: pace with the file mapped before */
         return true;
     }
-    snprintf(lease->folder, sizeof lease->folder, "%.4000s/.devices", base_path());
+    group_folder(lease->folder, sizeof lease->folder);
     lease->private = false; /* of a private file that could not be mapped before */
     char first[4400];
     bool usual = false;
@@ -203,7 +208,7 @@ static bool arbitrated(const struct vgpu_lease *lease) {
  * cannot be had, the lease of this user's own is kept, as map_any would keep it. */
 static void leave_own_lease(struct vgpu_lease *lease) {
     char folder[sizeof lease->folder];
-    snprintf(folder, sizeof folder, "%.4000s/.devices", base_path());
+    group_folder(folder, sizeof folder);
     char why[4400];
     struct vgpu_device_lease *group = map_file(folder, false, lease->uuid, why, sizeof why);
     lease->said_daemon = false; /* no longer "for now"; a daemon that fails later is said again */
