@@ -4,6 +4,7 @@ disk, a file truncated under the daemon (issue 18 items 2, 3 and 6)."""
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,54 @@ def test_a_symlinked_region_is_refused_and_the_daemon_leaves_the_victim_alone(ba
         assert store.get("ns", "victim").devices[0].memory_limit == 4 * GiB
     finally:
         store.close()
+
+
+def test_a_pod_process_holding_the_writers_lock_costs_the_daemon_a_tenth_of_a_second(
+    base: Path,
+) -> None:
+    """A process of the pod may hold flock on its region for as long as it likes: the daemon's
+    writes there fail after a short wait (and at once for a while after), one line, and the
+    other pods' changes go on. Blocked on the lock, the daemon stopped every pass and every API
+    change of the node until the tenant let go."""
+    make(base, "ns", "evil").close()
+    make(base, "ns", "other").close()
+    store = PodStore(base)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            "f = open(sys.argv[1], 'rb')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)",
+            str(regions.region_path(base, "ns", "evil")),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        began = time.monotonic()
+        with pytest.raises(PodConflict, match="writers' lock is held by another process") as err:
+            store.update("ns", "evil", {UUIDS[0]: GpuLimits.change(memory=2 * GiB)})
+        one_line(err.value)
+        waited = time.monotonic() - began
+        assert waited >= regions.WRITERS_LOCK_WAIT_S
+        began = time.monotonic()
+        with pytest.raises(PodConflict):  # shunned: no wait this time
+            store.update("ns", "evil", {UUIDS[0]: GpuLimits.change(memory=2 * GiB)})
+        assert time.monotonic() - began < regions.WRITERS_LOCK_WAIT_S
+        store.update("ns", "other", {UUIDS[0]: GpuLimits.change(memory=2 * GiB)})
+        assert store.get("ns", "other").devices[0].memory_limit == 2 * GiB
+        assert store.get("ns", "evil").devices[0].memory_limit == 4 * GiB
+    finally:
+        holder.kill()
+        holder.wait()
+    # Let go: the next change goes through (one try while shunned, which finds it free).
+    store.update("ns", "evil", {UUIDS[0]: GpuLimits.change(memory=2 * GiB)})
+    assert store.get("ns", "evil").devices[0].memory_limit == 2 * GiB
+    store.close()
 
 
 def test_a_symlinked_pod_folder_is_refused(base: Path) -> None:

@@ -59,6 +59,34 @@ class RegionError(Exception):
     """A region file that cannot be used; the message is one line naming the file."""
 
 
+WRITERS_LOCK_WAIT_S: Final = 0.1
+"""How long a writer waits for the writers' lock (the limiter holds it for microseconds)."""
+WRITERS_LOCK_SHUNNED_S: Final = 1.0
+"""After a wait that ran out, how long the next writers try once and do not wait: a pod whose
+process keeps the lock costs the daemon at most a tenth of its time, however many changes
+(a host pid for each of many slots, say) a pass makes there."""
+
+
+def _take_writers_lock(fd: int, path: Path, wait_s: float) -> None:
+    """flock(LOCK_EX) on ``fd``, tried for ``wait_s``; RegionError then."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise RegionError(
+                f"{path}: the writers' lock is held by another process (a process of the pod "
+                f"kept it for over {WRITERS_LOCK_WAIT_S:g} s)"
+            )
+        time.sleep(min(pause, deadline - now))
+        pause = min(pause * 2, 0.02)
+
+
 def _read_cdef(path: Path) -> tuple[str, dict[str, int]]:
     """The struct text for cffi and the integer VGPU_* constants of the preprocessed header."""
     try:
@@ -470,6 +498,7 @@ class Region:
         self._mapping = mapping
         self._region: Any = ffi.from_buffer("struct vgpu_region *", mapping)
         self._thread_lock = threading.Lock()  # flock does not exclude threads of one process
+        self._lock_shunned_until = 0.0  # _exclusive: a wait for the lock ran out lately
 
     # Life
 
@@ -506,11 +535,21 @@ class Region:
 
     @contextmanager
     def _exclusive(self) -> Iterator[Any]:
-        """The writers' lock (flock on the region file, as region.c takes it)."""
+        """The writers' lock (flock on the region file, as region.c takes it), waited for at
+        most WRITERS_LOCK_WAIT_S: the file is the tenant's, and a process of its pod may hold
+        the lock for as long as it likes. The limiter holds it for microseconds; the daemon,
+        blocked on it, stopped every pass and every API change on the node (RegionError now:
+        that pod's change fails, the others go on)."""
         region = self._writable()
         assert self._fd is not None
         with self._thread_lock:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            shunned = time.monotonic() < self._lock_shunned_until
+            try:
+                _take_writers_lock(self._fd, self.path, 0.0 if shunned else WRITERS_LOCK_WAIT_S)
+            except RegionError:
+                if not shunned:
+                    self._lock_shunned_until = time.monotonic() + WRITERS_LOCK_SHUNNED_S
+                raise
             try:
                 yield region
             finally:
