@@ -1,12 +1,15 @@
 """The CLI's conventions: errors name the flag and value typed (exit 2 for bad input), --version on
 -o forms, pods get/describe, and the compute range shared with the limiter."""
 
+import functools
+import http.server
 import json
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -301,3 +304,54 @@ def test_watch_prints_the_listing_again_when_it_changes(daemon: Daemon) -> None:
         assert watching.wait(timeout=30) == 0
         reader.join(timeout=10)
     assert watching.stderr is not None and watching.stderr.read() == ""
+
+
+def test_a_listener_that_is_not_the_daemon_is_named_in_one_line(tmp_path: Path) -> None:
+    """Something else answering at --listen (a file server): tracebacks before (TypeError,
+    AttributeError), or a page's first line as the error."""
+    (tmp_path / "api" / "v1" / "pods" / "default").mkdir(parents=True)
+    for name in ("status", "gpus", "pods/default/x"):
+        (tmp_path / "api" / "v1" / name).write_text("hi\n")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    listen = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        for args in (["status"], ["gpus"], ["pods", "get", "x"], ["pods", "delete", "x"]):
+            result = subprocess.run(
+                [*TF_HYPERVISOR, *args, "--listen", listen, "--token-file", str(token)],
+                check=False,
+                capture_output=True,
+                text=True,
+                env=clean_environment(),
+                timeout=60,
+            )
+            assert result.returncode == 1, (args, result.stderr)
+            line = _error(result)
+            assert line.startswith(f"error: {listen} "), line
+            assert "not a tf-hypervisor" in line, line
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"a\nb\n", "t\u00f6k".encode()])
+def test_a_token_file_holding_no_token_is_one_line(
+    node: Daemon, tmp_path: Path, content: bytes
+) -> None:
+    """A token file that is not ASCII was a UnicodeDecodeError traceback; one of two lines was
+    sent, and its text echoed in the error."""
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    result = subprocess.run(
+        [*TF_HYPERVISOR, "pods", "create", "p", "--mem", "0=1GiB", "--listen",
+         f"127.0.0.1:{node.port}", "--token-file", str(token)],
+        check=False, capture_output=True, text=True, env=node.environment, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    line = _error(result)
+    assert (
+        line
+        == f"error: the API token file {token}: not a token: only printable ASCII without blanks is"
+    )

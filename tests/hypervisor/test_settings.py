@@ -460,6 +460,10 @@ def test_a_value_with_a_newline_stays_on_one_line() -> None:
         ('config_file = "/x"\n', "config_file cannot be set in a config file"),
         ("sample_interval_s = \n", "invalid TOML: Invalid value (at line 1, column 21)"),
         ("log_level = 'info'\nlog_level = 'debug'\n", "invalid TOML: Cannot overwrite a value"),
+        # Past any float: an OverflowError's traceback before.
+        ("sample_interval_s = 1" + "0" * 400 + "\n", ": expected seconds between 0.05 and 60"),
+        ("default_gpu_compute = 1" + "0" * 400 + "\n", ": expected whole or a percent from"),
+        ('sample_interval_s = "1_0"\n', '"1_0": expected seconds between 0.05 and 60'),
     ],
 )
 def test_config_file_errors(tmp_path: Path, text: str, end: str) -> None:
@@ -484,6 +488,18 @@ def test_missing_or_unreadable_config_file(tmp_path: Path) -> None:
     # The default location: absent is fine, a folder there is not.
     with pytest.raises(SettingsError, match="is a folder"):
         resolve(default_config_file=tmp_path)
+
+
+def test_a_config_file_that_is_no_regular_file_is_refused_without_reading_it(
+    tmp_path: Path,
+) -> None:
+    """/dev/zero or a FIFO as the config file: read without end, or waited on, before."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/zero"), fifo):
+        assert error_of({"config_file": str(path)}) == f"--config={path}: not a regular file"
+    large = write(tmp_path / "large.toml", "# " + "x" * (2 << 20) + "\n")
+    assert error_of({"config_file": str(large)}).endswith(": larger than 1048576 bytes")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")

@@ -59,6 +59,33 @@ def test_run_applies_the_limits_and_the_pod(limited_env: LimitedEnv, tmp_path: P
     assert (tmp_path / "base" / "team-a" / "trainer" / "shm").is_file()
 
 
+def test_run_adds_its_flags_to_the_limits_the_environment_sets(limited_env: LimitedEnv) -> None:
+    """Before, the flags replaced the variable whole: a GPU the variable limited ran unlimited,
+    and a bad value there went unread."""
+    environment = limited_env(preload=False)
+
+    def planned(variable: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+        return run(
+            [TF_LIMITER, "run", *arguments, "--", "sh", "-c", f'echo "${variable}"'],
+            environment | {variable: '{"1": "2GiB"}'},
+        )
+
+    added = planned("TENSOR_FUSION_CUDA_MEM_LIMIT", "--mem", "0=1GiB")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout) == {"1": "2GiB", "0": "1GiB"}
+    clash = planned("TENSOR_FUSION_CUDA_MEM_LIMIT", "--mem", "1=4GiB")
+    assert clash.returncode == 2
+    assert clash.stderr == (
+        "error: --mem 1=4GiB: TENSOR_FUSION_CUDA_MEM_LIMIT sets device 1 to 2GiB "
+        "(unset it, or give the same value)\n"
+    )
+    bad = run(
+        [TF_LIMITER, "run", "--mem", "0=1GiB", "--", "true"],
+        environment | {"TENSOR_FUSION_CUDA_MEM_LIMIT": '{"1": "abc"}'},
+    )
+    assert bad.returncode == 2 and 'bad size "abc" for key "1"' in bad.stderr
+
+
 def test_run_refuses_what_the_library_would_refuse(limited_env: LimitedEnv) -> None:
     for arguments, message in (
         (["--mem", "0=4XB"], 'bad size "4XB"'),
@@ -66,6 +93,9 @@ def test_run_refuses_what_the_library_would_refuse(limited_env: LimitedEnv) -> N
         (["--compute", "0=250"], "--compute 0=250: bad percent"),
         (["--mem", "0=4XB"], "--mem 0=4XB: "),
         (["--pod", "a/b/../c"], "POD_"),
+        # The first of two dropped, before.
+        (["--compute", "0=10", "--compute", "0=90"], "--compute 0=90: device 0 given twice"),
+        (["--mem", "0=1GiB", "--mem", "0=2GiB"], "--mem 0=2GiB: device 0 given twice"),
     ):
         result = run([TF_LIMITER, "run", *arguments, "--", "true"], limited_env(preload=False))
         assert result.returncode == 2, (arguments, result.stderr)

@@ -114,6 +114,9 @@ def parse_percent(value: object) -> int:
         if decimals.rstrip("0")[2:] or len(whole.lstrip("0")) > 3:
             raise ValueError(_PERCENT_FORMS)
         hundredths = int(whole) * HUNDREDTHS_PER_PERCENT + int((decimals + "00")[:2])
+    elif isinstance(value, int) and not isinstance(value, bool) and not -1000 <= value <= 1000:
+        # Past any percent: an integer too large for a float (or for repr) is refused as one.
+        raise ValueError(_PERCENT_FORMS)
     elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         # A JSON number: exact at the digits it was written with (12.3, not 12.300000000000001).
         try:

@@ -46,6 +46,7 @@ from vgpu_common.limits import (
     parse_switch,
 )
 from vgpu_common.paths import DEFAULT_BASE
+from vgpu_common.small_file import SmallFileError, read_small_file
 
 from vgpu_hypervisor.listen_address import (
     LISTEN_FORMS,
@@ -57,6 +58,7 @@ from vgpu_hypervisor.listen_address import (
 
 DEFAULT_CONFIG_FILE: Final = Path("/etc/tensor-fusion/hypervisor.toml")
 ENV_PREFIX: Final = "TF_HYPERVISOR_"
+CONFIG_LIMIT: Final = 1 << 20  # bytes of a config file
 LogLevel = Literal["error", "warning", "info", "debug"]
 LogFormat = Literal["text", "json"]
 Placement = Literal["binpack", "spread"]
@@ -92,6 +94,9 @@ def _listen(value: object) -> ListenAddress:
     return parse_listen_address(value)
 
 
+_DECIMAL = re.compile(r"\s*(\d+(\.\d*)?|\.\d+)\s*", re.ASCII)
+
+
 def _seconds_between(low: float, high: float) -> Callable[[object], float]:
     """A validator of seconds from ``low`` to ``high``."""
     forms = f"expected seconds between {low:g} and {high:g}"
@@ -99,9 +104,11 @@ def _seconds_between(low: float, high: float) -> Callable[[object], float]:
     def check(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise ValueError(forms)
+        if isinstance(value, str) and not _DECIMAL.fullmatch(value):
+            raise ValueError(forms)  # float() also reads "1_0" and other scripts' digits
         try:
             seconds = float(value)
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: an integer past any float
             raise ValueError(forms) from None
         if not math.isfinite(seconds) or not low <= seconds <= high:
             raise ValueError(forms)
@@ -793,7 +800,9 @@ def _env_layer(
 
 def _read_config(path: Path, where: str, required: bool) -> dict[str, Any] | None:
     try:
-        data = path.read_bytes()
+        data = read_small_file(path, CONFIG_LIMIT)
+    except SmallFileError as error:
+        raise SettingsError(f"{where}: {error}") from None
     except (FileNotFoundError, NotADirectoryError):
         if not required:
             return None

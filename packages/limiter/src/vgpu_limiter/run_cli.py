@@ -44,15 +44,36 @@ def _library() -> str:
         fail(str(error))
 
 
-def _limits(flag: str, specs: list[str] | None) -> str | None:
-    """["0=4GiB", "1=2GiB"] → '{"0": "4GiB", "1": "2GiB"}' (the library checks the values)."""
+def _limits(flag: str, specs: list[str] | None, present: str | None) -> str | None:
+    """["0=4GiB", "1=2GiB"] → '{"0": "4GiB", "1": "2GiB"}' (the library checks the values),
+    added to the limits the environment's variable (``present``) already sets: a device given
+    twice, or given a value the variable sets otherwise, is refused, never one of them dropped."""
     if not specs:
         return None
-    limits: dict[str, str] = {}
+    variable = _FLAG_VARIABLES[flag]
+    limits: dict[str, object] = {}
+    if present is not None and present.strip():
+        try:
+            parsed: object = json.loads(present)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            fail(f"{variable}={present}: not a JSON object of limits (unset it, or give {flag})")
+        limits = parsed
+    from_variable = dict(limits)
+    given: set[str] = set()
     for spec in specs:
         device, has_value, value = spec.partition("=")
         if not has_value or not device or not value:
             fail(f"{flag} {spec!r}: expected DEV=VALUE, e.g. {flag} 0=…")
+        if device in given:
+            fail(f"{flag} {spec}: device {device} given twice")
+        if device in from_variable and str(from_variable[device]) != value:
+            fail(
+                f"{flag} {spec}: {variable} sets device {device} to {from_variable[device]} "
+                "(unset it, or give the same value)"
+            )
+        given.add(device)
         limits[device] = value
         _check_value(flag, spec, json.dumps({device: value}))
     return json.dumps(limits)
@@ -85,10 +106,9 @@ def planned_environment(
     if library not in preload.replace(" ", ":").split(":"):
         # First, so that its dlsym is the one programs reach.
         environment["LD_PRELOAD"] = f"{library}:{preload}" if preload else library
-    for variable, value in (
-        (_FLAG_VARIABLES["--mem"], _limits("--mem", mem)),
-        (_FLAG_VARIABLES["--compute"], _limits("--compute", compute)),
-    ):
+    for flag, specs in (("--mem", mem), ("--compute", compute)):
+        variable = _FLAG_VARIABLES[flag]
+        value = _limits(flag, specs, environment.get(variable))
         if value is not None:
             environment[variable] = value
     if pod is not None:

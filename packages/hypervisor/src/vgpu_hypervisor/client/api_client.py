@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from vgpu_common.small_file import TOKEN_LIMIT, SmallFileError, read_small_file, token_of
 
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
@@ -64,15 +65,14 @@ class Client:
 
     def _token(self) -> str:
         try:
-            token = self.token_file.read_text().strip()
+            return token_of(read_small_file(self.token_file, TOKEN_LIMIT))
         except OSError as error:
             raise ClientError(
                 f"cannot read the API token {self.token_file}: {error.strerror} "
                 "(run as the daemon's user, or give --token-file)"
             ) from None
-        if not token:
-            raise ClientError(f"the API token file {self.token_file} is empty")
-        return token
+        except SmallFileError as error:
+            raise ClientError(f"the API token file {self.token_file}: {error}") from None
 
     def _read_headers(self) -> tuple[dict[str, str], str | None]:
         """A read's headers, and why they carry no token (None: they carry it)."""
@@ -107,11 +107,29 @@ class Client:
         status, text = reply.status_code, reply.text
         if 200 <= status < 300:
             content_type = reply.headers.get("Content-Type", "")
-            return json.loads(text) if content_type.startswith("application/json") else text
+            if content_type.startswith("application/json"):
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    pass
+            elif not request.url.path.startswith("/api/"):
+                return text  # /metrics
+            # Every /api/ route of the daemon answers JSON: something else listens there.
+            raise ClientError(
+                f"{self.address} is not a tf-hypervisor API: {request.url.path} answered "
+                f"{content_type.split(';')[0] or 'no content type'}"
+                f"{' that is not JSON' if content_type.startswith('application/json') else ''}"
+                " (--listen or API_LISTEN_ADDR says where the daemon is)"
+            )
         try:
             message = json.loads(text)["error"]
+            if not isinstance(message, str):
+                raise TypeError(message)
         except (ValueError, KeyError, TypeError):
-            message = text.strip().splitlines()[0] if text.strip() else ""
+            first = text.strip().splitlines()[0][:80] if text.strip() else ""
+            message = f"{self.address} answered {status}" + (
+                f" ({first}): not a tf-hypervisor reply" if first else ""
+            )
         message = message or f"the daemon answered {status}"
         if status == 401 and no_token is not None:
             message = f"{message} ({no_token})"

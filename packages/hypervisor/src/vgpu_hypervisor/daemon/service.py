@@ -31,6 +31,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Final
 
 import uvicorn
+from vgpu_common.small_file import SmallFileError
 
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.daemon.api.app import create_app
@@ -151,6 +152,10 @@ def _prepare_files(settings: Settings) -> str:
         raise DaemonError(
             f"cannot create the API token file {settings.token_file}: {error.strerror} "
             "(--token-file chooses another)"
+        ) from None
+    except SmallFileError as error:
+        raise DaemonError(
+            f"the API token file {settings.token_file}: {error} (--token-file chooses another)"
         ) from None
     try:
         settings.shm_base_path.mkdir(parents=True, exist_ok=True)

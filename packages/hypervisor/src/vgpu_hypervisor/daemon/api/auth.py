@@ -14,16 +14,22 @@ from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from vgpu_common.small_file import TOKEN_LIMIT, SmallFileError, read_small_file, token_of
 
 from vgpu_hypervisor.daemon.api.token_review import ReviewUnavailable, TokenReviewer
 from vgpu_hypervisor.settings import API_READ_AREAS
 
 
 def read_or_create_token(path: Path) -> str:
-    """The API token in ``path``, created (mode 0600, folder included) when absent."""
+    """The API token in ``path``, created (mode 0600, folder included) when absent or empty;
+    SmallFileError when the file holds something else than a token (or is no regular file)."""
     try:
-        token = path.read_text().strip()
+        token = token_of(read_small_file(path, TOKEN_LIMIT))
     except FileNotFoundError:
+        token = ""
+    except SmallFileError as error:
+        if str(error) != "empty":
+            raise
         token = ""
     if token:
         if path.stat().st_mode & 0o077:
