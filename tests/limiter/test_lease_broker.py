@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -390,3 +391,75 @@ def test_a_process_that_met_a_daemon_going_away_takes_the_group_lease_file_once_
         for process in processes.values():
             process.kill()
             process.wait(timeout=60)
+
+
+def _connections(path: Path, count: int) -> list[socket.socket]:
+    """``count`` connections to the arbiter that never say HELLO."""
+    made = []
+    for _ in range(count):
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        connection.connect(str(path))
+        made.append(connection)
+    return made
+
+
+def test_connections_that_never_say_hello_are_dropped(base: Path) -> None:
+    """They held their slots for good: enough of them and every paced process of the node paced
+    on a lease of its own."""
+    with broker(base) as leases:
+        held = _connections(leases.path, 20)
+        try:
+            _until(lambda: leases.stats().clients == 20, 10, "the connections accepted")
+            _until(lambda: leases.stats().clients == 0, 20, "the silent ones dropped")
+            assert all(connection.recv(1) == b"" for connection in held)  # closed
+        finally:
+            for connection in held:
+                connection.close()
+
+
+def _can_make_pid_namespaces() -> bool:
+    try:
+        made = subprocess.run(["unshare", "--pid", "--fork", "true"], check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return made.returncode == 0
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _can_make_pid_namespaces(), reason="needs to make pid namespaces"
+)
+def test_a_user_in_pid_namespaces_of_its_own_holds_half_the_connections_at_most(
+    base: Path,
+) -> None:
+    """A party is a user in a pid namespace: a user that made four (unshare -Urp) held all 1024
+    connections. Now a user's parties hold 512 together."""
+    program = (
+        "import socket, sys, time\n"
+        "held = []\n"
+        "for _ in range(256):\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+        "    s.connect(sys.argv[1])\n"
+        "    held.append(s)\n"
+        "print('connected', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    with broker(base) as leases:
+        holders = [
+            subprocess.Popen(
+                ["unshare", "--pid", "--fork", sys.executable, "-c", program, str(leases.path)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        try:
+            for holder in holders:
+                assert holder.stdout is not None and holder.stdout.readline() == "connected\n"
+            _until(lambda: leases.stats().clients == 512, 10, "two parties' connections")
+            time.sleep(0.5)
+            assert leases.stats().clients == 512
+            assert leases.stats().refused >= 256
+        finally:
+            for holder in holders:
+                holder.kill()
+                holder.wait()

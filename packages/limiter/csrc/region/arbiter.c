@@ -130,6 +130,16 @@ static int party_of(struct vgpu_arbiter *arbiter, uint32_t uid, uint64_t inode, 
     return free_slot;
 }
 
+/* The connections of a user's parties, all of them. */
+static int clients_of_user(const struct vgpu_arbiter *arbiter, uint32_t uid) {
+    int clients = 0;
+    for (int index = 0; index < MAX_CLIENTS; index++) {
+        const struct party *party = &arbiter->parties[index];
+        clients += party->uid == uid ? party->clients : 0;
+    }
+    return clients;
+}
+
 static void accept_clients(struct vgpu_arbiter *arbiter, uint64_t now) {
     for (;;) {
         int fd = accept4(arbiter->listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -143,7 +153,8 @@ static void accept_clients(struct vgpu_arbiter *arbiter, uint64_t now) {
             slot = arbiter->clients[index].fd < 0 ? index : -1;
         }
         int party = -1;
-        if (slot >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0) {
+        if (slot >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 &&
+            clients_of_user(arbiter, peer.uid) < MAX_PER_USER) {
             party = party_of(arbiter, peer.uid, namespace_of(peer.pid), now);
         }
         if (party < 0 || arbiter->parties[party].clients >= MAX_PER_PARTY) {
@@ -152,7 +163,8 @@ static void accept_clients(struct vgpu_arbiter *arbiter, uint64_t now) {
             continue;
         }
         arbiter->parties[party].clients++;
-        arbiter->clients[slot] = (struct client){.fd = fd, .gpu = -1, .party = party};
+        arbiter->clients[slot] =
+            (struct client){.fd = fd, .gpu = -1, .party = party, .connected_ns = now};
         atomic_fetch_add(&arbiter->connected, 1);
     }
 }
@@ -390,6 +402,17 @@ static void *serve(void *argument) {
             accept_clients(arbiter, now);
         }
         next_ns = now + HOUSEKEEPING_NS;
+        for (int index = 0; index < MAX_CLIENTS; index++) {
+            struct client *client = &arbiter->clients[index];
+            if (client->fd >= 0 && client->gpu < 0) { /* no HELLO yet */
+                uint64_t due = client->connected_ns + HELLO_WITHIN_NS;
+                if (now >= due) {
+                    drop(arbiter, index, now);
+                } else {
+                    next_ns = due < next_ns ? due : next_ns;
+                }
+            }
+        }
         for (int gpu = 0; gpu < arbiter->gpu_count; gpu++) {
             uint64_t at = settle(arbiter, gpu, now);
             next_ns = at < next_ns ? at : next_ns;

@@ -15,6 +15,13 @@
 #define MAX_GPUS 64
 #define MAX_CLIENTS 1024
 #define MAX_PER_PARTY 256
+/* A user's parties together: a user may make pid namespaces of its own (unshare -Urp), and
+ * four of them held every connection, so that paced processes of every pod fell back to
+ * leases of their own, unarbitrated. */
+#define MAX_PER_USER (MAX_CLIENTS / 2)
+/* A connection whose HELLO has not come by then is dropped: one that never sends it holds a
+ * slot for nothing (the limiter sends it right after connecting). */
+#define HELLO_WITHIN_NS 5000000000ULL
 #define PENALTY_NS 4000000000ULL      /* a party that overran the hold: served last this long */
 #define PENALTY_MAX_NS 32000000000ULL /* doubled while it keeps doing so */
 #define HOUSEKEEPING_NS 1000000000ULL
@@ -34,6 +41,7 @@ struct client {
     int fd; /* -1: a free slot */
     int gpu;   /* -1 until its HELLO */
     int party;
+    uint64_t connected_ns; /* when it was accepted: its HELLO is due within HELLO_WITHIN_NS */
     uint64_t pod; /* what it says its pod is: only its own view of "other pods" depends on it */
     struct vgpu_lease_seat *seat;
     bool waiting;

@@ -89,6 +89,9 @@ class Node:
         """Read every region, reclaim dead workers, and publish a new view (blocking)."""
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
+            # Weighed and shown by the limits the daemon holds, never raised words (a tenant
+            # can write its region): those are set back.
+            records = self.store.hold_limits(records)
             self.store.renew_freezes(records)
             # The scheduling policy is the pass's, not the store's: the store only keeps what
             # it weighs (the class and weight the daemon holds) and writes what it decides.

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +40,7 @@ from vgpu_limiter.region import (
     RegionError,
 )
 
+from vgpu_hypervisor.daemon.held_limits import HeldLimits
 from vgpu_hypervisor.daemon.private_file import PrivateFile
 
 log = logging.getLogger("vgpu_hypervisor")
@@ -110,11 +111,19 @@ class PodStore:
     # daemon started after a tenant wrote its class or weight must not take them for the admin's.
     _policy: dict[tuple[str, str], tuple[tuple[int, int], int, int]] = field(default_factory=dict)
     _policy_file: PrivateFile | None = None
+    # Each pod's limits by GPU as the daemon wrote them (or first read them): what it weighs
+    # and shows, and sets raised words back to (held_limits.py).
+    _held_limits: HeldLimits | None = None
 
     def __post_init__(self) -> None:
         self._policy_file = PrivateFile(self.base / POLICY_FOLDER, POLICY_FILE)
         if (self.base / POLICY_FOLDER).is_dir():
             self._policy = _decode_policies(self._policy_file.load())
+        self._held_limits = HeldLimits(self.base / POLICY_FOLDER)
+
+    def _held(self) -> HeldLimits:
+        assert self._held_limits is not None
+        return self._held_limits
 
     def _remember_policies(
         self, before: dict[tuple[str, str], tuple[tuple[int, int], int, int]]
@@ -241,7 +250,12 @@ class PodStore:
             except RegionError as error:
                 raise PodError(_one_line(error)) from None
             created.close()
-            return self._record(namespace, name, path)
+            record = self._record(namespace, name, path)
+            current = self._open.get(path)
+            if current is not None:
+                written = {device.uuid: device.limits for device in record.devices}
+                self._held().wrote((namespace, name), current.identity, written)
+            return record
 
     def _takes_over(self, namespace: str, name: str, path: Path) -> bool:
         """Revive a deleted pod's file that workers still charge; whether there was one."""
@@ -289,6 +303,10 @@ class PodStore:
                     raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
                 except RegionError as error:  # the file's state (cut short under us): a conflict
                     raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+                finally:
+                    current = self._open.get(region.path)
+                    if written and current is not None:
+                        self._held().wrote((namespace, name), current.identity, written)
             return self._record(namespace, name, region.path), written
 
     def delete(self, namespace: str, name: str, *, force: bool = False) -> PodRecord:
@@ -296,6 +314,7 @@ class PodStore:
         with self._lock:
             record = self.get(namespace, name)
             self._by_admin.pop((namespace, name), None)  # not the next pod of that name's
+            self._held().forget((namespace, name))
             if record.error is None:
                 self.reap(record)
                 record = self.get(namespace, name)
@@ -386,6 +405,47 @@ class PodStore:
             held = {r.key: self._held_policy(r) for r in records if r.error is None}
             self._remember_policies(before)
             return held
+
+    def hold_limits(self, records: list[PodRecord]) -> list[PodRecord]:
+        """The records (every pod of the node) with each GPU's limits as the daemon holds them
+        where the region's words raise past those, which are set back (held_limits.py); the
+        limits of pods gone are forgotten (not of unreadable ones)."""
+        with self._lock:
+            held = self._held()
+            held.keep_only(record.key for record in records)
+            return [self._within_held(held, record) for record in records]
+
+    def _within_held(self, held: HeldLimits, record: PodRecord) -> PodRecord:
+        current = self._open.get(record.path)
+        if record.error is not None or current is None:
+            return record
+        raised = held.bound(record.key, current.identity, record.devices)
+        if not raised:
+            return record
+        devices = []
+        for device in record.devices:
+            limits = raised.get(device.uuid.lower())
+            if limits is None:
+                devices.append(device)
+                continue
+            with suppress(RegionError, ValueError):
+                current.region.set_limits(
+                    device.uuid,
+                    limits.memory_limit,
+                    limits.compute_limit,
+                    compute_soft_limit=limits.compute_soft_limit,
+                    device_flags=limits.device_flags,
+                )
+            devices.append(
+                replace(
+                    device,
+                    memory_limit=limits.memory_limit,
+                    compute_limit=limits.compute_limit,
+                    compute_soft_limit=limits.compute_soft_limit,
+                    device_flags=limits.device_flags,
+                )
+            )
+        return replace(record, devices=tuple(devices))
 
     def _held_policy(self, record: PodRecord) -> tuple[int, int]:
         current = self._open.get(record.path)

@@ -1,0 +1,177 @@
+"""The limits the daemon holds for each pod, by GPU: what it wrote into the pod's region (a new
+pod, an admin's change, the pod source's), or what it first read there.
+
+A region is the tenant's file to write. The memory limit, the compute limit and its burst in it
+are what the pod's own processes obey, so a tenant that raises them raises only its own ceiling
+(the cooperative model, docs/security.md); but the daemon also divides a contended GPU by the
+compute limits, and a compute limit written up to 99.99 % took contended time from every other
+pod on the GPU (a victim at 40 % got 28 % beside a pod that launched nothing). So the daemon
+weighs and shows a pod by the words it holds, and sets words raised past them back at each pass,
+as it does the class and weight (policies.json). Words below what it holds are the pod's own to
+choose: a limit the environment seeds into a region with none (the limiter's), or a tenant
+lowering its own.
+
+Held with the identity of the region file they belong to, and kept across the daemon's restarts
+in ``{base}/.daemon/limits.json`` (private_file.py): a daemon started after a tenant raised its
+words must not adopt them."""
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from vgpu_limiter.region import COMPUTE_UNLIMITED, DeviceInfo, DeviceLimits
+
+from vgpu_hypervisor.daemon.private_file import PrivateFile
+
+log = logging.getLogger(__name__)
+
+LIMITS_FILE: Final = "limits.json"
+
+Identity = tuple[int, int]  # (st_dev, st_ino) of the region file
+Key = tuple[str, str]  # (namespace, name)
+
+
+def _compute(words: int) -> int:
+    """A compute limit word as a number to compare: no limit (0, or the unlimited word and above)
+    as the most."""
+    return COMPUTE_UNLIMITED if words == 0 or words >= COMPUTE_UNLIMITED else words
+
+
+def raises(words: DeviceLimits, held: DeviceLimits) -> bool:
+    """Whether a region's words allow the pod more than the limits held for it."""
+    memory_raised = held.memory_limit != 0 and not 0 < words.memory_limit <= held.memory_limit
+    compute_raised = _compute(words.compute_limit) > _compute(held.compute_limit)
+    # A burst counts above the hard limit only; none held is none above the held hard limit.
+    held_burst = max(held.compute_soft_limit, _compute(held.compute_limit))
+    burst_raised = max(words.compute_soft_limit, _compute(words.compute_limit)) > held_burst
+    flags_raised = bool(words.device_flags & ~held.device_flags)
+    return memory_raised or compute_raised or burst_raised or flags_raised
+
+
+@dataclass
+class HeldLimits:
+    """Each pod's held limits by GPU UUID (lower case), with its region's identity. Not
+    thread-safe: the pod store calls it under its lock."""
+
+    folder: Path
+    _held: dict[Key, tuple[Identity, dict[str, DeviceLimits]]] = field(default_factory=dict)
+    _file: PrivateFile | None = None
+    _said: set[tuple[Key, str]] = field(default_factory=set)  # raised words logged, by GPU
+
+    def __post_init__(self) -> None:
+        self._file = PrivateFile(self.folder, LIMITS_FILE)
+        if self.folder.is_dir():
+            self._held = _decode(self._file.load(), self._file.path)
+
+    def wrote(self, key: Key, identity: Identity, written: Mapping[str, DeviceLimits]) -> None:
+        """The daemon wrote these limits (by GPU UUID) into the pod's region."""
+        known = self._held.get(key)
+        by_gpu = dict(known[1]) if known is not None and known[0] == identity else {}
+        by_gpu.update({uuid.lower(): limits for uuid, limits in written.items()})
+        self._change(key, (identity, by_gpu))
+
+    def forget(self, key: Key) -> None:
+        if key in self._held:
+            del self._held[key]
+            self._save()
+
+    def keep_only(self, present: Iterable[Key]) -> None:
+        """Forget the pods gone (not unreadable ones: the caller names every pod it found)."""
+        gone = set(self._held) - set(present)
+        for key in gone:
+            del self._held[key]
+        if gone:
+            self._save()
+
+    def bound(
+        self, key: Key, identity: Identity, devices: Iterable[DeviceInfo]
+    ) -> dict[str, DeviceLimits]:
+        """The held limits of the devices whose words raise past them, by GPU UUID (lower
+        case); words of a pod or a GPU not held yet are adopted (first read)."""
+        known = self._held.get(key)
+        by_gpu = dict(known[1]) if known is not None and known[0] == identity else {}
+        adopted = False
+        raised: dict[str, DeviceLimits] = {}
+        for device in devices:
+            uuid = device.uuid.lower()
+            held = by_gpu.get(uuid)
+            if held is None:
+                by_gpu[uuid] = device.limits
+                adopted = True
+            elif raises(device.limits, held):
+                raised[uuid] = held
+                if (key, uuid) not in self._said:
+                    self._said.add((key, uuid))
+                    log.warning(
+                        "pod %s/%s: GPU %s: limits raised in its region (memory %d, compute %d, "
+                        "burst %d, flags %d) past the ones the daemon holds: set back",
+                        *key,
+                        device.uuid,
+                        device.memory_limit,
+                        device.compute_limit,
+                        device.compute_soft_limit,
+                        device.device_flags,
+                    )
+            else:
+                self._said.discard((key, uuid))
+        if adopted or known is None or known[0] != identity:
+            self._change(key, (identity, by_gpu))
+        return raised
+
+    def _change(self, key: Key, value: tuple[Identity, dict[str, DeviceLimits]]) -> None:
+        if self._held.get(key) != value:
+            self._held[key] = value
+            self._save()
+
+    def _save(self) -> None:
+        if self._file is not None:
+            self._file.save(_encode(self._held))
+
+
+# {base}/.daemon/limits.json: [{"namespace", "name", "region": [st_dev, st_ino],
+#                               "gpus": {uuid: [memory, compute, soft, flags]}}]
+
+
+def _encode(held: Mapping[Key, tuple[Identity, Mapping[str, DeviceLimits]]]) -> list[Any]:
+    return [
+        {
+            "namespace": ns,
+            "name": name,
+            "region": list(identity),
+            "gpus": {
+                uuid: [w.memory_limit, w.compute_limit, w.compute_soft_limit, w.device_flags]
+                for uuid, w in sorted(by_gpu.items())
+            },
+        }
+        for (ns, name), (identity, by_gpu) in sorted(held.items())
+    ]
+
+
+def _word(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError("a limit that is not a whole number of 0 or more")
+    return value
+
+
+def _decode(document: Any, path: Path) -> dict[Key, tuple[Identity, dict[str, DeviceLimits]]]:
+    """The limits a file holds; none from one that is not a list of such entries (said)."""
+    held: dict[Key, tuple[Identity, dict[str, DeviceLimits]]] = {}
+    if document is None:
+        return held
+    try:
+        for entry in document:
+            namespace, name = entry["namespace"], entry["name"]
+            if not isinstance(namespace, str) or not isinstance(name, str):
+                raise TypeError("a name that is not a string")
+            device, inode = (_word(v) for v in entry["region"])
+            by_gpu: dict[str, DeviceLimits] = {}
+            for uuid, words in entry["gpus"].items():
+                memory, compute, soft, flags = (_word(v) for v in words)
+                by_gpu[str(uuid).lower()] = DeviceLimits(memory, compute, soft, flags)
+            held[(namespace, name)] = ((device, inode), by_gpu)
+    except (TypeError, KeyError, ValueError, AttributeError) as error:
+        log.warning("%s: cannot read: %s; starting afresh", path, error)
+        return {}
+    return held

@@ -1,0 +1,153 @@
+"""The limits the daemon holds for a pod, not the words its tenant writes into its region:
+what the daemon weighs, shows and sets back (daemon/held_limits.py)."""
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from vgpu_hypervisor.daemon.held_limits import HeldLimits, _decode, _encode, raises
+from vgpu_limiter.region import COMPUTE_UNLIMITED, DEVICE_OVERSUBSCRIBE, DeviceLimits, open_region
+
+from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.test_scheduler_weights import _busy
+
+GiB = 1 << 30
+HELD = DeviceLimits(4 * GiB, 4000, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("words", "raised"),
+    [
+        (HELD, False),
+        (DeviceLimits(2 * GiB, 3000, 0, 0), False),  # lowered: the pod's own choice
+        (DeviceLimits(4 * GiB + 1, 4000, 0, 0), True),
+        (DeviceLimits(0, 4000, 0, 0), True),  # no memory limit
+        (DeviceLimits(4 * GiB, 9999, 0, 0), True),
+        (DeviceLimits(4 * GiB, 0, 0, 0), True),  # no compute limit
+        (DeviceLimits(4 * GiB, COMPUTE_UNLIMITED, 0, 0), True),
+        (DeviceLimits(4 * GiB, 4000, 8000, 0), True),  # a burst
+        (DeviceLimits(4 * GiB, 4000, 3000, 0), False),  # a "burst" below the limit: none
+        (DeviceLimits(4 * GiB, 4000, 0, DEVICE_OVERSUBSCRIBE), True),
+    ],
+)
+def test_which_words_raise_past_the_held_limits(words: DeviceLimits, raised: bool) -> None:
+    assert raises(words, HELD) is raised
+
+
+def test_under_held_limits_of_none_nothing_raises() -> None:
+    """A pod made with no compute limit: one the environment seeds is the pod's to have."""
+    none = DeviceLimits(0, 0, 0, DEVICE_OVERSUBSCRIBE)
+    assert not raises(DeviceLimits(2 * GiB, 3000, 6000, DEVICE_OVERSUBSCRIBE), none)
+    assert not raises(DeviceLimits(0, COMPUTE_UNLIMITED, 0, 0), none)
+    burst = DeviceLimits(0, 3000, 6000, 0)
+    assert not raises(DeviceLimits(0, 3000, 6000, 0), burst)
+    assert raises(DeviceLimits(0, 3000, 7000, 0), burst)
+
+
+words = st.builds(
+    DeviceLimits,
+    st.sampled_from([0, 1, GiB, 4 * GiB]),
+    st.sampled_from([0, 1, 2500, 5000, 9999, COMPUTE_UNLIMITED]),
+    st.sampled_from([0, 2500, 5000, COMPUTE_UNLIMITED]),
+    st.sampled_from([0, DEVICE_OVERSUBSCRIBE]),
+)
+
+
+@given(words, words, words)
+def test_raising_is_a_preorder(a: DeviceLimits, b: DeviceLimits, c: DeviceLimits) -> None:
+    """Words never raise past themselves, and words within what is within the held limits are
+    within them: setting back never lets a pod climb in steps."""
+    assert not raises(a, a)
+    if not raises(a, b) and not raises(b, c):
+        assert not raises(a, c)
+
+
+def test_a_book_round_trips_and_one_of_the_wrong_shape_is_none(tmp_path: Path) -> None:
+    book = {("ml", "a"): ((5, 7), {"gpu-0": HELD}), ("ml", "b"): ((5, 9), {})}
+    assert _decode(_encode(book), tmp_path) == book
+    for document in (
+        {"not": "a list"},
+        [{"namespace": "a"}],
+        [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {"g": [1, 2, 3]}}],
+        [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {"g": [1, -2, 3, 0]}}],
+        [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {"g": [1, True, 3, 0]}}],
+    ):
+        assert _decode(document, tmp_path) == {}
+
+
+def test_a_new_gpu_is_adopted_and_a_region_made_anew_is_another_pods(tmp_path: Path) -> None:
+    from vgpu_limiter.region import DeviceInfo
+
+    held = HeldLimits(tmp_path / ".daemon")
+    key = ("ns", "pod")
+    device = DeviceInfo(0, "GPU-A", 4 * GiB, 0, 4000, 0)
+    held.wrote(key, (1, 2), {"GPU-A": HELD})
+    raised = DeviceInfo(0, "GPU-A", 8 * GiB, 0, 4000, 0)
+    assert held.bound(key, (1, 2), [raised]) == {"gpu-a": HELD}
+    assert held.bound(key, (1, 2), [device]) == {}
+    other = DeviceInfo(1, "GPU-B", 0, 0, 0, 0)
+    assert held.bound(key, (1, 2), [device, other]) == {}  # adopted: the limiter's seed
+    assert held.bound(key, (1, 3), [raised]) == {}  # another file: its words are adopted
+    again = HeldLimits(tmp_path / ".daemon")  # kept across restarts
+    assert again.bound(key, (1, 3), [device]) == {}
+    assert again.bound(key, (1, 3), [DeviceInfo(0, "GPU-A", 9 * GiB, 0, 4000, 0)]) == {
+        "gpu-a": DeviceLimits(8 * GiB, 4000, 0, 0)
+    }
+
+
+# With the daemon
+
+
+def test_a_compute_limit_a_tenant_raises_in_its_region_takes_nothing_from_others(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """Before, the daemon divided a contended GPU by the compute limit words in each region: a
+    tenant that wrote 99.99 % into its own took 70 % of a GPU shared with a 40 % pod (which got
+    28 %), launching nothing. Its memory limit raised the same way (64 GiB under the admin's
+    4 GiB) stood: nothing set it back."""
+    for name in ("honest", "greedy"):
+        created = daemon.cli("pods", "create", name, "--compute", "0=60", "--mem", "0=4GiB")
+        assert created.returncode == 0, created.stderr
+    _busy(daemon, workloads, "honest", "greedy")
+    regions = {n: open_region(daemon.base / "default" / n / "shm") for n in ("honest", "greedy")}
+    try:
+        wait_for(lambda: regions["greedy"].effective(0) == 4900, timeout=10)
+        uuid = regions["greedy"].devices[0].uuid
+        regions["greedy"].set_limits(uuid, 64 * GiB, 9999, compute_soft_limit=COMPUTE_UNLIMITED)
+        wait_for(lambda: regions["greedy"].devices[0].compute_limit == 6000, timeout=10)
+        limits = regions["greedy"].devices[0].limits
+        assert limits == DeviceLimits(4 * GiB, 6000, 0, 0)
+        time.sleep(1.5)  # a few passes
+        assert regions["greedy"].effective(0) == regions["honest"].effective(0) == 4900
+        shown = json.loads(daemon.cli("pods", "get", "greedy", "--json").stdout)
+        assert [gpu["memory_limit"] for gpu in shown["gpus"]] == [4 * GiB]
+        assert [gpu["compute_limit"] for gpu in shown["gpus"]] == [60]
+        # Lowered, the pod's own words stand, and weigh as they are: 30 + 60 fit.
+        regions["greedy"].set_limits(uuid, 2 * GiB, 3000)
+        wait_for(lambda: regions["honest"].effective(0) == 6000, timeout=10)
+        assert regions["greedy"].devices[0].limits == DeviceLimits(2 * GiB, 3000, 0, 0)
+        # The admin's change through the API is held.
+        assert daemon.cli("pods", "update", "greedy", "--compute", "0=80").returncode == 0
+        wait_for(lambda: regions["honest"].effective(0) < 6000, timeout=10)
+        assert regions["greedy"].devices[0].compute_limit == 8000
+    finally:
+        for region in regions.values():
+            region.close()
+
+
+def test_limits_raised_while_the_daemon_was_down_are_set_back(daemon: Daemon) -> None:
+    created = daemon.cli("pods", "create", "tenant", "--compute", "0=60", "--mem", "0=2GiB")
+    assert created.returncode == 0, created.stderr
+    path = daemon.base / "default" / "tenant" / "shm"
+    assert daemon.stop() == 0
+    with open_region(path) as region:
+        region.set_limits(region.devices[0].uuid, 64 * GiB, 9999)
+    daemon.start()
+    with open_region(path) as region:
+        wait_for(lambda: region.devices[0].compute_limit == 6000, timeout=10)
+        assert region.devices[0].memory_limit == 2 * GiB
+    assert (daemon.base / ".daemon" / "limits.json").stat().st_mode & 0o777 == 0o600
