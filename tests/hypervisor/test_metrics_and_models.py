@@ -65,6 +65,16 @@ def test_influx_lines_escape_tags_and_leave_out_what_is_missing() -> None:
     assert "memory_percentage=10.0" in worker_line and "host_memory_bytes" not in worker_line
 
 
+def test_a_tag_with_a_newline_stays_on_its_line() -> None:
+    """A tenant writes its region's UUIDs: one with a newline added a line of its own."""
+    view = _view()
+    share = view.pods[0].gpus[0].model_copy(update={"uuid": "GPU-1\ntf_gpu,uuid=x m=1i"})
+    pod = view.pods[0].model_copy(update={"gpus": [share]})
+    lines = influx_lines(NodeView(view.taken_at, None, view.gpus, (pod,)))
+    assert all(line.count("\n") == 1 and line.endswith("\n") for line in lines)
+    assert "uuid=GPU-1\\ tf_gpu\\,uuid\\=x\\ m\\=1i," in lines[1]
+
+
 def test_influx_lines_carry_host_backed_memory_of_an_oversubscribed_pod() -> None:
     view = _view()
     share = view.pods[0].gpus[0].model_copy(update={"host_memory_used": 3 << 30})

@@ -324,6 +324,10 @@ def exposition(registry: CollectorRegistry) -> bytes:
 
 
 def _escape_tag(text: str) -> str:
+    """A tag value as line protocol writes it. Control characters have no escape there, and a
+    newline ended the line: a UUID a tenant wrote into its region with one added lines of its
+    own to the file, so each is a blank."""
+    text = "".join(" " if ord(char) < 0x20 or char == "\x7f" else char for char in text)
     return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
 
 
@@ -445,7 +449,8 @@ class MetricsFile:
                 size = 0
             if size and size + len(data) > self.rotate_bytes:
                 self.path.replace(self.path.with_name(self.path.name + ".1"))
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            # 0640: the file names every pod and its use, which the API keeps behind its token.
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
             try:
                 os.write(fd, data)
             finally:

@@ -77,6 +77,8 @@ def setup_logging(settings: Settings) -> None:
     if settings.log_path is not None:
         try:
             settings.log_path.parent.mkdir(parents=True, exist_ok=True)
+            # 0640 when made: the log names every pod and its limit changes.
+            os.close(os.open(settings.log_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o640))
             handler = logging.FileHandler(settings.log_path)
         except OSError as error:
             raise DaemonError(
