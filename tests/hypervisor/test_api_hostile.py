@@ -328,6 +328,13 @@ def test_open_reads_answer_without_the_token_but_never_with_command_lines(
         # A token that is given is checked: a wrong one is not taken for no token.
         wrong = daemon.http.get(path, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401, path
+        # Nor one of another scheme, nor a wrong one after the right one (only the first
+        # header was read: 200).
+        basic = daemon.http.get(path, headers={"Authorization": "Basic bm9wZQ=="}, auth=NO_AUTH)
+        assert basic.status_code == 401, path
+        token = daemon.token_file.read_text().strip()
+        two = [("Authorization", f"Bearer {token}"), ("Authorization", "Bearer nope")]
+        assert daemon.http.get(path, headers=two, auth=NO_AUTH).status_code == 400, path
     anonymous_workers = daemon.http.get("/api/v1/workers", auth=NO_AUTH).json()
     assert anonymous_workers and all(w["command"] is None for w in anonymous_workers)
     assert any(SECRET in (w["command"] or "") for w in daemon.http.get("/api/v1/workers").json())

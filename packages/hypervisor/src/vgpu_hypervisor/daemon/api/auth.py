@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -89,11 +89,23 @@ class Access:
         )
         self._reviews = asyncio.Semaphore(MAX_REVIEWS)
 
+    async def _given(self, request: Request) -> HTTPAuthorizationCredentials | None:
+        """The request's Bearer token; None when it has no Authorization header. Two headers
+        (only the first was checked) are a 400, and one that is not a Bearer token a 401: a
+        token given is always checked, never taken for an anonymous read."""
+        given = request.headers.getlist("authorization")
+        if len(given) > 1:
+            raise HTTPException(400, "more than one Authorization header")
+        credentials = await self._bearer(request)
+        if given and credentials is None:
+            raise HTTPException(401, "expected Authorization: Bearer TOKEN", _CHALLENGE)
+        return credentials
+
     def change(self) -> Callable[..., Awaitable[Caller]]:
         """A dependency: 401 unless the request carries an accepted token."""
 
         async def authorized(
-            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(self._bearer)],
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(self._given)],
         ) -> Caller:
             if credentials is None:
                 raise HTTPException(401, "this request needs the API token (Bearer)", _CHALLENGE)
@@ -109,7 +121,7 @@ class Access:
         is_open = area in self.open_reads
 
         async def reader(
-            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(self._bearer)],
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(self._given)],
         ) -> Caller:
             if credentials is None:
                 if is_open:
