@@ -193,3 +193,21 @@ def test_pod_passes_come_sooner_once_something_asks_for_it_between_them() -> Non
     # Two passes within the half second instead of none before the next second's.
     assert len(runs) >= 3, runs
     assert gaps[0] == pytest.approx(0.25, abs=0.15), gaps
+
+
+def test_a_region_that_breaks_while_the_daemon_runs_is_logged_once(daemon: Daemon) -> None:
+    """Listings and /metrics showed it; the log said nothing until the next start."""
+    created = daemon.cli("pods", "create", "p", "--mem", "0=1GiB")
+    assert created.returncode == 0, created.stderr
+    region = daemon.base / "default" / "p" / "shm"
+    whole = region.read_bytes()
+    os.truncate(region, 100)
+    wait_for(lambda: "pod default/p: " in daemon.log_file.read_text(), timeout=10)
+    time.sleep(2.5)  # (the mapped file reads as truncated, then, opened again, as too small)
+    said = daemon.log_file.read_text().count("pod default/p: ")
+    time.sleep(2.5)  # more passes: nothing new to say
+    log = daemon.log_file.read_text()
+    assert 1 <= log.count("pod default/p: ") == said <= 2, log
+    assert "truncated (100 of" in log.split("pod default/p: ", 1)[1].splitlines()[0]
+    region.write_bytes(whole)
+    wait_for(lambda: "its region can be read again" in daemon.log_file.read_text(), timeout=10)

@@ -19,7 +19,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.cluster import Charge, ClusterPods
 from vgpu_hypervisor.daemon.demand import DemandTracker
-from vgpu_hypervisor.daemon.pods import PodRecord, PodStore
+from vgpu_hypervisor.daemon.pods import PodKey, PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import (
     node_burst_rates,
     node_effective_limits,
@@ -60,6 +60,7 @@ class Node:
         self.store = store
         self._boosts = boosts
         self._host_pids = HostPids()
+        self._unreadable: dict[PodKey, str] = {}  # the pods whose region could not be read, why
         self._processes = ProcessTable()
         self._utilization = Utilization()
         self._snapshot: NodeSnapshot | None = None
@@ -89,6 +90,7 @@ class Node:
         """Read every region, reclaim dead workers, and publish a new view (blocking)."""
         with self._lock:
             records = [self._settle(record) for record in self.store.scan()]
+            self._say_unreadable(records)
             # Weighed and shown by the limits the daemon holds, never raised words (a tenant
             # can write its region): those are set back.
             records = self.store.hold_limits(records)
@@ -109,6 +111,20 @@ class Node:
                 except Exception:  # a watcher's bug must not stop the passes over the regions
                     log.exception("a watcher of the node's views failed")
             return view
+
+    def _say_unreadable(self, records: list[PodRecord]) -> None:
+        """Log a pod whose region became unreadable (cut short, scribbled over) or changed why,
+        once, and when it can be read again: the listings and /metrics showed it, the log
+        only at the next start."""
+        now = {record.key: record.error for record in records if record.error is not None}
+        for key, why in now.items():
+            if self._unreadable.get(key) != why:
+                log.warning("pod %s/%s: %s", *key, why)
+        present = {record.key for record in records}
+        for key in self._unreadable.keys() - now.keys():
+            if key in present:
+                log.info("pod %s/%s: its region can be read again", *key)
+        self._unreadable = now
 
     def _settle(self, record: PodRecord) -> PodRecord:
         """The record after its dead workers were reclaimed and host pids recorded."""
