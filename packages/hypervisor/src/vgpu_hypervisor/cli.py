@@ -135,7 +135,7 @@ def daemon(*, flags: Mapping[str, object]) -> None:
     except SettingsError as error:
         fail(str(error))
     try:
-        run(resolved.settings, resolved.warnings)
+        run(resolved.settings, resolved.warnings, resolved.sources)
     except DaemonError as error:
         fail(str(error), REFUSED)
     except KeyboardInterrupt:

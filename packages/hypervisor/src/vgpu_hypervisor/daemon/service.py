@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Final
 
@@ -41,6 +41,7 @@ from vgpu_hypervisor.daemon.api.limits import server_config
 from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.demand import FIRST_USE_WINDOW_NS
+from vgpu_hypervisor.daemon.idle_settings import idle_settings
 from vgpu_hypervisor.daemon.leases import start_lease_broker
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
@@ -550,10 +551,17 @@ async def _every(
             await asyncio.sleep(wait)
 
 
-def run(settings: Settings, warnings: Iterable[str] = ()) -> None:
+def run(
+    settings: Settings, warnings: Iterable[str] = (), sources: Mapping[str, str] | None = None
+) -> None:
     """Run the daemon until SIGTERM/SIGINT; DaemonError when it cannot start. ``warnings``:
-    what reading the settings found (a misspelled variable), logged first."""
+    what reading the settings found (a misspelled variable), logged first; ``sources``: where
+    each setting came from, so that one given that nothing reads is said too."""
+    from vgpu_hypervisor.kubernetes.setup import enabled  # the one wiring module; lazily
+
     setup_logging(settings)
     for warning in warnings:
         log.warning("%s", warning)
+    for line in idle_settings(settings, sources or {}, pod_source=enabled(settings)):
+        log.warning("%s", line)
     asyncio.run(Daemon(settings).run())
