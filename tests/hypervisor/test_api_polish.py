@@ -49,6 +49,22 @@ def test_json_with_a_charset_or_a_json_suffix_is_json(daemon: Daemon) -> None:
         assert reply.status_code == 201, reply.text
 
 
+def test_a_key_given_twice_in_a_json_object_is_a_422(daemon: Daemon) -> None:
+    """json keeps the last: a GPU given twice got the second limit, the first dropped without a
+    word (the limiter and the CLI refuse the same thing)."""
+    twice = b'{"name": "x", "gpus": {"0": {"memory": 1}, "0": {"memory": 2}}}'
+    headers = {"Content-Type": "application/json"}
+    reply = daemon.api("POST", "/api/v1/pods", content=twice, headers=headers)
+    assert reply.status_code == 422, reply.text
+    assert reply.json() == {"error": "the JSON body gives the key '0' twice in one object"}
+    assert daemon.api("GET", "/api/v1/pods").json() == []
+    nested = b'{"name": "x", "gpus": {"0": {"memory": "1GiB", "memory": "2GiB"}}}'
+    reply = daemon.api("POST", "/api/v1/pods", content=nested, headers=headers)
+    assert reply.status_code == 422 and "'memory' twice" in reply.json()["error"]
+    once = b'{"name": "x", "gpus": {"0": {"memory": "1GiB"}, "1": {"memory": "1GiB"}}}'
+    assert daemon.api("POST", "/api/v1/pods", content=once, headers=headers).status_code == 201
+
+
 def test_openapi_lists_only_the_answers_each_route_can_give(daemon: Daemon) -> None:
     spec = daemon.http.get("/openapi.json").json()
     answers = {

@@ -33,7 +33,10 @@ def test_settings_the_running_parts_read_and_defaults_are_not_said(tmp_path: Pat
         "tenant_raise (flag:--tenant-raise) takes effect only with the pod source "
         "(--kubernetes): ignored"
     ]
-    metrics = {"metrics_rotate_bytes": "1KiB", "gpu_metrics_file": str(tmp_path / "m")}
+    metrics: dict[str, object] = {
+        "metrics_rotate_bytes": "1KiB",
+        "gpu_metrics_file": str(tmp_path / "m"),
+    }
     assert _idle(metrics) == []
 
 
