@@ -1074,6 +1074,7 @@ static void soft_and_oversubscribe(void) {
     setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":30,\"1\":20}", 1);
     setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":\"60%\",\"" UUID_A_UPPER "\":80}", 1);
     setenv("TENSOR_FUSION_CUDA_MEM_OVERSUBSCRIBE", "{\"0\":true,\"1\":\"false\"}", 1);
+    setenv("TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\":\"4GiB\"}", 1); /* something to go past */
     EXPECT_OK();
     const struct vgpu_device_setting *zero = find(VGPU_KEY_INDEX, 0, NULL);
     EXPECT_EQ(zero->compute_soft_limit, 6000u);
@@ -1135,7 +1136,10 @@ static void soft_and_oversubscribe(void) {
     setenv("TENSOR_FUSION_CUDA_UP_LIMIT", "{\"0\":50}", 1);
     setenv("TENSOR_FUSION_CUDA_SOFT_LIMIT", "{\"0\":50,\"1\":70}", 1);
     EXPECT_OK();
-    EXPECT_EQ(config.warning_count, 0u);
+    EXPECT_EQ(config.warning_count, 1u); /* device 1's burst: no compute limit there */
+    EXPECT_STR(config.warnings[0], "TENSOR_FUSION_CUDA_SOFT_LIMIT: soft compute limit 70.00% "
+                                   "without a compute limit on that device: ignored (no limit "
+                                   "to burst from)");
     unsetenv("TENSOR_FUSION_CUDA_UP_LIMIT");
     EXPECT_OK();
     EXPECT_EQ(config.warning_count, 2u);
@@ -1240,8 +1244,9 @@ static void seed_systems(void) {
     EXPECT_EQ(compute_of(VGPU_KEY_UUID, -1, UUID_B), 4000u);
     EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_B)->compute_soft_limit, 6000u);
     EXPECT_EQ(find(VGPU_KEY_UUID, -1, UUID_A)->oversubscribe, 1);
-    EXPECT_EQ(config.warning_count, 1u);
+    EXPECT_EQ(config.warning_count, 2u);
     EXPECT_WARNING("CUDA_MEM_LIMIT_5=1g: device 5 has no UUID in GPU_DEVICES_UUID (2 entries)");
+    EXPECT_WARNING("CUDA_MEM_OVERSOLD_0: memory oversubscription without any memory limit");
     setenv("GPU_DEVICES_UUID", UUID_A ",GPU-nope", 1);
     EXPECT_ERROR("GPU_DEVICES_UUID", "entry 1 \"GPU-nope\" is not a GPU UUID");
     /* Other variables of each system, and their errors. */

@@ -5,6 +5,7 @@ The library reads the C environment; os.environ assignments reach it (putenv), s
 run in this process inside `configured`, which leaves no limiter variable behind.
 """
 
+import ctypes.util
 import json
 import os
 import re
@@ -913,3 +914,13 @@ names = st.one_of(
 @given(names)
 def test_the_c_and_python_name_rules_agree(c_parse: Any, text: str) -> None:
     assert c_name(c_parse, text) == py_name(text), repr(text)
+
+
+def test_a_driver_library_without_cuinit_is_named(limited_env: LimitedEnv) -> None:
+    """TF_CUDA_LIB_PATH naming a library that loads but is no CUDA driver: only
+    CUDA_ERROR_NOT_INITIALIZED came, with no word why."""
+    libc = ctypes.util.find_library("c")
+    assert libc is not None
+    result = run([WORKLOAD], limited_env(TF_CUDA_LIB_PATH=libc))
+    assert result.returncode != 0
+    assert f"error: TF_CUDA_LIB_PATH: {libc} has no cuInit: not the CUDA driver" in result.stderr

@@ -18,6 +18,7 @@ def test_soft_limit_and_oversubscription_per_key() -> None:
             UP: '{"0": 30, "1": 20}',
             SOFT: f'{{"0": "60%", "{UUID.upper()}": 80.5}}',
             OVER: '{"0": true, "1": "false"}',
+            "TENSOR_FUSION_CUDA_MEM_LIMIT": '{"0": "4GiB"}',
         }
     )
     devices = by_key(config)
@@ -62,6 +63,34 @@ def test_a_soft_limit_without_any_compute_limit_is_a_warning() -> None:
         f"{SOFT}: soft compute limit 70.00% without any compute limit: ignored (no limit to "
         "burst from)",
     )
+
+
+@pytest.mark.parametrize(
+    ("values", "warning"),
+    [
+        (
+            {UP: '{"0": 30}', SOFT: '{"1": 70}'},
+            f"{SOFT}: soft compute limit 70.00% without a compute limit on that device: ignored "
+            "(no limit to burst from)",
+        ),
+        (
+            {OVER: '{"0": true}'},
+            f"{OVER}: memory oversubscription without any memory limit: ignored (no limit to go "
+            "past)",
+        ),
+        (
+            {"TENSOR_FUSION_CUDA_MEM_LIMIT": '{"0": "4GiB"}', OVER: '{"1": true}'},
+            f"{OVER}: memory oversubscription without a memory limit on that device: ignored (no "
+            "limit to go past)",
+        ),
+    ],
+)
+def test_a_limit_that_has_nothing_to_act_on_is_a_warning(
+    values: dict[str, str], warning: str
+) -> None:
+    """Before, a burst for a device that another device's compute limit left unlimited, and
+    oversubscription without a memory limit, were taken without a word."""
+    assert config_of(values).warnings == (warning,)
 
 
 def test_check_config_shows_both_with_their_source() -> None:

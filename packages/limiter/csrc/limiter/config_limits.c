@@ -375,11 +375,17 @@ bool vgpu_config_device_limits(const struct vgpu_config *config, int index, cons
 bool vgpu_config_check_soft(struct vgpu_config *config, char *error, size_t error_size) {
     const struct vgpu_device_setting *all = NULL;
     bool any_compute = false;
+    bool any_memory = false;
+    bool by_index = false;
+    bool by_uuid = false;
     for (unsigned i = 0; i < config->count; i++) {
         if (config->settings[i].kind == VGPU_KEY_ALL) {
             all = &config->settings[i];
         }
+        by_index |= config->settings[i].kind == VGPU_KEY_INDEX;
+        by_uuid |= config->settings[i].kind == VGPU_KEY_UUID;
         any_compute |= config->settings[i].compute_limit != 0;
+        any_memory |= config->settings[i].memory_limit != 0;
     }
     /* Every key with the all-devices one under it; an index and a UUID key that meet on one
      * GPU are checked when the driver names it (vgpu_config_device_limits). */
@@ -394,14 +400,25 @@ bool vgpu_config_check_soft(struct vgpu_config *config, char *error, size_t erro
         if (!ok) {
             return false;
         }
-        if (vgpu_config_setting_has(setting, VGPU_LIMIT_SOFT) && !any_compute) {
+        /* The all-devices key's burst may serve a device another key limits, and so may an
+         * index key's a UUID key's (they meet when the driver names the GPU); a device's key
+         * alone in its kind has its limits resolved here. */
+        bool own = setting != all && !(by_index && by_uuid);
+        bool no_compute = own && (limits.compute_limit == 0 || limits.compute_limit >= 10000);
+        if (vgpu_config_setting_has(setting, VGPU_LIMIT_SOFT) && (!any_compute || no_compute)) {
             char text[32];
             vgpu_config_format_limit(text, sizeof text, VGPU_LIMIT_SOFT,
                                      setting->compute_soft_limit);
             vgpu_config_warn(config, setting->soft_source, NULL,
-                             "soft compute limit %s without any compute limit: ignored (no "
-                             "limit to burst from)",
-                             text);
+                             "soft compute limit %s without %s: ignored (no limit to burst "
+                             "from)",
+                             text, any_compute ? "a compute limit on that device"
+                                               : "any compute limit");
+        }
+        if (setting->oversubscribe == 1 && (!any_memory || (own && limits.memory_limit == 0))) {
+            vgpu_config_warn(config, setting->oversubscribe_source, NULL,
+                             "memory oversubscription without %s: ignored (no limit to go past)",
+                             any_memory ? "a memory limit on that device" : "any memory limit");
         }
     }
     return true;

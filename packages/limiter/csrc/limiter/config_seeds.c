@@ -333,7 +333,7 @@ static bool apply_one(struct vgpu_config *config, const struct seeds *seeds, int
     }
     uint32_t hundredths = 0;
     if (!vgpu_config_parse_percent(value, true, &hundredths) || hundredths > 10000) {
-        return vgpu_config_fail(&report, "bad percent (1 to 100 with at most 2 decimals, or 0 "
+        return vgpu_config_fail(&report, "bad percent (0.01 to 100 with at most 2 decimals, or 0 "
                                          "for no limit)");
     }
     if (family == SOFT && hundredths == 0) {

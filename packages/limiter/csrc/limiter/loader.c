@@ -78,6 +78,10 @@ static void load_cuda(void) {
     VGPU_CUDA_HOOKS(VGPU_RESOLVE_CUDA)
     VGPU_CUDA_CALLS(VGPU_RESOLVE_CUDA)
 #undef VGPU_RESOLVE_CUDA
+    if (vgpu_real.cuInit == NULL) {
+        vgpu_log(VGPU_LOG_ERROR, "TF_CUDA_LIB_PATH: %s has no cuInit: not the CUDA driver",
+                 vgpu_config_cuda_library());
+    }
 }
 
 static void load_nvml(void) {
