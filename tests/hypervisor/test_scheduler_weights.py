@@ -9,13 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from vgpu_common.limits import Qos
-from vgpu_hypervisor.daemon.demand import DemandTracker
+from vgpu_hypervisor.daemon.demand import Demand, DemandTracker
 from vgpu_hypervisor.daemon.pods import PodRecord, _decode_policies, _encode_policies
 from vgpu_hypervisor.daemon.scheduler import (
     SHARED_CAPACITY,
     burst_rates,
     effective_limits,
+    node_burst_rates,
     node_effective_limits,
     weight_of,
 )
@@ -74,6 +77,62 @@ def test_oversubscribed_shares(pods: dict[str, tuple[int, int]], wanted: dict[st
     got = effective_limits(pods)
     assert got == wanted
     assert sum(got.values()) <= SHARED_CAPACITY
+
+
+@pytest.mark.parametrize(
+    ("pods", "usage", "wanted"),
+    [
+        # A 50 % pod that uses 4.6 beside a busy 30/70 pair: before, 1960 / 4573 / 3266 (the
+        # pair at 20/46, the GPU 30 % idle); now it keeps its limit and the pair shares the rest.
+        (
+            {"a": (3000, 2), "b": (7000, 2), "light": (5000, 2)},
+            {"a": 2940, "b": 6860, "light": 460},
+            {"a": 2802, "b": 6538, "light": 5000},
+        ),
+        # Two busy 60 % pods beside one that uses 17 (was 3500 each with the GPU 85 % busy).
+        (
+            {"a": (6000, 2), "b": (6000, 2), "light": (5000, 2)},
+            {"a": 4900, "b": 4900, "light": 1700},
+            {"a": 4050, "b": 4050, "light": 5000},
+        ),
+        # Held back by their effective limits, pods use about all of them: none is light, and
+        # what they get holds (the headroom keeps it from swinging).
+        ({"a": (6000, 2), "b": (6000, 2)}, {"a": 4880, "b": 4900}, {"a": 4900, "b": 4900}),
+        # Not measured yet: counted at the whole limit (with "a" at 10 % of 60, both fit).
+        ({"a": (6000, 2), "b": (6000, 2)}, {"a": 1000}, {"a": 6000, "b": 6000}),
+        (
+            {"a": (6000, 2), "b": (6000, 2), "c": (5000, 2)},
+            {"a": 1000},
+            {"a": 6000, "b": 4800, "c": 4000},
+        ),
+    ],
+)
+def test_a_pod_that_uses_less_than_its_share_takes_only_what_it_uses(
+    pods: dict[str, tuple[int, int]], usage: dict[str, int], wanted: dict[str, int]
+) -> None:
+    assert effective_limits(pods, usage) == wanted
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from("abcdef"),
+        st.tuples(st.integers(1, 9999), st.sampled_from([1, 2, 4, 8]), st.integers(0, 9999)),
+        min_size=1,
+    )
+)
+def test_effective_limits_never_pass_a_limit_nor_what_the_gpu_gives(
+    pods: dict[str, tuple[int, int, int]],
+) -> None:
+    """Whatever the pods use: no pod above its limit, and the pods held below their limits
+    (the others keep theirs) get no more together than the GPU gives less what the others use."""
+    limits = {key: (limit, weight) for key, (limit, weight, _) in pods.items()}
+    usage = {key: min(used, limit) for key, (limit, _, used) in pods.items()}
+    got = effective_limits(limits, usage)
+    assert all(0 < got[key] <= limit for key, (limit, _) in limits.items())
+    held = [key for key, (limit, _) in limits.items() if got[key] < limit]
+    free = [key for key in limits if key not in held]
+    capacity = SHARED_CAPACITY if len(limits) > 1 else 10000
+    assert sum(got[key] for key in held) <= capacity - sum(usage[key] for key in free) + len(held)
 
 
 def test_weights_from_the_class() -> None:
@@ -237,6 +296,33 @@ def test_a_first_use_holds_an_epoch_of_a_pod_at_a_low_limit() -> None:
     assert seen.usage == {(("ml", "low"), 0): 914} and not seen.measuring  # 32 ms in 350
 
 
+def test_a_pod_that_waited_much_of_its_window_is_held_not_light() -> None:
+    """A pod whose launches waited a tenth of its window or more (for its share, or for
+    another pod's epoch) would use more than it did: it is weighed at its limit, not at its
+    use. Weighed at its use, a critical pod at 90 that woke beside a bursting pod read a few
+    points under its limit, left the burster its rate, and was held there for seconds."""
+    now = [10**12]
+    demand = DemandTracker(clock=lambda: now[0])
+    crit, light = (("ml", "crit"), 0), (("ml", "light"), 0)
+    demand.observe([_counted("crit", 0, 0), _counted("light", 0, 0)])
+    now[0] += 100 * MS
+    demand.observe([_counted("crit", 1 * MS, 1 * MS), _counted("light", 1 * MS, 0)])
+    now[0] += 300 * MS  # a first window: 82 % used, 15 % waited; 5 % used, 3 % waited
+    seen = demand.observe([_counted("crit", 247 * MS, 46 * MS), _counted("light", 16 * MS, 9 * MS)])
+    assert seen.usage == {crit: 8200, light: 500}
+    assert seen.held == {crit} and seen.unhindered_usage == {light: 500}
+    bursting = DeviceInfo(0, "GPU-0", 0, 0, 3000, 0, compute_soft_limit=10000)
+    records = [
+        _pod("crit", ("GPU-0", 9000)),
+        PodRecord("ml", "burst", Path("/none/burst"), devices=(bursting,)),
+    ]
+    wanting = Demand(wanting={crit, (("ml", "burst"), 0)}, usage={crit: 8200}, held={crit})
+    effective = {("ml", "crit"): {0: 9000}, ("ml", "burst"): {0: 800}}
+    assert node_burst_rates(records, effective, wanting) == {("ml", "burst"): {0: 0}}
+    unheld = Demand(wanting={crit, (("ml", "burst"), 0)}, usage={crit: 8200})
+    assert node_burst_rates(records, effective, unheld) == {("ml", "burst"): {0: 1300}}
+
+
 @pytest.mark.parametrize(
     ("pods", "wanted"),
     [
@@ -381,6 +467,41 @@ def test_an_idle_pod_takes_nothing_and_one_that_wakes_regains_its_share(
         _busy(daemon, workloads, "a", "b", "idle")
         weighed = [1960, 4573, 3266]  # 98 % in proportion to 30, 70 and 50
         wait_for(lambda: [regions[n].effective(0) for n in ("a", "b", "idle")] == weighed)
+    finally:
+        for region in regions.values():
+            region.close()
+
+
+def test_a_pod_that_uses_little_takes_only_that_from_a_busy_pair(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """A 50 % pod running short rounds (2 ms of work in 42 ms: about 5 %) beside a busy 30/70
+    pair: the daemon divided the GPU by its whole limit, the pair got 20 / 47 and the GPU sat
+    30 % idle. Now it keeps its own limit and the pair shares the rest."""
+    for name, compute in (("a", 30), ("b", 70), ("light", 50)):
+        created = daemon.cli("pods", "create", name, "--compute", f"0={compute}")
+        assert created.returncode == 0, created.stderr
+    light = daemon.workload(
+        "light", "--duration", "12", "--kernel-us", "500", "--batch", "4", "--idle-ms", "40"
+    )
+    workloads.append(light)
+    regions = {n: open_region(daemon.base / "default" / n / "shm") for n in ("a", "b", "light")}
+    try:
+        wait_for(lambda: regions["light"].devices[0].gpu_ns > 0, timeout=10)
+        pair = [daemon.workload(n, "--duration", "6", "--kernel-us", "500") for n in ("a", "b")]
+        workloads.extend(pair)
+        # Weighed: the pair's effective limits add up to what the GPU gives less what the light
+        # pod uses (about 5), the light pod keeps its 50.
+        wait_for(
+            lambda: (
+                regions["light"].effective(0) == 5000
+                and 8800 <= regions["a"].effective(0) + regions["b"].effective(0) <= 9500
+            ),
+            timeout=15,
+        )
+        low, high = (_share(process) for process in pair)
+        print(f"beside a light pod: {low:.1f} / {high:.1f}")
+        assert low >= 25 and high >= 58  # 20 / 47 before
     finally:
         for region in regions.values():
             region.close()

@@ -43,6 +43,11 @@ USE_WINDOW_NS = 900_000_000
 """A pod's use is measured over at least this long (at every pass of the default one-second
 period): over a pass a few milliseconds long, a busy pod's GPU time moves by a whole epoch or
 not at all."""
+HELD_WAIT = 1000
+"""A pod whose launches waited this share of its use window or more (hundredths) is held back
+by its limit or by other pods. A light pod beside busy ones waits a millisecond or two per
+burst for the lease (about 4 % for 8 ms of work every 48 ms); one held back by its bucket
+waits most of the time."""
 FIRST_USE_WINDOW_NS = 250_000_000
 """A pod that starts to want a GPU is first measured over this long (the daemon makes its next
 pass that soon): until then it is counted at its whole limit, and a bursting pod beside it gets
@@ -57,6 +62,17 @@ class Demand:
 
     wanting: set[DeviceKey] = field(default_factory=set)
     usage: dict[DeviceKey, int] = field(default_factory=dict)
+    held: set[DeviceKey] = field(default_factory=set)
+    """Pods whose launches waited (for their share, or for another pod's epoch) HELD_WAIT or
+    more of their last window: they would use more than they did."""
+
+    @property
+    def unhindered_usage(self) -> dict[DeviceKey, int]:
+        """The use of the pods nothing held back: what the policy weighs a pod at when it is
+        below its share. A held pod's use says only how much it was let: counted by it, a
+        critical pod that woke beside a bursting one read a few points under its limit, left
+        the burster its rate, and was held there for seconds."""
+        return {key: used for key, used in self.usage.items() if key not in self.held}
 
     @property
     def measuring(self) -> bool:
@@ -75,6 +91,8 @@ class _Seen:
     since_gpu_ns: int  # gpu_ns then
     used: int | None  # the last window's use (hundredths)
     wanted: bool = False  # what the last pass judged
+    since_throttled_ns: int = 0  # throttled_ns at the start of the use window
+    waited: int = 0  # the last window's time waited (hundredths of it)
 
 
 class DemandTracker:
@@ -106,6 +124,8 @@ class DemandTracker:
                     demand.wanting.add(key)
                     if entry.used is not None:
                         demand.usage[key] = entry.used
+                        if entry.waited >= HELD_WAIT:
+                            demand.held.add(key)
         self._seen = seen
         return demand
 
@@ -113,7 +133,7 @@ class DemandTracker:
     def _update(before: _Seen | None, counters: tuple[int, int], now: int) -> _Seen:
         if before is None or counters[0] < before.counters[0] or counters[1] < before.counters[1]:
             # New, or its counters went back: a pod made anew under the same name.
-            return _Seen(counters, None, now, counters[0], None)
+            return _Seen(counters, None, now, counters[0], None, since_throttled_ns=counters[1])
         entry = before
         if counters != entry.counters:
             if not entry.wanted:
@@ -121,6 +141,7 @@ class DemandTracker:
                 # its idle time read a pod that woke at 70 % as 35, which gave a bursting pod
                 # beside it the rest, which held it there: it gained 5 points a pass.
                 entry.since_ns, entry.since_gpu_ns, entry.used = now, counters[0], None
+                entry.since_throttled_ns = counters[1]
             entry.counters = counters
             entry.moved_ns = now
         elapsed = now - entry.since_ns
@@ -135,5 +156,8 @@ class DemandTracker:
         if due:
             used = max(0, counters[0] - entry.since_gpu_ns) * WHOLE_GPU // elapsed
             entry.used = min(WHOLE_GPU, used)
+            waited = max(0, counters[1] - entry.since_throttled_ns) * WHOLE_GPU // elapsed
+            entry.waited = min(WHOLE_GPU, waited)
             entry.since_ns, entry.since_gpu_ns = now, counters[0]
+            entry.since_throttled_ns = counters[1]
         return entry

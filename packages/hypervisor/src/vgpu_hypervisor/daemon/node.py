@@ -100,7 +100,9 @@ class Node:
             policies = self.store.held_policies(records)
             demand = self._demand.observe(records)
             self.measuring = demand.measuring
-            effective = node_effective_limits(records, policies, demand.wanting)
+            effective = node_effective_limits(
+                records, policies, demand.wanting, demand.unhindered_usage
+            )
             self.store.publish_effective(effective)
             self.store.publish_burst(node_burst_rates(records, effective, demand))
             view = self._build(records)

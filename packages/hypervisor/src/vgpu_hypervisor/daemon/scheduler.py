@@ -1,7 +1,9 @@
 """Weights when a GPU is oversubscribed: the effective compute limit of each pod.
 
 Only the pods that want a GPU now (demand.py: they launched, or waited for their share, since
-the previous pass) are weighed; the others keep their own limits and take nothing. While the
+the previous pass) are weighed; the others keep their own limits and take nothing. A pod that
+wants it but needs less than its share (its use and HEADROOM, need_of) keeps its own limit and
+takes only what it uses. While the
 compute limits of the pods that want a GPU add up to at most C, each pod's limit holds. Past
 that, the GPU is divided in proportion to weight * limit, never giving a pod more than its limit
 (what a capped pod leaves is shared among the others the same way):
@@ -34,6 +36,9 @@ WHOLE: int = WHOLE_GPU  # 100 % in hundredths
 SHARED_CAPACITY = 9800
 """What a GPU that several paced pods fill can give them (hundredths): an H100 was busy 97.9-98.8 %
 of the time under 30/70, 20/30/50 and 10/20/30/40 (each hand-over leaves it idle 250-370 µs)."""
+# A pod under its limit may grow this much (hundredths) before a pass sees it: what a bursting
+# pod beside it leaves it on top of what it used.
+HEADROOM = 500
 Key = TypeVar("Key", bound=Hashable)
 
 
@@ -48,29 +53,47 @@ def capacity_of(limits: Iterable[int]) -> int:
     return SHARED_CAPACITY if sum(1 for limit in limits if 0 < limit < WHOLE) > 1 else WHOLE
 
 
-def effective_limits(pods: Mapping[Key, tuple[int, int]]) -> dict[Key, int]:
+def need_of(ceiling: int, used: int | None) -> int:
+    """What a pod under ``ceiling`` (hundredths) needs: what it used (None: not measured yet)
+    and HEADROOM, never more than the ceiling; the whole ceiling while not measured. A pod its
+    limit holds back uses about all of it, so it needs all of it: the headroom tells a light
+    pod from a held one."""
+    return ceiling if used is None else min(ceiling, used + HEADROOM)
+
+
+def effective_limits(
+    pods: Mapping[Key, tuple[int, int]], usage: Mapping[Key, int] | None = None
+) -> dict[Key, int]:
     """Effective limits (hundredths) of the pods on one GPU from (limit in hundredths, weight);
-    pods without a limit (0 or 100 %) are not in the sum and get 0 (no effective limit)."""
+    pods without a limit (0 or 100 %) are not in the sum and get 0 (no effective limit).
+    ``usage``: what each pod used lately (hundredths; absent: not measured, counted at its
+    limit). A pod that needs less than its share (need_of) keeps its own limit and takes from
+    the others only what it uses: before, a pod at 50 % that used 5 cut a busy 30/70 pair to
+    20/47 with the GPU 30 % idle."""
+    usage = usage or {}
     limited = {key: (limit, w) for key, (limit, w) in pods.items() if 0 < limit < WHOLE}
     result = {key: 0 for key in pods}
     capacity = float(capacity_of(limit for limit, _ in pods.values()))
-    if sum(limit for limit, _ in limited.values()) <= capacity:
+    need = {key: need_of(limit, usage.get(key)) for key, (limit, _) in limited.items()}
+    if sum(need.values()) <= capacity:
         return result | {key: limit for key, (limit, _) in limited.items()}
     open_pods = dict(limited)
     while open_pods:
         total = sum(limit * w for limit, w in open_pods.values())
-        capped = {
-            key: limit
+        capped = [
+            key
             for key, (limit, w) in open_pods.items()
-            if capacity * limit * w / total >= limit
-        }
+            if capacity * limit * w / total >= need[key]
+        ]
         if not capped:
             for key, (limit, w) in open_pods.items():
                 result[key] = max(1, int(capacity * limit * w / total))
             break
-        for key, limit in capped.items():
+        for key in capped:
+            limit = limited[key][0]
+            used = usage.get(key)
             result[key] = limit
-            capacity -= limit
+            capacity -= limit if used is None else min(limit, used)
             del open_pods[key]
     return result
 
@@ -79,13 +102,15 @@ def node_effective_limits(
     records: Iterable[PodRecord],
     policies: Mapping[PodKey, tuple[int, int]],
     wanting: Collection[tuple[PodKey, int]],
+    usage: Mapping[tuple[PodKey, int], int] | None = None,
 ) -> dict[PodKey, dict[int, int]]:
     """Each pod's effective compute limit (hundredths) by the index of its device entry, from
     every pod of the node; the pods that want one GPU (by UUID) are weighed against each other.
     ``policies``: each pod's (class, weight) as the daemon holds them, never the record's own
     words (its tenant can write them); a pod without one (unreadable) takes no part.
     ``wanting``: the (pod, device entry) pairs that want their GPU now; the others get 0 (no
-    effective limit: their own holds) and take nothing from the pods that do."""
+    effective limit: their own holds) and take nothing from the pods that do. ``usage``: what
+    each (pod, device entry) used lately (hundredths), where measured."""
     by_gpu: dict[str, dict[tuple[PodKey, int], tuple[int, int]]] = {}
     result: dict[PodKey, dict[int, int]] = {}
     for record in records:
@@ -100,14 +125,9 @@ def node_effective_limits(
             pods = by_gpu.setdefault(device.uuid.lower(), {})
             pods[(record.key, device.index)] = (device.compute_limit, weight)
     for pods in by_gpu.values():
-        for (key, index), effective in effective_limits(pods).items():
+        for (key, index), effective in effective_limits(pods, usage).items():
             result.setdefault(key, {})[index] = effective
     return result
-
-
-# A pod under its limit may grow this much (hundredths) before a pass sees it: what a bursting
-# pod beside it leaves it on top of what it used.
-HEADROOM = 500
 
 
 def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, int]:
@@ -137,7 +157,7 @@ def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, in
         if key in bursting:
             continue
         ceiling = hard if 0 < hard < WHOLE else WHOLE
-        need = ceiling if used is None else min(ceiling, used + HEADROOM)
+        need = need_of(ceiling, used)
         needed += need
         held = held or need >= ceiling
     capacity = capacity_of(hard for hard, _, _ in pods.values()) if held else WHOLE
@@ -169,6 +189,7 @@ def node_burst_rates(
     """Each bursting pod's burst rate by device entry (0: none), from the pods that want each GPU
     (their effective limits as the hard ones where set)."""
     by_gpu: dict[str, dict[tuple[PodKey, int], tuple[int, int, int | None]]] = {}
+    usage = demand.unhindered_usage
     for record in records:
         if record.error is not None:
             continue
@@ -180,7 +201,7 @@ def node_burst_rates(
             by_gpu.setdefault(device.uuid.lower(), {})[key] = (
                 hard,
                 device.compute_soft_limit,
-                demand.usage.get(key),
+                usage.get(key),
             )
     result: dict[PodKey, dict[int, int]] = {}
     for pods in by_gpu.values():
