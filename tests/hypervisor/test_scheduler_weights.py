@@ -499,6 +499,8 @@ def test_a_pod_that_uses_little_takes_only_that_from_a_busy_pair(
             ),
             timeout=15,
         )
+        shown = json.loads(daemon.cli("pods", "get", "a", "--json").stdout)
+        assert 0 < shown["gpus"][0]["compute_effective"] < 30  # what the daemon holds it to
         low, high = (_share(process) for process in pair)
         print(f"beside a light pod: {low:.1f} / {high:.1f}")
         assert low >= 25 and high >= 58  # 20 / 47 before

@@ -82,7 +82,35 @@ def test_freezing_one_gpu(daemon: Daemon) -> None:
     unknown = daemon.api("POST", "/api/v1/pods/default/two/freeze", params={"gpu": "7"})
     assert unknown.status_code == 422
     assert "gpu 7: pod default/two has no limits on it" in unknown.text
+    shown = json.loads(daemon.cli("pods", "get", "two", "--json").stdout)
+    assert [gpu["frozen"] for gpu in shown["gpus"]] == [False, True]
+    # The daemon's renewals keep the freeze on GPU 1 only.
+    with open_region(daemon.base / "default" / "two" / "shm") as region:
+        first = region.freeze_until_ns
+        wait_for(lambda: region.freeze_until_ns > first, timeout=5)
+        assert len(region.frozen_gpus()) == 1
     assert daemon.cli("pods", "resume", "two").returncode == 0
+
+
+def test_a_whole_pod_freeze_and_one_gpus_hold_every_gpu_in_either_order(daemon: Daemon) -> None:
+    """A whole-pod freeze after one GPU's held that GPU alone while the pod read as frozen;
+    one GPU's after a whole-pod freeze thawed the others."""
+    body = {"name": "two", "gpus": {"0": {"compute": 50}, "1": {"compute": 50}}}
+    assert daemon.api("POST", "/api/v1/pods", json=body).status_code == 201
+    orders: list[tuple[list[str], list[str]]] = [(["--gpu", "1"], []), ([], ["--gpu", "1"])]
+    for order in orders:
+        for flags in order:
+            frozen = daemon.cli("pods", "freeze", "two", *flags)
+            assert frozen.returncode == 0, frozen.stderr
+        with open_region(daemon.base / "default" / "two" / "shm") as region:
+            assert region.frozen and region.frozen_gpus() == []  # all of them
+        shown = json.loads(daemon.cli("pods", "get", "two", "--json").stdout)
+        assert [gpu["frozen"] for gpu in shown["gpus"]] == [True, True], order
+        one = daemon.api("POST", "/api/v1/pods/default/two/resume", params={"gpu": "1"})
+        assert one.status_code == 422 and "resumes every GPU" in one.text  # it resumed all
+        assert daemon.cli("pods", "resume", "two").returncode == 0
+        shown = json.loads(daemon.cli("pods", "get", "two", "--json").stdout)
+        assert [gpu["frozen"] for gpu in shown["gpus"]] == [False, False]
 
 
 def test_a_freeze_ends_when_the_daemon_is_gone(daemon: Daemon) -> None:

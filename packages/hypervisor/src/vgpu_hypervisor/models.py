@@ -208,6 +208,12 @@ class PodGpu(_Document):
     compute_burst: float | None = Field(
         default=None, description="Soft limit in percent while the GPU is uncontended; null: none."
     )
+    compute_effective: float | None = Field(
+        default=None,
+        description="Percent the daemon holds the pod to while it divides the GPU among the pods "
+        "that want it (weights, what the GPU gives); null: its own limit holds.",
+    )
+    frozen: bool = Field(default=False, description="A freeze holds the pod's launches here.")
     gpu_seconds: float = Field(default=0.0, description="GPU time charged to the pod.")
     throttled_seconds: float = Field(
         default=0.0, description="Time its launches waited for their share or another pod."

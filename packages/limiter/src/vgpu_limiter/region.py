@@ -623,16 +623,30 @@ class Region:
         return bool(header.flags & FLAG_FROZEN) and until > time.monotonic_ns()
 
     def freeze(self, seconds: float, uuid: str | None = None) -> None:
-        """Freeze the pod for ``seconds`` from now (called again, renews the deadline): every
-        GPU, or with ``uuid`` that GPU (added to those frozen already; resume clears them)."""
+        """Freeze the pod for ``seconds`` from now: every GPU, or with ``uuid`` that GPU (added
+        to those frozen already; resume clears them). A whole-pod freeze after a GPU's holds
+        every GPU (it held the marked ones only, while the pod read as frozen); a GPU's
+        freeze of a pod frozen whole keeps it whole (it thawed the others)."""
         if not seconds > 0:
             raise ValueError(f"freeze time must be positive, got {seconds!r}")
         region = self._writable()
-        if uuid is not None:
+        if uuid is None:
+            if self.frozen_gpus():
+                for device in self.devices:
+                    self._call(
+                        int(_library().vgpu_region_safe_freeze_device(region, device.index, 0))
+                    )
+        elif not (self.frozen and not self.frozen_gpus()):
             index = self.device(uuid).index
             self._call(int(_library().vgpu_region_safe_freeze_device(region, index, 1)))
+        self.renew_freeze(seconds)
+
+    def renew_freeze(self, seconds: float) -> None:
+        """Hold the freeze as it is (the GPUs it holds) for ``seconds`` from now."""
+        if not seconds > 0:
+            raise ValueError(f"freeze time must be positive, got {seconds!r}")
         until = time.monotonic_ns() + int(seconds * 1e9)
-        self._call(int(_library().vgpu_region_safe_freeze(region, until)))
+        self._call(int(_library().vgpu_region_safe_freeze(self._writable(), until)))
 
     def frozen_gpus(self) -> list[str]:
         """The GPUs a freeze holds when it holds only some ([]: all, when frozen)."""

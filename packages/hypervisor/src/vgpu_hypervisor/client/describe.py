@@ -79,6 +79,8 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
             f" ({format_bytes(gpu.get('host_memory_used') or 0)} in host memory)",
             f"    Compute limit:  {format_percent(compute) if compute else 'none'}",
             f"    Burst limit:    {format_percent(burst) if burst else 'none'}",
+            f"    Held to:        {_held_to(gpu.get('compute_effective'))}",
+            f"    Frozen:         {'yes' if gpu.get('frozen') else 'no'}",
             f"    Utilization:    {_utilization(gpu)}",
             f"    GPU time:       {gpu.get('gpu_seconds', 0):.1f} s"
             f" ({gpu.get('burst_seconds', 0):.1f} s above the limit)",
@@ -105,3 +107,10 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
                 f" util {_utilization(gpu)}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _held_to(effective: float | None) -> str:
+    """What the daemon holds the pod to on a GPU it divides (its effective limit)."""
+    if not effective:
+        return "its own limit"
+    return f"{format_percent(effective)} (the GPU divided among the pods that want it)"

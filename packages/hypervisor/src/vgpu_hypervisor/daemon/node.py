@@ -105,7 +105,7 @@ class Node:
             )
             self.store.publish_effective(effective)
             self.store.publish_burst(node_burst_rates(records, effective, demand))
-            view = self._build(records)
+            view = self._build(records, effective)
             self.view = view
             for watcher in self.watchers:
                 try:
@@ -143,7 +143,13 @@ class Node:
 
     # Building the documents
 
-    def _build(self, records: list[PodRecord]) -> NodeView:
+    def _build(
+        self,
+        records: list[PodRecord],
+        effective: Mapping[PodKey, Mapping[int, int]] | None = None,
+    ) -> NodeView:
+        """The view of the records; ``effective``: the pass's effective limits (hundredths,
+        by pod and device entry; 0 or absent: the pod's own limit)."""
         snapshot = self._snapshot
         devices = snapshot.devices if snapshot is not None else ()
         index_of = {
@@ -160,7 +166,7 @@ class Node:
                 if w.host_pid is not None
             )
             workers.extend(pod_workers)
-            pods.append(self._pod(record, pod_workers, index_of))
+            pods.append(self._pod(record, pod_workers, index_of, (effective or {}).get(record.key)))
         self._processes.forget_except(seen_processes)
         self._host_pids.forget_except(
             {(p.pid, p.pid_namespace, p.start_time) for r in records for p in r.processes}
@@ -254,10 +260,16 @@ class Node:
         return found
 
     def _pod(
-        self, record: PodRecord, workers: list[models.Worker], index_of: dict[str, int]
+        self,
+        record: PodRecord,
+        workers: list[models.Worker],
+        index_of: dict[str, int],
+        effective: Mapping[int, int] | None,
     ) -> models.Pod:
         gpus = []
+        frozen_here = {uuid.lower() for uuid in record.frozen_gpus}
         for device in record.devices:
+            held = (effective or {}).get(device.index, 0)
             shares = [
                 gpu.utilization
                 for worker in workers
@@ -281,6 +293,13 @@ class Node:
                         if device.compute_soft_limit
                         else None
                     ),
+                    compute_effective=(
+                        hundredths_to_percent(held)
+                        if held and held < device.compute_limit
+                        else None
+                    ),
+                    frozen=record.frozen
+                    and (not frozen_here or device.uuid.lower() in frozen_here),
                     gpu_seconds=device.gpu_ns / 1e9,
                     throttled_seconds=device.throttled_ns / 1e9,
                     burst_seconds=device.burst_ns / 1e9,

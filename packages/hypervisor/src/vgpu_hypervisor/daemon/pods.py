@@ -75,6 +75,7 @@ class PodRecord:
     processes: tuple[ProcessInfo, ...] = ()
     error: str | None = None
     frozen: bool = False
+    frozen_gpus: tuple[str, ...] = ()  # the GPUs a freeze holds when it holds only some
     qos: int = Qos.MEDIUM
     weight: int = 0  # 0: from the qos
 
@@ -181,6 +182,7 @@ class PodStore:
                 devices=tuple(region.devices),
                 processes=tuple(region.processes),
                 frozen=region.frozen,
+                frozen_gpus=tuple(region.frozen_gpus()),
                 qos=region.qos,
                 weight=region.weight,
             )
@@ -494,7 +496,7 @@ class PodStore:
                     if not region.flags & FLAG_FROZEN:
                         continue
                     if region.freeze_until_ns > time.monotonic_ns():
-                        region.freeze(FREEZE_HOLD_S)
+                        region.renew_freeze(FREEZE_HOLD_S)
                     else:
                         region.resume()
 

@@ -69,8 +69,14 @@ def router(context: ApiContext) -> APIRouter:
         responses=errors(401, 404, 409, 422),
         dependencies=changes_need_token,
     )
-    async def resume_pod(namespace: NameParam, name: NameParam) -> models.Pod:
-        """Resume a frozen pod: its waiting launches go on at once."""
+    async def resume_pod(
+        namespace: NameParam,
+        name: NameParam,
+        gpu: Annotated[str | None, Query(include_in_schema=False)] = None,
+    ) -> models.Pod:
+        """Resume a frozen pod (every GPU): its waiting launches go on at once."""
+        if gpu is not None:  # ignored, it resumed every GPU while the caller meant one
+            raise ApiError(422, "a resume resumes every GPU of the pod: give no gpu")
         found(namespace, name)
         await change(lambda: store.resume(namespace, name))
         log.info("pod %s/%s resumed", namespace, name)
