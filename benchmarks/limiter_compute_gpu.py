@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vgpu_limiter import library_path
+
 PROGRAM = textwrap.dedent(
     """
     import json, sys, time
@@ -407,7 +409,11 @@ def cost(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--library", required=True)
+    parser.add_argument(
+        "--library",
+        default=None,
+        help="the limiter to preload (default: the installed one, `tf-limiter path`)",
+    )
     parser.add_argument("--only", nargs="*", default=["single", "pods", "cost"])
     parser.add_argument("--kinds", nargs="*", default=["matmul", "elementwise", "graph", "long"])
     parser.add_argument("--limits", nargs="*", type=float, default=[10, 25, 50, 75])
@@ -423,7 +429,7 @@ def main() -> None:
         help="run the node daemon (tf-hypervisor) meanwhile: its boost correction applies",
     )
     args = parser.parse_args()
-    node = Node(str(Path(args.library).resolve()))
+    node = Node(str(Path(args.library or library_path()).resolve()))
     if args.daemon:
         node.start_daemon()
     if "single" in args.only:

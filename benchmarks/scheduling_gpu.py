@@ -48,7 +48,7 @@ import limiter_compute_gpu as gpu
 from vgpu_common.limits import Qos
 from vgpu_hypervisor.daemon.scheduler import effective_limits, weight_of
 from vgpu_hypervisor.gpu import nvml
-from vgpu_limiter import sim
+from vgpu_limiter import library_path, sim
 from vgpu_limiter.lease import DeviceLease
 from vgpu_limiter.region import (
     DeviceLimits,
@@ -571,7 +571,11 @@ def freeze(bench: Bench, base: float, count: int = 10) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--library", required=True)
+    parser.add_argument(
+        "--library",
+        default=None,
+        help="the limiter to preload (default: the installed one, `tf-limiter path`)",
+    )
     parser.add_argument("--sim", action="store_true", help="on the simulated GPU")
     parser.add_argument(
         "--only", nargs="*", default=["shares", "idle", "burst", "bursty", "weights", "freeze"]
@@ -600,7 +604,8 @@ def main() -> None:
         "the weights and its boost correction applies",
     )
     args = parser.parse_args()
-    bench = Bench(str(Path(args.library).resolve()), args.sim, args.seconds, args.logs)
+    library = args.library or str(library_path())
+    bench = Bench(str(Path(library).resolve()), args.sim, args.seconds, args.logs)
     sets = [[int(v) for v in text.split(",")] for text in args.shares or []]
     bench.unlimited = not args.no_unlimited
     if args.daemon:

@@ -56,7 +56,8 @@ def _change_text(
     """A change in words for the log: each GPU's limits given, then the class and weight."""
     parts = [f"{uuid} {wanted}" for uuid, wanted in limits.items()]
     policy = " ".join(
-        f"{name}={value}" for name, value in (("qos", qos and qos.label), ("weight", weight))
+        f"{name}={value}"
+        for name, value in (("qos", None if qos is None else qos.label), ("weight", weight))
         if value is not None
     )  # fmt: skip
     return "; ".join(parts + ([policy] if policy else []))
