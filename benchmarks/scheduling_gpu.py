@@ -6,6 +6,8 @@ ran, over the work per second of one unlimited program alone.
   shares   30/70, 30/30 and 20/30/50
   idle     a busy 30/70 pair beside pods that exist and launch nothing: one idle 50 % pod, then
            six more (25, 50, 25, 50, 25, 50), as a user leaves pods made over a day
+  light    a busy 30/70 pair beside a 50 % pod that uses about a sixth of the GPU in short
+           rounds (the bursty program): the pair shares what it leaves, the GPU stays busy
   burst    a pod at 30 with burst 100 alone, then with a 70 % pod starting: its share alone and
            the pair's from 1 s after the start; and such a pod of two processes alone
   bursty   an inference-like pod (8-10 ms of work, 40 ms idle) alone, then beside a training pod
@@ -25,8 +27,8 @@ Every line says "daemon": whether it ran. Beside each pod's share (work done), "
 GPU time its region was charged over the same window and "throttled" the time its launches waited
 (both in percent of the window, sampled from the regions), so a shortfall shows whether the pod
 lacked GPU time or did less work with the time it had.
-Usage: python benchmarks/scheduling_gpu.py --library path/to/libcuda_limiter.so [--sim] [--daemon]
-       [--only …]
+Usage: python benchmarks/scheduling_gpu.py [--library path/to/libcuda_limiter.so] [--sim]
+       [--daemon] [--only …]
 """
 
 import argparse
@@ -38,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,15 +167,18 @@ class Bench:
         return self.together_counted(envs)[0]
 
     def together_counted(
-        self, envs: list[dict[str, str]]
+        self, envs: list[dict[str, str]], bursty: Sequence[bool] = ()
     ) -> tuple[list[float], list[tuple[float, float]], dict[str, float]]:
         """The pods' rates while all ran, each limited pod's (charged, throttled) percent of
         that window, from its region's counters, and the mean boost published meanwhile with
-        NVML's readings."""
+        NVML's readings. ``bursty``: which of them run the bursty program."""
         counters = self.counters(
             [env for env in envs if "SHM_PATH" in env and (Path(env["SHM_PATH"]) / "shm").exists()]
         )
-        handles = [self.start(env, self.seconds) for env in envs]
+        flags = list(bursty) + [False] * (len(envs) - len(bursty))
+        handles = [
+            self.start(env, self.seconds, bursty=b) for env, b in zip(envs, flags, strict=True)
+        ]
         try:
             reports = [self.collect(h) for h in handles]
         finally:
@@ -335,6 +340,25 @@ def idle(bench: Bench, base: float) -> None:
             }
             | gpu_view
         )
+
+
+def light(bench: Bench, base: float) -> None:
+    """A busy 30/70 pair beside a 50 % pod that uses about a sixth of the GPU: divided by that
+    pod's whole limit, the pair got 20 / 46 and the GPU sat a fifth idle."""
+    envs = [bench.pod(30), bench.pod(70), bench.pod(50)]
+    limited, counted, gpu_view = bench.together_counted(envs, bursty=[False, False, True])
+    bench.emit(
+        {
+            "scenario": "light",
+            "limits": [30, 70, 50],
+            "limited": [pct(r, base) for r in limited[:2]],
+            "light_charged": counted[2][0],
+            "busy": round(sum(pct(r, base) for r in limited[:2]) + counted[2][0], 1),
+            "charged": [c for c, _ in counted],
+            "throttled": [t for _, t in counted],
+        }
+        | gpu_view
+    )
 
 
 def _latency(report: dict[str, Any]) -> dict[str, float]:
@@ -578,7 +602,9 @@ def main() -> None:
     )
     parser.add_argument("--sim", action="store_true", help="on the simulated GPU")
     parser.add_argument(
-        "--only", nargs="*", default=["shares", "idle", "burst", "bursty", "weights", "freeze"]
+        "--only",
+        nargs="*",
+        default=["shares", "idle", "light", "burst", "bursty", "weights", "freeze"],
     )
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument(
@@ -616,6 +642,7 @@ def main() -> None:
         for name, scenario in (
             ("shares", shares),
             ("idle", idle),
+            ("light", light),
             ("burst", burst),
             ("bursty", bursty),
             ("weights", weights),

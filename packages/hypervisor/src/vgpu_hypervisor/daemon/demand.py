@@ -43,11 +43,13 @@ USE_WINDOW_NS = 900_000_000
 """A pod's use is measured over at least this long (at every pass of the default one-second
 period): over a pass a few milliseconds long, a busy pod's GPU time moves by a whole epoch or
 not at all."""
-HELD_WAIT = 1000
-"""A pod whose launches waited this share of its use window or more (hundredths) is held back
-by its limit or by other pods. A light pod beside busy ones waits a millisecond or two per
-burst for the lease (about 4 % for 8 ms of work every 48 ms); one held back by its bucket
-waits most of the time."""
+HELD_BUSY = 9000
+"""A pod whose GPU time and time waited (for its share, or for another pod's epoch) add up to
+this share of its use window or more (hundredths) never let the GPU go for lack of work: what
+it used is what it was let, not what it wants. A light pod beside busy ones idles between its
+bursts, however long each waits for the lease (a sixth of the GPU in rounds that waited 11 %
+of the time, on the simulated GPU); one held back by its bucket, or by a bursting pod, is
+running or waiting all of the time."""
 FIRST_USE_WINDOW_NS = 250_000_000
 """A pod that starts to want a GPU is first measured over this long (the daemon makes its next
 pass that soon): until then it is counted at its whole limit, and a bursting pod beside it gets
@@ -63,8 +65,8 @@ class Demand:
     wanting: set[DeviceKey] = field(default_factory=set)
     usage: dict[DeviceKey, int] = field(default_factory=dict)
     held: set[DeviceKey] = field(default_factory=set)
-    """Pods whose launches waited (for their share, or for another pod's epoch) HELD_WAIT or
-    more of their last window: they would use more than they did."""
+    """Pods that ran or waited (for their share, or for another pod's epoch) HELD_BUSY or more
+    of their last window: they would use more than they did."""
 
     @property
     def unhindered_usage(self) -> dict[DeviceKey, int]:
@@ -124,7 +126,7 @@ class DemandTracker:
                     demand.wanting.add(key)
                     if entry.used is not None:
                         demand.usage[key] = entry.used
-                        if entry.waited >= HELD_WAIT:
+                        if entry.used + entry.waited >= HELD_BUSY:
                             demand.held.add(key)
         self._seen = seen
         return demand
