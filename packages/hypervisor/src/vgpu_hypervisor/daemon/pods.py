@@ -182,7 +182,8 @@ class PodStore:
                 devices=tuple(region.devices),
                 processes=tuple(region.processes),
                 frozen=region.frozen,
-                frozen_gpus=tuple(region.frozen_gpus()),
+                # Only for a frozen pod: the marks are in the device entries, a whole read.
+                frozen_gpus=tuple(region.frozen_gpus()) if region.frozen else (),
                 qos=region.qos,
                 weight=region.weight,
             )
