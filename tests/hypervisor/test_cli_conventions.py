@@ -143,7 +143,15 @@ def test_refusals_name_the_flag_typed(node: Daemon, args: list[str], code: int, 
         ),
         (
             ["top", "--interval", "0"],
-            "error: --interval 0: should be greater than or equal to 0.1"
+            "error: --interval 0: expected seconds from 0.1 to 60 (see 'tf-hypervisor top --help')",
+        ),
+        (  # the daemon's 422 named the GPU's UUID, with exit 1
+            ["pods", "create", "e", "--burst", "0=50"],
+            "error: --burst 0=50: a burst needs a compute limit; give --compute",
+        ),
+        (  # click's range read nan as past its maximum
+            ["top", "--interval", "nan"],
+            "error: --interval nan: expected seconds from 0.1 to 60"
             " (see 'tf-hypervisor top --help')",
         ),
         (

@@ -104,6 +104,18 @@ def test_a_pod_process_holding_the_writers_lock_costs_the_daemon_a_tenth_of_a_se
     store.close()
 
 
+def test_a_folder_where_the_region_goes_is_refused_and_deleted_with_the_pod(base: Path) -> None:
+    """A pod whose region path is a folder could never be deleted ("Is a directory")."""
+    regions.region_path(base, "ns", "odd").mkdir(parents=True)
+    store = PodStore(base)
+    try:
+        assert store.get("ns", "odd").error is not None
+        store.delete("ns", "odd", force=True)
+        assert not (base / "ns" / "odd").exists()
+    finally:
+        store.close()
+
+
 def test_a_symlinked_pod_folder_is_refused(base: Path) -> None:
     make(base, "ns", "victim").close()
     (base / "ns" / "evil").symlink_to(base / "ns" / "victim")

@@ -202,8 +202,18 @@ def workers(
         chosen,
         "workers",
         watch=watch,
-        explain=lambda message: f"--pod {pod}: {message}",
+        # The pod named is what a 404 is about; a daemon out of reach is not.
+        explain=lambda message: (
+            f"--pod {pod}: {message}" if message.startswith("no pod") else message
+        ),
     )
+
+
+def _seconds_given(value: float) -> float:
+    """Seconds between refreshes, 0.1 to 60 (click's range read nan as past its maximum)."""
+    if not 0.1 <= value <= 60:  # false for nan too
+        raise typer.BadParameter("expected seconds from 0.1 to 60")
+    return value
 
 
 @app.command()
@@ -212,7 +222,10 @@ def top(
     *,
     flags: Mapping[str, object],
     interval: Annotated[
-        float, typer.Option("--interval", min=0.1, max=60, help="Seconds between refreshes.")
+        float,
+        typer.Option(
+            "--interval", callback=_seconds_given, help="Seconds between refreshes, 0.1 to 60."
+        ),
     ] = 1.0,
 ) -> None:
     """A live view of GPUs, pods and workers that fits the terminal; h shows the keys.
@@ -611,6 +624,9 @@ def pods_create(
     chosen = output.choose(form, as_json)
     namespace, name = _pod_name(pod, namespace)
     gpus = _gpu_limits(mem, compute, oversubscribe, burst=burst)
+    for gpu, limits in gpus.gpus.items():  # a new pod has no compute limit of its own
+        if _percent_of(limits.get("burst")) is not None and limits.get("compute") is None:
+            fail(f"{gpus.typed[gpu, 'burst']}: a burst needs a compute limit; give --compute")
     body: dict[str, object] = {"namespace": namespace, "name": name, "gpus": gpus.gpus}
     body |= _policy(qos, weight)
     if owner is not None:

@@ -92,13 +92,22 @@ bool vgpu_region_check(const struct vgpu_region *header, uint64_t file_size, cha
     return true;
 }
 
+/* The separator between a folder and a file's name in messages: none after a folder that ends
+ * in one ("/" itself: "/shm", not "//shm"). */
+static const char *separator_after(const char *folder) {
+    size_t length = strlen(folder);
+    return length > 0 && folder[length - 1] == '/' ? "" : "/";
+}
+
 int vgpu_region_open_file(const char *folder, const char *name, bool writable, char *error,
                           size_t error_size) {
+    const char *separator = separator_after(folder);
     struct stat folder_info;
     int folder_fd = open_folder(folder, &folder_info, error, error_size);
     if (folder_fd < 0) {
         if (errno == ENOENT) {
-            fail(error, error_size, "%.300s/%.100s: no such pod region", folder, name);
+            fail(error, error_size, "%.300s%s%.100s: no such pod region", folder, separator,
+                 name);
         }
         return VGPU_REGION_ERROR;
     }
@@ -108,7 +117,7 @@ int vgpu_region_open_file(const char *folder, const char *name, bool writable, c
     int saved = errno;
     close(folder_fd);
     if (fd < 0) {
-        fail(error, error_size, "%.300s/%.100s: %s", folder, name,
+        fail(error, error_size, "%.300s%s%.100s: %s", folder, separator, name,
              saved == ENOENT  ? "no such pod region"
              : saved == ELOOP ? "a symbolic link, not a pod region"
                               : strerror(saved));
@@ -133,7 +142,7 @@ int vgpu_region_open_file(const char *folder, const char *name, bool writable, c
         }
     }
     if (problem != NULL) {
-        fail(error, error_size, "%.300s/%.100s: %s", folder, name, problem);
+        fail(error, error_size, "%.300s%s%.100s: %s", folder, separator, name, problem);
         close(fd);
         return VGPU_REGION_ERROR;
     }

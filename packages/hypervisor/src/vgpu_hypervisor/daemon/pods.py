@@ -341,7 +341,8 @@ class PodStore:
         self._close(path)
         folder = path.parent
         try:
-            path.unlink(missing_ok=True)
+            with suppress(IsADirectoryError):  # a folder planted as the region: rmtree takes it
+                path.unlink(missing_ok=True)
             shutil.rmtree(folder, ignore_errors=True)
             _remove_if_empty(folder.parent)
         except OSError as error:
