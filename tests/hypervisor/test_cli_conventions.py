@@ -149,6 +149,10 @@ def test_refusals_name_the_flag_typed(node: Daemon, args: list[str], code: int, 
             ["pods", "create", "e", "--burst", "0=50"],
             "error: --burst 0=50: a burst needs a compute limit; give --compute",
         ),
+        (  # the API's field named, with exit 1
+            ["pods", "create", "p", "--owner", "99999999999", "--mem", "0=1GiB"],
+            "error: --owner: user id 99999999999 is past the largest, 4294967294",
+        ),
         (  # click's range read nan as past its maximum
             ["top", "--interval", "nan"],
             "error: --interval nan: expected seconds from 0.1 to 60"

@@ -5,10 +5,15 @@ import pwd
 
 from vgpu_common.cli import fail
 
+LARGEST_ID = 0xFFFFFFFE  # (uid_t)-1 means "no change" to chown
+
 
 def _id(kind: str, text: str) -> int:
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():
+        number = int(text)
+        if number > LARGEST_ID:
+            fail(f"--owner: {kind} id {text} is past the largest, {LARGEST_ID}")
+        return number
     try:
         return pwd.getpwnam(text).pw_uid if kind == "user" else grp.getgrnam(text).gr_gid
     except KeyError:
