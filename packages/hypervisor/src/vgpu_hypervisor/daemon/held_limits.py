@@ -65,10 +65,15 @@ class HeldLimits:
         if self.folder.is_dir():
             self._held = _decode(self._file.load(), self._file.path)
 
+    def _gpus(self, key: Key, identity: Identity) -> dict[str, DeviceLimits] | None:
+        """A copy of the limits held for the pod's region file ``identity``; None when none are
+        (a new pod, or its file made anew)."""
+        known = self._held.get(key)
+        return dict(known[1]) if known is not None and known[0] == identity else None
+
     def wrote(self, key: Key, identity: Identity, written: Mapping[str, DeviceLimits]) -> None:
         """The daemon wrote these limits (by GPU UUID) into the pod's region."""
-        known = self._held.get(key)
-        by_gpu = dict(known[1]) if known is not None and known[0] == identity else {}
+        by_gpu = self._gpus(key, identity) or {}
         by_gpu.update({uuid.lower(): limits for uuid, limits in written.items()})
         self._change(key, (identity, by_gpu))
 
@@ -90,9 +95,9 @@ class HeldLimits:
     ) -> dict[str, DeviceLimits]:
         """The held limits of the devices whose words raise past them, by GPU UUID (lower
         case); words of a pod or a GPU not held yet are adopted (first read)."""
-        known = self._held.get(key)
-        by_gpu = dict(known[1]) if known is not None and known[0] == identity else {}
-        adopted = False
+        held_before = self._gpus(key, identity)
+        by_gpu = held_before or {}
+        adopted = held_before is None
         raised: dict[str, DeviceLimits] = {}
         for device in devices:
             uuid = device.uuid.lower()
@@ -116,7 +121,7 @@ class HeldLimits:
                     )
             else:
                 self._said.discard((key, uuid))
-        if adopted or known is None or known[0] != identity:
+        if adopted:
             self._change(key, (identity, by_gpu))
         return raised
 

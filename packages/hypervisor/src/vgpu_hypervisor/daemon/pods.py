@@ -299,17 +299,18 @@ class PodStore:
         written: dict[str, DeviceLimits] = {}
         with self._lock:
             region = self._existing(namespace, name)
-            for uuid, wanted in limits.items():
-                try:
-                    written[uuid.lower()] = region.change_limits(uuid, wanted)
-                except ValueError as error:  # the change itself (a burst without a limit)
-                    raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
-                except RegionError as error:  # the file's state (cut short under us): a conflict
-                    raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-                finally:
-                    current = self._open.get(region.path)
-                    if written and current is not None:
-                        self._held().wrote((namespace, name), current.identity, written)
+            try:
+                for uuid, wanted in limits.items():
+                    try:
+                        written[uuid.lower()] = region.change_limits(uuid, wanted)
+                    except ValueError as error:  # the change itself (a burst without a limit)
+                        raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
+                    except RegionError as error:  # the file's state (cut short): a conflict
+                        raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+            finally:  # what was written is held, the GPUs before a refused one's included
+                current = self._open.get(region.path)
+                if written and current is not None:
+                    self._held().wrote((namespace, name), current.identity, written)
             return self._record(namespace, name, region.path), written
 
     def delete(self, namespace: str, name: str, *, force: bool = False) -> PodRecord:
