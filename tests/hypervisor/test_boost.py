@@ -332,6 +332,33 @@ def test_paced_work_of_a_partly_idle_gpu_is_estimated_at_its_own_share() -> None
         assert measured == pytest.approx(boost_from(power_w, paced, 700.0), rel=0.01)
 
 
+def test_a_new_load_s_paced_share_is_read_from_its_start() -> None:
+    """A saturated pair that starts after a quieter load and an idle spell, while NVML's
+    utilization still climbs: its paced share, read from its start and not over a second that
+    holds the idle spell, bounds the old load's boost once 0.3 s of it are in. Read over the
+    second, the old load's 1.10 was published for 0.6 s and the pair's first second charged
+    for it (an H100's first second of 30/70: 1.08)."""
+    estimator = BoostEstimator()
+    now, energy, busy_ns = 0.0, 0, 0
+
+    def reading(power_w: float, utilization: int, paced: float) -> float | None:
+        nonlocal now, energy, busy_ns
+        now += 0.025
+        if round(now / 0.025) % 4 == 0:
+            energy += round(power_w * 100)
+        busy_ns += round(paced * 25_000_000)
+        whole_epochs = busy_ns // 32_000_000 * 32_000_000
+        return estimator.add(now, energy, utilization, 700_000, paced_busy_ns=whole_epochs)
+
+    for _ in range(80):
+        old = reading(320.6, 25, 0.25)
+    assert old is not None and old > 1.08
+    for _ in range(40):
+        reading(126.0, 0, 0.0)  # idle: the lease is read, its time does not grow
+    published = [reading(700.0, min(95, 4 * tick), 0.97) for tick in range(1, 41)]
+    assert all(boost is not None and boost <= ceiling(0.9) for boost in published[13:])
+
+
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
 def test_a_scribbled_busy_word_only_ever_lowers_the_boost(first: int, second: int) -> None:
     """The lease's busy_ns is a word every paced pod writes: whatever it reads, the boost is

@@ -110,6 +110,12 @@ RECENT_S = 0.4
 PACED_WINDOW_S = 1.0
 """The paced work's GPU time is read over this long: it grows as epochs end (every ~32 ms), so
 a shorter span would read the same load a tenth higher or lower."""
+PACED_IDLE_S = 0.25
+"""Paced work whose GPU time has not grown for this long has stopped: when it grows again, a new
+load's paced share is read from there on. Read over the last second instead, a saturated pair's
+share held its idle start for that second, and the ceiling let through the boost of the load
+before (an H100: 1.08 for the first second of a 30/70 pair, which got 28.5 / 67.9). Over five
+epochs: a load whose share could bound the boost (half the GPU or more) never pauses so long."""
 PACED_KEPT_S = MAX_WINDOW_S + GAP_S
 """Readings of the paced work's GPU time are kept this long: as long as an energy window's."""
 HISTORY = 40
@@ -151,6 +157,8 @@ class BoostEstimator:
     _busy: deque[tuple[float, float]] = field(default_factory=deque)  # (time, utilization 0..1)
     _estimates: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     _paced: deque[tuple[float, int]] = field(default_factory=deque)  # (time, lease busy_ns)
+    _paced_since: float = 0.0  # when the paced work now running started (PACED_IDLE_S)
+    _paced_grew: float | None = None  # when its GPU time last grew
     _fresh: list[float] | None = None  # estimates since the window restarted at a change
     _window_s: float = WINDOW_S  # for the load last measured (BUSY_IN_WINDOW_S)
 
@@ -193,16 +201,25 @@ class BoostEstimator:
     def _add_paced(self, now: float, busy_ns: int) -> None:
         if self._paced and (busy_ns < self._paced[-1][1] or now - self._paced[-1][0] > GAP_S):
             self._paced.clear()  # a new lease, or readings resumed after a pause
+            self._paced_grew = None
+        if not self._paced:
+            self._paced_since = now
+        elif busy_ns > self._paced[-1][1]:
+            if self._paced_grew is None or now - self._paced_grew > PACED_IDLE_S:
+                self._paced_since = self._paced[-1][0]  # its last reading before it grew
+            self._paced_grew = now
         self._paced.append((now, busy_ns))
         while len(self._paced) > 2 and now - self._paced[1][0] >= PACED_KEPT_S:
             self._paced.popleft()
 
     def paced_share(self, now: float) -> float | None:
-        """The share of the last second that paced work kept the GPU busy (0..1), or None while
-        less than MIN_SPAN_S of readings are in, or none lately."""
+        """The share of the last second that paced work kept the GPU busy (0..1), from when it
+        started where that is later, or None while less than MIN_SPAN_S of readings are in, or
+        none lately."""
         if not self._paced or now - self._paced[-1][0] > GAP_S:
             return None
-        return self._paced_between(self._paced[-1][0] - PACED_WINDOW_S, self._paced[-1][0])
+        last = self._paced[-1][0]
+        return self._paced_between(max(last - PACED_WINDOW_S, self._paced_since), last)
 
     def _paced_between(self, start: float, end: float) -> float | None:
         """The share of ``start``..``end`` that paced work kept the GPU busy, from the readings
