@@ -251,24 +251,34 @@ limits = st.builds(
 def test_a_change_over_what_is_there_is_complete_and_keeps_its_rules(
     change: GpuLimits, present: GpuLimits
 ) -> None:
-    present = dataclasses.replace(present, burst=None).over(NO_LIMITS)  # complete
+    present = dataclasses.replace(present, burst=None, oversubscribe=False).over(NO_LIMITS)
     if isinstance(present.compute, int):  # with a burst that can be: at least the limit
         present = dataclasses.replace(present, burst=present.compute)
+    if isinstance(present.memory, int):  # with oversubscription that can be: past a limit
+        present = dataclasses.replace(present, oversubscribe=change.memory is None)
     try:
         merged = change.over(present)
     except ValueError as error:
-        assert "burst" in str(error) and "\n" not in str(error)
+        assert "\n" not in str(error)
+        if "oversubscribe" in str(error):  # given, where no memory limit is left
+            assert change.oversubscribe is True
+            assert change.memory is None or (change.memory is UNCHANGED and not present.memory)
+            return
+        assert "burst" in str(error)
         # A burst given that cannot be, or the one there now below a compute limit raised.
         compute, burst = change.compute, present.burst
         raised = isinstance(compute, int) and isinstance(burst, int) and compute > burst
         assert change.burst is not UNCHANGED or raised
         return
     assert UNCHANGED not in (merged.memory, merged.compute, merged.burst, merged.oversubscribe)
-    for name in ("memory", "compute", "oversubscribe"):
+    for name in ("memory", "compute"):
         given_value = getattr(change, name)
         assert getattr(merged, name) == (
             getattr(present, name) if given_value is UNCHANGED else given_value
         )
+    kept = present.oversubscribe if change.oversubscribe is UNCHANGED else change.oversubscribe
+    # Oversubscription left as it was goes with the memory limit.
+    assert merged.oversubscribe == (kept and merged.memory is not None)
     if isinstance(merged.burst, int):
         assert isinstance(merged.compute, int) and merged.burst >= merged.compute
     assert merged.over(merged) == merged
@@ -280,6 +290,17 @@ def test_a_burst_goes_with_the_compute_limit_left_unchanged_but_not_when_given()
     assert "needs a compute limit" in one_line_error(GpuLimits.change(burst=5000).over, NO_LIMITS)
     below = one_line_error(GpuLimits.change(burst=2000).over, present)
     assert below == "burst 20 % is below the compute limit 30 %"
+
+
+def test_oversubscription_goes_with_the_memory_limit_left_unchanged_but_not_when_given() -> None:
+    """It serves what is past the memory limit: without one it cannot take effect."""
+    present = GpuLimits(memory=4 << 30, oversubscribe=True)
+    assert GpuLimits.change(memory=None).over(present) == GpuLimits()
+    given = GpuLimits.change(oversubscribe=True)
+    assert one_line_error(given.over, NO_LIMITS) == "oversubscribe needs a memory limit"
+    both = GpuLimits.change(memory=None, oversubscribe=True)
+    assert one_line_error(both.over, present) == "oversubscribe needs a memory limit"
+    assert given.over(GpuLimits(memory=1 << 30)) == GpuLimits(memory=1 << 30, oversubscribe=True)
 
 
 @pytest.mark.parametrize(

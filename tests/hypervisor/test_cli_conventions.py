@@ -94,6 +94,21 @@ def test_a_gpu_the_node_lacks_is_named_by_its_flag(node: Daemon) -> None:
             "error: --compute 0=90: above the pod's burst 80 %; give --burst too",
         ),
         (
+            ["pods", "create", "train", "--oversubscribe", "0"],
+            2,
+            "error: --oversubscribe 0: needs a memory limit; give --mem",
+        ),
+        (
+            ["pods", "create", "train", "--mem", "0=none", "--oversubscribe", "0"],
+            2,
+            "error: --oversubscribe 0: needs a memory limit; give --mem",
+        ),
+        (
+            ["pods", "update", "held", "--oversubscribe", "0"],
+            1,
+            "error: --oversubscribe 0: needs a memory limit; give --mem",
+        ),
+        (
             ["pods", "freeze", "held", "--gpu", "7"],
             1,
             "error: --gpu 7: no such GPU on this node (2 GPU(s))",

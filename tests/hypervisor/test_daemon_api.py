@@ -100,6 +100,7 @@ def test_changes_need_the_token(daemon: Daemon) -> None:
         ({"name": "p", "gpus": {"0": {"compute": "NaN"}}}, 422, "0.01 to 100"),
         ({"name": "p", "gpus": {"0": {"compute": 12.345}}}, 422, "at most two decimals"),
         ({"name": "p", "gpus": {"0": {"burst": 50}}}, 422, "burst 50 % needs a compute limit"),
+        ({"name": "p", "gpus": {"0": {"oversubscribe": True}}}, 422, "needs a memory limit"),
         ({"name": "p", "gpus": {"0": {}}, "extra": 1}, 422, "extra"),
         ([], 422, "body"),
     ],

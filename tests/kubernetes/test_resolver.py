@@ -143,6 +143,20 @@ def test_a_burst_without_a_compute_limit_is_a_problem_not_a_failed_write() -> No
     assert kept.limits()[UUID0].burst == 8000
 
 
+def test_oversubscription_of_a_gpu_without_a_memory_limit_is_a_problem_there() -> None:
+    """A GPU whose memory the node does not know has no limit to oversubscribe past: the
+    pod is told, and its other GPUs oversubscribe."""
+    unknown = (GPUS[0], dataclasses.replace(GPUS[1], memory_total=None))
+    found = r.resolve(pod({a.VRAM_OVERSUBSCRIBE: "true"}), unknown)
+    limits = found.limits()
+    assert limits[UUID0].oversubscribe and not limits[UUID1].oversubscribe
+    (problem,) = found.problems
+    assert problem == (
+        "pod ml/train: tensor-fusion.ai/vram-oversubscribe='true': GPU 1 has no memory limit "
+        "to oversubscribe: ignored there"
+    )
+
+
 def test_zero_memory_units_are_a_problem_not_an_unlimited_pod() -> None:
     found = r.resolve(pod({}, {"vgpu.io/gpu": "1", "vgpu.io/gpu-memory": "0"}), GPUS,
                       assigned=("0",))  # fmt: skip

@@ -335,14 +335,20 @@ class GpuLimits:
     def over(self, present: GpuLimits) -> GpuLimits:
         """This change made to a GPU's ``present`` limits (NO_LIMITS for a GPU new to the
         pod): the one place a change and what is there are merged. A burst left as it was
-        goes with the compute limit; ValueError (one line) for a burst given without a compute
-        limit or below it."""
+        goes with the compute limit, and oversubscription with the memory limit; ValueError
+        (one line) for a burst given without a compute limit or below it, and for
+        oversubscription given without a memory limit (it serves what is past the limit)."""
         merged = GpuLimits(
             *(
                 getattr(present if getattr(self, f.name) is UNCHANGED else self, f.name)
                 for f in dataclasses.fields(self)
             )
         )
+        if merged.oversubscribe is True and merged.memory is None:
+            if self.oversubscribe is UNCHANGED:
+                merged = dataclasses.replace(merged, oversubscribe=False)
+            else:
+                raise ValueError("oversubscribe needs a memory limit")
         burst, compute = merged.burst, merged.compute
         if burst is None or burst is UNCHANGED or compute is UNCHANGED:
             return merged

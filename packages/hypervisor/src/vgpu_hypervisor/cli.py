@@ -486,11 +486,23 @@ def _on_this_node(client: "Client", flags: _GpuFlags, pod: dict[str, Any] | None
                 f" GPU {gpu['index']}'s {format_size(total)}",
                 REFUSED,
             )
+        present: dict[str, Any] | None = None
         if pod is not None:
-            present: dict[str, Any] = next(
-                (g for g in pod["gpus"] or [] if g["uuid"] == gpu.get("uuid")), {}
-            )
+            present = next((g for g in pod["gpus"] or [] if g["uuid"] == gpu.get("uuid")), {})
             _burst_fits(flags, key, present)
+        _oversubscription_fits(flags, key, present)
+
+
+def _oversubscription_fits(flags: _GpuFlags, gpu: str, present: dict[str, Any] | None) -> None:
+    """--oversubscribe serves what is past a memory limit: the one given beside it, else the
+    pod's own on that GPU (``present``, None before the pod exists)."""
+    limits = flags.gpus[gpu]
+    if limits.get("oversubscribe") is not True:
+        return
+    memory = limits["memory"] if "memory" in limits else (present or {}).get("memory_limit")
+    if memory is None or memory == NONE_WORD:
+        code = USAGE_ERROR if present is None else REFUSED
+        fail(f"{flags.typed[gpu, 'oversubscribe']}: needs a memory limit; give --mem", code)
 
 
 def _change_gpus(

@@ -93,7 +93,7 @@ def pod_quota(claims: Sequence[Claim], pool: str, gpus: Mapping[str, NodeGpu]) -
     for uuid, used in memory.items():
         limit = compute[uuid] if compute[uuid] < WHOLE_GPU else None
         soft = min(burst[uuid], WHOLE_GPU) if uuid in burst and limit is not None else None
-        limits[uuid] = GpuLimits(
-            memory=used, compute=limit, burst=soft, oversubscribe=oversubscribe[uuid]
-        )
+        # A GPU whose memory is not known has no limit to oversubscribe past.
+        past = oversubscribe[uuid] and used is not None
+        limits[uuid] = GpuLimits(memory=used, compute=limit, burst=soft, oversubscribe=past)
     return Quota(limits, qos, weight)

@@ -110,7 +110,9 @@ class Resolution:
         return {
             uuid: dataclasses.replace(
                 gpu,
-                oversubscribe=self.oversubscribe,
+                # past a memory limit: a GPU without one has nothing to oversubscribe (resolve
+                # says so)
+                oversubscribe=self.oversubscribe and gpu.memory is not None,
                 burst=UNCHANGED if uuid in keep_burst else gpu.burst,
             )
             for uuid, gpu in self.gpus.items()
@@ -196,6 +198,10 @@ def resolve(
             oversubscribe = parse_switch(text)
         except ValueError as error:
             lines.problem(VRAM_OVERSUBSCRIBE, text, str(error))
+        unlimited = [str(gpu.index) for gpu in chosen if limits[gpu.uuid].memory is None]
+        if oversubscribe and unlimited:
+            why = f"GPU {', '.join(unlimited)} has no memory limit to oversubscribe: ignored there"
+            lines.problem(VRAM_OVERSUBSCRIBE, text or "", why)
     return Resolution(
         wants_gpu=True,
         gpus=limits,
