@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from vgpu_limiter.region import open_region
 
-from tests.hypervisor.conftest import Daemon
+from tests.hypervisor.conftest import Daemon, wait_for
 from tests.support.tenant import NOBODY, TenantTools, needs_root, tenant_tools
 
 GiB = 1 << 30
@@ -112,3 +112,33 @@ def test_a_tenant_cannot_replace_the_region_made_for_it(node: Daemon, tools: Ten
     assert listed.returncode == 0, listed.stderr
     assert str(2 * GiB) in listed.stdout or "2.0 GiB" in listed.stdout, listed.stdout
     assert Path(folder / "shm").stat().st_uid == NOBODY
+
+
+def test_a_tenant_that_grows_its_region_has_it_cut_back(node: Daemon, tools: TenantTools) -> None:
+    """A region is the tenant's to write, on a file system that is the node's: before, a tenant
+    that grew its own region (in length, or in space held past its end) kept what it took, and
+    could fill the base's tmpfs for every pod. The daemon cuts it back at its next pass, says so
+    once, and the pod's processes go on."""
+    path = node.base / "default" / "mine" / "shm"
+    size = path.stat().st_size
+    grow = (
+        "import ctypes, os\n"
+        f"fd = os.open({str(path)!r}, os.O_RDWR)\n"
+        "os.pwrite(fd, b'x' * (8 << 20), 64 << 20)\n"  # 72 MiB long, 8 MiB written past the end
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(200 << 20))\n"  # KEEP_SIZE
+        "print(os.fstat(fd).st_blocks * 512)\n"
+    )
+    grown = tools.run_as_tenant(["python3", "-c", grow], {})
+    held, said = grown.communicate(timeout=30)
+    assert grown.returncode == 0, said
+    assert int(held) >= 8 << 20  # the tenant did grow it
+    wait_for(lambda: path.stat().st_size == size and path.stat().st_blocks * 512 < 4 << 20)
+    processes = _holders(node, tools, 1)
+    try:
+        assert _reports(processes)[0].get("error") is None
+    finally:
+        _stop(processes)
+    log = node.log_file.read_text()
+    assert log.count("past its") == 1 and "cut back" in log, log
+    assert node.cli("pods", "get", "mine").returncode == 0

@@ -147,6 +147,9 @@ _FULL: Final = _constant("VGPU_REGION_FULL")
 _FAULT: Final = _constant("VGPU_REGION_FAULT")
 _OWNER_KEEP: Final = _constant("VGPU_OWNER_KEEP")
 REGION_SIZE: Final = ffi.sizeof("struct vgpu_region")
+REGION_ROOM: Final = (REGION_SIZE + (2 << 20) - 1) & ~((2 << 20) - 1)
+"""The space a region file may hold: its size in whole 2-MiB pages (a tmpfs mounted with
+``huge=always`` gives a file whole huge pages)."""
 HEADER_SIZE: Final = ffi.offsetof("struct vgpu_region", "devices")
 _PROCESS_OFFSET: Final = ffi.offsetof("struct vgpu_region", "processes")
 _PROCESS_STRIDE: Final = ffi.sizeof("struct vgpu_region_process")
@@ -581,6 +584,21 @@ class Region:
         if size < REGION_SIZE:
             return f"truncated ({size} of {REGION_SIZE} bytes)"
         return _problem(self._snapshot(HEADER_SIZE), size)
+
+    def cut_back(self) -> int | None:
+        """Cut the file back to the region's size where it grew past it, in length or in space
+        held beyond its end (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``); the bytes it held
+        then, None where it had not grown. Its tenant may write the file, and the file system
+        under it is the node's: a grown region filled the base's tmpfs for every pod. Nothing
+        maps past the region's size, so no process of the pod loses what it reads."""
+        self._writable()
+        assert self._fd is not None
+        info = os.fstat(self._fd)
+        held = max(info.st_size, info.st_blocks * 512)
+        if info.st_size <= REGION_SIZE and held <= REGION_ROOM:
+            return None
+        os.ftruncate(self._fd, REGION_SIZE)  # at its size, the space past its end goes too
+        return held
 
     # Header
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from vgpu_common.limits import NO_LIMITS, GpuLimits, Qos
+from vgpu_common.limits import NO_LIMITS, GpuLimits, Qos, format_size
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import (
     FLAG_DELETED,
@@ -88,6 +88,7 @@ class PodRecord:
 class _Open:
     region: Region
     identity: tuple[int, int]  # (st_dev, st_ino) of the file mapped
+    cut_back: bool = False  # it grew, was cut back and said so (once per file)
 
 
 @dataclass
@@ -213,7 +214,26 @@ class PodStore:
         problem = current.region.problem()
         if problem is not None:
             raise RegionError(f"{path}: {problem}")
+        if current.region.writable:
+            self._cut_back(path, current)
         return current.region
+
+    def _cut_back(self, path: Path, current: _Open) -> None:
+        """A region grown past its size is cut back (its tenant can write it; the file system
+        is the node's), and that is logged once for the file."""
+        try:
+            held = current.region.cut_back()
+        except OSError as error:
+            raise RegionError(f"{path}: cannot cut back: {error.strerror}") from None
+        if held is not None and not current.cut_back:
+            current.cut_back = True
+            log.warning(
+                "%s: the pod's region held %s, past its %s; cut back (a process of the pod "
+                "wrote it)",
+                path,
+                format_size(held),
+                format_size(regions.REGION_SIZE),
+            )
 
     def _close(self, path: Path) -> None:
         current = self._open.pop(path, None)
