@@ -39,11 +39,18 @@ static bool private_folder(char *folder, size_t size, char *error, size_t error_
         snprintf(error, error_size, "TMPDIR: path too long for a private region");
         return false;
     }
-    /* The user's folder, never one planted by someone else (a symlink, another owner). */
+    /* The user's folder, never one planted by someone else (a symlink, another owner). Where
+     * one is (any user can make names in TMPDIR), a folder of an unguessable name is made
+     * instead: refused, every CUDA program of this user failed to start. */
     if (!vgpu_region_private_folder(folder, error, error_size)) {
-        return false;
+        length = snprintf(folder, size, "%s/vgpu-%d-XXXXXX", vgpu_state.config.tmp_folder,
+                          (int)getuid());
+        if (length < 0 || (size_t)length >= size || mkdtemp(folder) == NULL) {
+            return false; /* the first problem is the one to say */
+        }
+        vgpu_log(VGPU_LOG_WARN, "%s; using %s", error, folder);
     }
-    size_t used = (size_t)length;
+    size_t used = strlen(folder);
     length = snprintf(folder + used, size - used, "/private-%d-%llu", pid,
                       (unsigned long long)vgpu_process_start_time(pid));
     if (length < 0 || (size_t)length >= size - used) {
