@@ -5,6 +5,7 @@
  *      caller's version and flags, and a hooked one is swapped for our wrapper. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +126,43 @@ void *vgpu_hook_for(const char *symbol) {
     return NULL;
 }
 
+/* The object that holds `address`; NULL when none does. */
+VGPU_UNINSTRUMENTED static struct link_map *object_of(const void *address) {
+    Dl_info info;
+    struct link_map *object = NULL;
+    return dladdr1(address, &info, (void **)&object, RTLD_DL_LINKMAP) != 0 ? object : NULL;
+}
+
+/* RTLD_NEXT as the caller means it: the first object loaded after the caller's that defines
+ * `name`. glibc's dlsym takes "next" to be after the object that called it, which is this
+ * library once its dlsym is the program's: a library that wraps a function and chains to the
+ * next definition got its own wrapper back and recursed until the stack ran out. */
+VGPU_UNINSTRUMENTED static void *next_after(const void *caller, const char *name) {
+    struct link_map *object = caller != NULL ? object_of(caller) : NULL;
+    if (object == NULL) {
+        return lookup(RTLD_NEXT, name);
+    }
+    for (struct link_map *next = object->l_next; next != NULL; next = next->l_next) {
+        /* A handle of its own: not every object is one to look in (the vDSO's map is not). */
+        void *handle = next->l_name != NULL && next->l_name[0] != '\0'
+                           ? dlopen(next->l_name, RTLD_LAZY | RTLD_NOLOAD)
+                           : NULL;
+        if (handle == NULL) {
+            continue;
+        }
+        void *found = lookup(handle, name);
+        dlclose(handle);
+        if (found != NULL && object_of(found) == next) { /* not one of its dependencies' */
+            return found;
+        }
+    }
+    return NULL;
+}
+
 /* Path 2. Cheap for the names no one hooks: only "cu…" and "nvml…" are looked at. */
 VGPU_EXPORT VGPU_UNINSTRUMENTED void *dlsym(void *handle, const char *name) {
-    void *found = lookup(handle, name);
+    void *found = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name)
+                                      : lookup(handle, name);
     if (found != NULL && ((name[0] == 'c' && name[1] == 'u') ||
                           (name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l'))) {
         void *hook = vgpu_hook_for(name);
