@@ -4,6 +4,7 @@ import json
 import stat
 
 import pytest
+from vgpu_limiter.region import open_region
 
 from tests.hypervisor.conftest import Daemon
 
@@ -118,6 +119,19 @@ def test_bad_requests_get_one_line_errors(
     error = reply.json()["error"]
     assert words in error and "\n" not in error
     assert daemon.http.get("/api/v1/pods").json() == []
+
+
+def test_a_change_refused_for_one_gpu_changes_no_other(daemon: Daemon) -> None:
+    """Before, the GPUs named ahead of the refused one were written, and the request answered
+    422: an admin read "nothing changed" while GPU 0 went to 8 GiB and 90 %."""
+    gpus = {"0": {"memory": "2GiB", "compute": 30}, "1": {"memory": "2GiB"}}
+    assert daemon.api("POST", "/api/v1/pods", json={"name": "p", "gpus": gpus}).status_code == 201
+    change = {"gpus": {"0": {"memory": "8GiB", "compute": 90}, "1": {"burst": 50}}}
+    reply = daemon.api("PATCH", "/api/v1/pods/default/p", json=change)
+    assert reply.status_code == 422 and "burst 50 % needs a compute limit" in reply.text
+    with open_region(daemon.base / "default" / "p" / "shm", writable=False) as region:
+        written = [(device.memory_limit, device.compute_limit) for device in region.devices]
+    assert written == [(2 * GiB, 3000), (2 * GiB, 0)]
 
 
 def test_not_found_and_wrong_methods_are_json(daemon: Daemon) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import psutil
 import pytest
+from vgpu_limiter.region import open_region
 
 from tests.hypervisor.conftest import WORKLOAD, Daemon, wait_for
 
@@ -146,6 +147,45 @@ def test_deleting_a_pod_with_live_workers_needs_force(
     assert forced.returncode == 0, forced.stderr
     assert daemon.api("GET", "/api/v1/pods/default/busy").status_code == 404
     assert worker.poll() is None  # the worker itself is left alone
+
+
+def test_a_refused_delete_keeps_what_the_daemon_holds(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    """Before, the daemon forgot the pod's held limits before it refused the delete: the next
+    limits written into the region (a tenant can write its own) stood."""
+    _create(daemon, "held", memory="2GiB", compute=30)
+    workloads.append(daemon.workload("held", "--alloc", "256MiB", "--hold", "60"))
+    wait_for(lambda: _workers(daemon, "held"), timeout=10)
+    assert daemon.cli("pods", "delete", "held").returncode == 1
+    with open_region(daemon.base / "default" / "held" / "shm") as region:
+        region.set_limits(region.devices[0].uuid, 64 * GiB, 9999)
+        wait_for(lambda: region.devices[0].compute_limit == 3000, timeout=10)
+        assert region.devices[0].memory_limit == 2 * GiB
+
+
+def test_a_pod_created_over_a_deleted_one_still_running_is_what_was_asked(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    """A pod deleted with force keeps its file while its workers run, and a pod created under
+    its name takes the file over. Before, it kept the words the old pod's file held (a compute
+    limit of 99.99 % and the critical class written while it was deleted) and its owner,
+    whatever the new pod asked: the new owner's programs could not open it, the old ones could."""
+    _create(daemon, "again", memory="2GiB", compute=30)
+    workloads.append(daemon.workload("again", "--alloc", "256MiB", "--hold", "60"))
+    wait_for(lambda: _workers(daemon, "again"), timeout=10)
+    assert daemon.cli("pods", "delete", "again", "--force").returncode == 0
+    with open_region(daemon.base / "default" / "again" / "shm") as region:
+        region.set_limits(region.devices[0].uuid, 64 * GiB, 9999)
+        region.set_policy(3, 8)
+    other = daemon.cli("pods", "create", "again", "--mem", "0=4GiB", "--owner", "65534")
+    assert other.returncode == 1
+    assert "was deleted while 1 worker(s) still run, in a file of uid 0" in other.stderr
+    created = daemon.cli("pods", "create", "again", "--mem", "0=4GiB", "--json")
+    assert created.returncode == 0, created.stderr
+    pod = _pod(daemon, "again")
+    assert (_gpu0(pod)["memory_limit"], _gpu0(pod)["compute_limit"]) == (4 * GiB, None)
+    assert (pod["qos"], pod["weight"]) == ("medium", 2)  # the class's weight
 
 
 def test_a_standalone_limiter_pod_is_adopted(

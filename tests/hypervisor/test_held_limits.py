@@ -151,3 +151,31 @@ def test_limits_raised_while_the_daemon_was_down_are_set_back(daemon: Daemon) ->
         wait_for(lambda: region.devices[0].compute_limit == 6000, timeout=10)
         assert region.devices[0].memory_limit == 2 * GiB
     assert (daemon.base / ".daemon" / "limits.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_entry_a_pod_adds_for_a_gpu_it_was_not_given_takes_nothing_from_others(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """Before, the daemon weighed every entry of a region: a pod made for GPU 1 that wrote an
+    entry of 99.99 % for GPU 0 into its own region, and ran there, held a 60 % pod on GPU 0 to
+    37 %. The daemon made the pod's entries and holds them: one it did not make is neither
+    weighed nor shown (a second entry of one GPU neither)."""
+    for name, gpu in (("honest", 0), ("greedy", 1)):
+        created = daemon.cli("pods", "create", name, "--compute", f"{gpu}=60")
+        assert created.returncode == 0, created.stderr
+    _busy(daemon, workloads, "honest")
+    honest = open_region(daemon.base / "default" / "honest" / "shm")
+    greedy = open_region(daemon.base / "default" / "greedy" / "shm")
+    try:
+        wait_for(lambda: honest.effective(0) == 6000, timeout=10)
+        greedy.add_device(honest.devices[0].uuid, compute_limit=9999)
+        workloads.append(daemon.workload("greedy", "--duration", "60", "--kernel-us", "500"))
+        time.sleep(2.0)  # passes that saw the entry's GPU time grow
+        assert honest.effective(0) == 6000
+        shown = json.loads(daemon.cli("pods", "get", "greedy", "--json").stdout)
+        assert [gpu["index"] for gpu in shown["gpus"]] == [1]
+        log = daemon.log_file.read_text()
+        assert log.count("is not one the daemon made") == 1, log
+    finally:
+        honest.close()
+        greedy.close()

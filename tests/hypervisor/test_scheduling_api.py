@@ -4,7 +4,7 @@ freeze the daemon renews, and the per-pod scheduler series in /metrics and the i
 import json
 import time
 
-from vgpu_limiter.region import open_region
+from vgpu_limiter.region import FLAG_FROZEN, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
 
@@ -121,3 +121,19 @@ def test_a_freeze_ends_when_the_daemon_is_gone(daemon: Daemon) -> None:
         left = (region.freeze_until_ns - time.monotonic_ns()) / 1e9
     # Nobody renews it now: it holds for at most the daemon's hold (10 s).
     assert 0 < left <= 10.5
+
+
+def test_a_freeze_cleared_in_the_region_is_made_again(daemon: Daemon) -> None:
+    """A process of the pod can write its region: before, one that cleared the frozen flag ran
+    on, and the pod read as not frozen. The daemon holds the freezes it made."""
+    assert daemon.cli("pods", "create", "cold", "--compute", "0=30").returncode == 0
+    assert daemon.cli("pods", "freeze", "cold").returncode == 0
+    with open_region(daemon.base / "default" / "cold" / "shm") as region:
+        region.change_flags(clear=FLAG_FROZEN)
+        wait_for(lambda: region.flags & FLAG_FROZEN, timeout=10)
+    wait_for(lambda: daemon.api("GET", "/api/v1/pods/default/cold").json()["frozen"], timeout=5)
+    assert daemon.log_file.read_text().count("frozen again") == 1
+    assert daemon.cli("pods", "resume", "cold").returncode == 0
+    with open_region(daemon.base / "default" / "cold" / "shm") as region:
+        time.sleep(1.5)  # passes: a resumed pod stays resumed
+        assert not region.flags & FLAG_FROZEN

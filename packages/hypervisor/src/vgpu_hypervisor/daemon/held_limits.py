@@ -16,6 +16,7 @@ in ``{base}/.daemon/limits.json`` (private_file.py): a daemon started after a te
 words must not adopt them."""
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,11 @@ from vgpu_hypervisor.daemon.private_file import PrivateFile
 log = logging.getLogger(__name__)
 
 LIMITS_FILE: Final = "limits.json"
+ADOPTING_S: Final = 2.0
+"""A pod the daemon did not make (a limiter's, read first) is on every GPU its region lists for
+this long after the first read: its first process adds its GPUs one by one, and a pass may read
+it between two. Later, a GPU entry the daemon holds no limits for is not the pod's: the limiter
+adds none to a region that lists GPUs, so only a process writing the file can have."""
 
 Identity = tuple[int, int]  # (st_dev, st_ino) of the region file
 Key = tuple[str, str]  # (namespace, name)
@@ -59,6 +65,7 @@ class HeldLimits:
     _held: dict[Key, tuple[Identity, dict[str, DeviceLimits]]] = field(default_factory=dict)
     _file: PrivateFile | None = None
     _said: set[tuple[Key, str]] = field(default_factory=set)  # raised words logged, by GPU
+    _adopted_at: dict[Key, float] = field(default_factory=dict)  # first read, this daemon
 
     def __post_init__(self) -> None:
         self._file = PrivateFile(self.folder, LIMITS_FILE)
@@ -77,7 +84,18 @@ class HeldLimits:
         by_gpu.update({uuid.lower(): limits for uuid, limits in written.items()})
         self._change(key, (identity, by_gpu))
 
+    def held_gpus(self, key: Key, identity: Identity) -> set[str] | None:
+        """The GPUs (UUIDs in lower case) the pod is on: those its limits are held on; None
+        while any GPU the region lists is the pod's (a pod first read, or adopted less than
+        ADOPTING_S ago)."""
+        by_gpu = self._gpus(key, identity)
+        adopted = self._adopted_at.get(key)
+        if by_gpu is None or (adopted is not None and time.monotonic() - adopted < ADOPTING_S):
+            return None
+        return set(by_gpu)
+
     def forget(self, key: Key) -> None:
+        self._adopted_at.pop(key, None)
         if key in self._held:
             del self._held[key]
             self._save()
@@ -87,6 +105,7 @@ class HeldLimits:
         gone = set(self._held) - set(present)
         for key in gone:
             del self._held[key]
+            self._adopted_at.pop(key, None)
         if gone:
             self._save()
 
@@ -98,6 +117,8 @@ class HeldLimits:
         held_before = self._gpus(key, identity)
         by_gpu = held_before or {}
         adopted = held_before is None
+        if adopted:
+            self._adopted_at[key] = time.monotonic()
         raised: dict[str, DeviceLimits] = {}
         for device in devices:
             uuid = device.uuid.lower()

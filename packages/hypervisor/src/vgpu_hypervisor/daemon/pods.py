@@ -102,6 +102,12 @@ class PodStore:
     # from what the pod source wrote are the admin's only when they are these; otherwise the
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
+    _foreign_said: set[tuple[tuple[str, str], int]] = field(default_factory=set)  # logged
+    # The freezes the daemon made, by pod: its region's identity and the GPUs (None: all).
+    _freezes: dict[tuple[str, str], tuple[tuple[int, int], set[str | None]]] = field(
+        default_factory=dict
+    )
+    _freezes_said: set[tuple[str, str]] = field(default_factory=set)  # cleared ones logged
     # Called with (namespace, name) after the API changed a pod's limits, outside the store's
     # lock: the pod source books the admin's change at once (it outlives a restart there).
     admin_listeners: list[Callable[[str, str], None]] = field(default_factory=list)
@@ -261,8 +267,9 @@ class PodStore:
         path = self._path(namespace, name)
         devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
-            if path.exists() and self._takes_over(namespace, name, path):
-                return self._update(namespace, name, limits)[0]
+            if path.exists() and self._takes_over(namespace, name, path, owner, group):
+                # Exactly what is asked, not merged with the words the old pod's file holds.
+                return self._update(namespace, name, devices)[0]
             self._by_admin.pop((namespace, name), None)  # an earlier pod of that name's
             if path.exists():
                 raise PodConflict(f"pod {namespace}/{name} already exists")
@@ -280,15 +287,31 @@ class PodStore:
                 self._held().wrote((namespace, name), current.identity, written)
             return record
 
-    def _takes_over(self, namespace: str, name: str, path: Path) -> bool:
-        """Revive a deleted pod's file that workers still charge; whether there was one."""
+    def _takes_over(
+        self, namespace: str, name: str, path: Path, owner: int | None, group: int | None
+    ) -> bool:
+        """Revive a deleted pod's file that workers still charge; whether there was one. Its
+        owner must be the one asked for (its workers can write it), and its class and weight
+        start again from medium and none: before, the new pod took whatever the old pod's
+        tenant had written while it was deleted, and kept the old owner's file."""
         try:
             region = self._region(path)
             if not region.flags & FLAG_DELETED:
                 return False
+            info = path.stat()
+            asked = (0 if owner is None else owner, group)
+            if info.st_uid != asked[0] or (group is not None and info.st_gid != group):
+                workers = len([p for p in region.processes if regions.process_alive(p)])
+                raise PodConflict(
+                    f"pod {namespace}/{name} was deleted while {workers} worker(s) still run, "
+                    f"in a file of uid {info.st_uid} gid {info.st_gid}: create it with that "
+                    "owner, or once they exit"
+                )
+            region.set_policy(int(Qos.MEDIUM), 0)
             region.change_flags(clear=FLAG_DELETED)
         except RegionError as error:
             raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+        self._policy.pop((namespace, name), None)
         return True
 
     def update(
@@ -319,6 +342,7 @@ class PodStore:
         written: dict[str, DeviceLimits] = {}
         with self._lock:
             region = self._existing(namespace, name)
+            _check_changes(region, limits)
             try:
                 for uuid, wanted in limits.items():
                     try:
@@ -337,8 +361,6 @@ class PodStore:
         """Remove a pod's region (and its folder). With live workers only when ``force``."""
         with self._lock:
             record = self.get(namespace, name)
-            self._by_admin.pop((namespace, name), None)  # not the next pod of that name's
-            self._held().forget((namespace, name))
             if record.error is None:
                 self.reap(record)
                 record = self.get(namespace, name)
@@ -349,6 +371,10 @@ class PodStore:
                     f"pod {namespace}/{name} has {len(live)} live worker(s) (pid {pids}); "
                     "delete with force to remove it anyway"
                 )
+            # Forgotten once the delete happens: refused, the pod keeps what the daemon holds
+            # (forgotten first, a refused delete let the tenant's next raised words stand).
+            self._by_admin.pop((namespace, name), None)  # not the next pod of that name's
+            self._held().forget((namespace, name))
             if live:  # they keep charging the file: it stays until they are gone
                 try:
                     self._region(record.path).change_flags(set=FLAG_DELETED)
@@ -380,6 +406,11 @@ class PodStore:
                 region.freeze(FREEZE_HOLD_S, uuid)
             except RegionError as error:  # the file's state (cut short under us): a conflict
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+            identity = self._open[region.path].identity
+            known = self._freezes.get((namespace, name))
+            gpus = known[1] if known is not None and known[0] == identity else set()
+            # A whole-pod freeze is None among them: it holds every GPU.
+            self._freezes[(namespace, name)] = (identity, gpus | {uuid})
             return self._record(namespace, name, region.path)
 
     def resume(self, namespace: str, name: str) -> PodRecord:
@@ -390,6 +421,7 @@ class PodStore:
                 region.resume()
             except RegionError as error:  # the file's state (cut short under us): a conflict
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+            self._freezes.pop((namespace, name), None)
             return self._record(namespace, name, region.path)
 
     def set_policy(self, namespace: str, name: str, qos: int | None, weight: int | None) -> None:
@@ -444,6 +476,7 @@ class PodStore:
         current = self._open.get(record.path)
         if record.error is not None or current is None:
             return record
+        record = self._without_foreign(held, record, current.identity)
         raised = held.bound(record.key, current.identity, record.devices)
         if not raised:
             return record
@@ -471,6 +504,35 @@ class PodStore:
                 )
             )
         return replace(record, devices=tuple(devices))
+
+    def _without_foreign(
+        self, held: HeldLimits, record: PodRecord, identity: tuple[int, int]
+    ) -> PodRecord:
+        """The record without the device entries that are not the pod's: a second entry of a
+        GPU, and an entry of a GPU the daemon holds no limits on (held_limits.py says when a
+        new one is the pod's). The limiter adds no GPU to a pod whose region lists some (it
+        keeps to them), so only a process that writes the file can have: weighed, an entry of
+        99.99 % for a GPU the pod did not have cut the pods there from 60 % to 37 %, and eight
+        copies of one entry a 60 % pod beside it to 20 %."""
+        held_gpus = held.held_gpus(record.key, identity)
+        seen: set[str] = set()
+        kept = []
+        for device in record.devices:
+            uuid = device.uuid.lower()
+            if uuid in seen or (held_gpus is not None and uuid not in held_gpus):
+                if (record.key, device.index) not in self._foreign_said:
+                    self._foreign_said.add((record.key, device.index))
+                    log.warning(
+                        "pod %s/%s: entry %d of its region (GPU %s) is not one the daemon "
+                        "made: not weighed or shown (a process of the pod wrote it)",
+                        *record.key,
+                        device.index,
+                        device.uuid,
+                    )
+                continue
+            seen.add(uuid)
+            kept.append(device)
+        return record if len(kept) == len(record.devices) else replace(record, devices=tuple(kept))
 
     def _held_policy(self, record: PodRecord) -> tuple[int, int]:
         current = self._open.get(record.path)
@@ -509,19 +571,41 @@ class PodStore:
                         write(self._region(path, opening=False), index, value)
 
     def renew_freezes(self, records: list[PodRecord]) -> None:
-        """Extend the hold of every frozen pod; clear the flag of a freeze that ran out."""
+        """Extend the hold of every frozen pod; clear the flag of a freeze that ran out. A freeze
+        the daemon made and a process of the pod cleared (it can write its region) is made
+        again, and logged once: before, the pod ran on and read as not frozen."""
         with self._lock:
+            present = {record.key for record in records}
+            for key in set(self._freezes) - present:
+                del self._freezes[key]
             for record in records:
                 if record.error is not None:
                     continue
                 with suppress(RegionError):
                     region = self._region(record.path, opening=False)
                     if not region.flags & FLAG_FROZEN:
+                        self._freeze_again(record, region)
                         continue
                     if region.freeze_until_ns > time.monotonic_ns():
                         region.renew_freeze(FREEZE_HOLD_S)
                     else:
                         region.resume()
+                        self._freezes.pop(record.key, None)
+
+    def _freeze_again(self, record: PodRecord, region: Region) -> None:
+        known = self._freezes.get(record.key)
+        current = self._open.get(record.path)
+        if known is None or current is None or known[0] != current.identity:
+            return
+        for uuid in sorted(known[1], key=lambda gpu: gpu or ""):
+            region.freeze(FREEZE_HOLD_S, uuid)
+        if record.key not in self._freezes_said:
+            self._freezes_said.add(record.key)
+            log.warning(
+                "pod %s/%s: its freeze was cleared in its region, not by a resume (a process of "
+                "the pod wrote it): frozen again",
+                *record.key,
+            )
 
     def reap(self, record: PodRecord) -> list[ProcessInfo]:
         """Give the memory of the pod's dead workers back; the slots reclaimed."""
@@ -552,6 +636,23 @@ class PodStore:
             return regions.region_path(self.base, namespace, name)
         except ValueError as error:
             raise PodError(str(error)) from None
+
+
+def _check_changes(region: Region, limits: Mapping[str, GpuLimits]) -> None:
+    """PodError naming the first GPU whose change cannot be made over what it has, before any
+    is written: a change refused is no change (before, the GPUs named ahead of it were written
+    and the request answered 422)."""
+    present = {device.uuid.lower(): device for device in region.devices}
+    for uuid, wanted in limits.items():
+        device = present.get(uuid.lower())
+        try:
+            base = NO_LIMITS if device is None else device.limits.value
+        except ValueError:
+            continue  # words that cannot be, a tenant's: the file's state, its write says so
+        try:
+            wanted.over(base)
+        except ValueError as error:
+            raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
 
 
 def _new_limits(uuid: str, wanted: GpuLimits) -> GpuLimits:
