@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from vgpu_limiter import library_path
 
-from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, run
+from tests.limiter.conftest import WORKLOAD, LimitedEnv, build_program, build_unit_test, run
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -325,3 +325,18 @@ def test_the_limiter_is_a_plain_guest_library() -> None:
         check=False,
     )
     assert result.stdout == "loaded\n" and result.stderr == ""
+
+
+def test_arrays_of_every_format_are_charged(tmp_path: Path) -> None:
+    """Block-compressed, normalized and video formats by their layout (the simulated driver takes
+    only the classic ones), and a format not known never as nothing (tests/c/array_sizes_test.c)."""
+    csrc = Path(__file__).parents[2] / "packages/limiter/csrc"
+    program = build_unit_test(
+        "array_sizes_test",
+        [csrc / "common/vgpu_cuda_sizes.c"],
+        [csrc / "common", csrc / "include", Path(__file__).parents[1] / "c"],
+        tmp_path,
+    )
+    result = subprocess.run([program], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(" passed, 0 failed\n")

@@ -81,6 +81,9 @@ PROGRAM = textwrap.dedent(
     def free(name):
         return cu.cuMemFree_v2(u64(held.pop(name))), 0
 
+    def free_async(name):
+        return cu.cuMemFreeAsync(u64(held.pop(name)), None), 0
+
     def touch(name):
         # Host-backed memory is host memory on the simulated GPU: the program can write it.
         ctypes.memset(held[name], 0x5A, 4096)
@@ -102,8 +105,8 @@ PROGRAM = textwrap.dedent(
         return 0, 0
 
     steps = {"alloc": alloc, "managed": managed, "pitch": pitch, "legacy": legacy,
-             "pool": pool, "vmm": vmm, "array": array, "free": free, "touch": touch,
-             "destroy_context": destroy_context}
+             "pool": pool, "vmm": vmm, "array": array, "free": free, "free_async": free_async,
+             "touch": touch, "destroy_context": destroy_context}
     for step in sys.argv[2:]:
         if step == "hold":
             print(json.dumps({"step": "hold"}), flush=True)
@@ -224,6 +227,17 @@ def test_the_device_holds_no_more_than_the_limit(limited_env: LimitedEnv, pod_fo
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_a_stream_ordered_free_gives_host_backed_memory_back_as_such(
+    oversubscribed: dict[str, str], pod_folder: Path
+) -> None:
+    _, host_backed, free_host, free_device = steps(
+        oversubscribed, pod_folder, "alloc:a=512", "alloc:b=512", "free_async:b", "free_async:a"
+    )
+    assert (host_backed["device"], host_backed["host"]) == (768 * MiB, 512 * MiB)
+    assert (free_host["code"], free_host["device"], free_host["host"]) == (0, 768 * MiB, 0)
+    assert (free_device["code"], free_device["device"], free_device["host"]) == (0, 256 * MiB, 0)
 
 
 @pytest.mark.parametrize("path", ["pitch", "legacy", "pool", "vmm", "array"])

@@ -19,8 +19,9 @@ static inline uint64_t vgpu_round_up(uint64_t value, uint64_t unit) {
 uint64_t vgpu_array_element_bytes(CUarray_format format, unsigned channels);
 
 /* Bytes of `levels` mip levels of an array (a plain array has one); each level halves every
- * dimension (at least 1), a 0 height or depth means a lower-dimensional array. 0 on overflow or
- * an invalid format. */
+ * dimension (at least 1), a 0 height or depth means a lower-dimensional array. Every format of
+ * CUDA 12 and 13 is counted by its layout; one not known here as the largest element there is,
+ * never as nothing. UINT64_MAX on overflow (which no limit lets through). */
 uint64_t vgpu_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels);
 
 #endif

@@ -37,13 +37,18 @@ static bool read_stat(int32_t pid, char *state, uint64_t *start_time) {
     return true;
 }
 
+/* These run inside the program's own calls (a view, an allocation sweeping the region): the
+ * program's errno is left as it was, whatever the process looked at was (ENOENT, ESRCH). */
 uint64_t vgpu_process_start_time(int32_t pid) {
+    int saved = errno;
     char state;
     uint64_t start_time;
-    return read_stat(pid, &state, &start_time) ? start_time : 0;
+    bool known = read_stat(pid, &state, &start_time);
+    errno = saved;
+    return known ? start_time : 0;
 }
 
-bool vgpu_process_alive(int32_t pid, uint64_t start_time) {
+static bool process_alive(int32_t pid, uint64_t start_time) {
     if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
         return false;
     }
@@ -55,10 +60,19 @@ bool vgpu_process_alive(int32_t pid, uint64_t start_time) {
     return now_start == 0 || start_time == 0 || now_start == start_time;
 }
 
+bool vgpu_process_alive(int32_t pid, uint64_t start_time) {
+    int saved = errno;
+    bool alive = process_alive(pid, start_time);
+    errno = saved;
+    return alive;
+}
+
 uint64_t vgpu_pid_namespace(void) {
     /* The link reads "pid:[<inode>]" (readlink rather than stat: no newer glibc symbol). */
     char target[64];
+    int saved = errno;
     ssize_t length = readlink("/proc/self/ns/pid", target, sizeof target - 1);
+    errno = saved;
     if (length <= 0) {
         return 0;
     }

@@ -2,6 +2,7 @@
  * any allocation; the pod is charged for it so that the device never holds more than the limit.
  * Destroying a context frees what was allocated in it, and so does the pod's charge. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,7 +52,7 @@ static void forget_context(CUcontext context) {
  * (the daemon's, in the GPU's node file) when that is more. Read at each context's creation,
  * which is rare; the record keeps what was charged, so a later change of the node's setting
  * never unbalances the pod's count. */
-static uint64_t context_charge(int entry) {
+static uint64_t node_context_charge(int entry) {
     uint64_t charge = vgpu_state.context_overhead;
     if (entry < 0 || vgpu_state.region == NULL) {
         return charge;
@@ -74,6 +75,15 @@ static uint64_t context_charge(int entry) {
         charge = published > charge ? published : charge;
         munmap((void *)node, sizeof *node);
     }
+    return charge;
+}
+
+/* The node's folder or file may well be absent (ENOENT): the program's errno is left as it was
+ * by a context creation that succeeds. */
+static uint64_t context_charge(int entry) {
+    int saved = errno;
+    uint64_t charge = node_context_charge(entry);
+    errno = saved;
     return charge;
 }
 

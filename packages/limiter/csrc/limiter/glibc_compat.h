@@ -9,6 +9,8 @@
 __asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
 __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
+__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
+__asm__(".symver dladdr1,dladdr1@GLIBC_2.3.3");
 __asm__(".symver pthread_once,pthread_once@GLIBC_2.2.5");
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.2.5");
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
@@ -19,6 +21,8 @@ __asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
 __asm__(".symver dlopen,dlopen@GLIBC_2.17");
 __asm__(".symver dlerror,dlerror@GLIBC_2.17");
 __asm__(".symver dlvsym,dlvsym@GLIBC_2.17");
+__asm__(".symver dlclose,dlclose@GLIBC_2.17");
+__asm__(".symver dladdr1,dladdr1@GLIBC_2.17");
 __asm__(".symver pthread_once,pthread_once@GLIBC_2.17");
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.17");
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.17");

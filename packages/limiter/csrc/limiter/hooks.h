@@ -46,6 +46,7 @@
     X(cuMemFreeAsync) \
     X(cuMemFreeAsync_ptsz) \
     X(cuMemPoolTrimTo) \
+    X(cuMemPoolCreate) \
     X(cuMemPoolDestroy) \
     X(cuMemCreate) \
     X(cuMemRelease) \

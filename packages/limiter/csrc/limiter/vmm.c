@@ -16,6 +16,12 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     int entry = prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                     ? vgpu_entry_of(prop->location.id)
                     : -1;
+    if (entry == VGPU_ENTRY_OUTSIDE) {
+        /* As a context there would be: memory there is the pod's to use only on its GPUs. */
+        vgpu_log(VGPU_LOG_INFO, "no cuMemCreate on device %d: not one of the pod's GPUs",
+                 prop->location.id);
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
     uint64_t bytes = vgpu_round_up(size, VGPU_PAGE_SIZE);
     if (!vgpu_charge(entry, bytes)) {
         vgpu_log(VGPU_LOG_INFO, "cuMemCreate of %zu bytes does not fit the pod's limit", size);
