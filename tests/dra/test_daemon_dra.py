@@ -165,3 +165,52 @@ def test_a_gpu_that_falls_off_the_bus_leaves_the_slice_and_a_claim_for_it_waits(
     how = "tainted" if taints else "left out"
     assert f"ResourceSlice: unhealthy GPU(s) {how}: {broken}" in log
     assert "ResourceSlice: every GPU published (2)" in log
+
+
+def test_the_pod_source_leaves_a_dra_pods_region_to_its_claim(tmp_path: Path) -> None:
+    # --dra with --kubernetes, as deployed: a pod whose GPUs come from a claim but which also
+    # carries tensor-fusion.ai annotations keeps its claim's quota, on its claim's GPU alone;
+    # the annotations (an annotations-only pod's whole GPU on every GPU) raise nothing.
+    with ApiServer() as api:
+        serve_namespace(api)
+        daemon = dra_daemon(tmp_path, api)
+        daemon.extra = (*daemon.extra, "--kubernetes")
+        daemon.start()
+        try:
+            wait_for(lambda: len(objects(api, SLICES)) == 1, timeout=30)
+            pod = api.store.put(POD, NAMESPACE, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": NAMESPACE,
+                             "annotations": {"tensor-fusion.ai/vram-limit": "70Gi",
+                                             "tensor-fusion.ai/qos": "high"}},
+                "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda"}],
+                         "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]},
+            })  # fmt: skip
+            consumed = {"memory": "3Gi", "compute": "25"}
+            claim = put_claim(api, "c", pod, [{"device": "gpu-1", "consumedCapacity": consumed}])
+            kubelet = DraKubelet(tmp_path / "registry")
+            plugin = kubelet.register()
+            uid = claim["metadata"]["uid"]
+            assert plugin.prepare((NAMESPACE, "c", uid)).claims[uid].error == ""
+            pod["status"] = {"phase": "Running"}  # the kubelet starts it: the pod source hears
+            api.store.put(POD, NAMESPACE, pod)
+            # An annotations-only pod after it: its region made, the event before it is handled.
+            api.store.put(POD, NAMESPACE, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "after", "namespace": NAMESPACE,
+                             "annotations": {"tensor-fusion.ai/vram-limit": "1Gi"}},
+                "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda"}]},
+            })  # fmt: skip
+            view = PodStore(tmp_path / "node" / "shm")
+            wait_for((tmp_path / "node" / "shm" / NAMESPACE / "after").exists, 30)
+            record = view.get(NAMESPACE, "p")
+            assert [d.limits.value for d in record.devices] == [
+                GpuLimits(memory=3 * GiB, compute=2500)
+            ]
+            view.close()
+            kubelet.close()
+        finally:
+            assert daemon.stop() == 0
+    log = daemon.log_file.read_text()
+    assert "its GPUs come from DRA claims: tensor-fusion.ai/* annotations ignored" in log
+    assert "not through the API" not in log

@@ -44,8 +44,12 @@ def test_everything_validates_against_the_published_schemas(version: str) -> Non
 def test_the_role_grants_what_the_driver_calls() -> None:
     (role,) = [d for d in rendered() if d["kind"] == "ClusterRole"]
     rights = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    # kube.py reads claims; publish.py lists, creates, replaces and deletes its slice.
+    # kube.py gets claims and their pods; publish.py gets its Node, and lists, creates,
+    # replaces and deletes its slice. The DRA role alone: the base role gives pods list and
+    # watch, not get.
     assert ("resourceclaims", "get") in rights
+    assert ("pods", "get") in rights
+    assert ("nodes", "get") in rights
     for verb in ("list", "create", "update", "delete"):
         assert ("resourceslices", verb) in rights
 

@@ -382,3 +382,24 @@ def test_the_region_belongs_to_the_pods_user_or_group_as_with_the_device_plugin(
     info, folder = region.stat(), region.parent.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (*owner, 0o660)
     assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o755)  # the daemon's own
+
+
+def test_two_claims_on_one_gpu_one_with_a_burst_are_both_prepared(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    # Claim a: 30 % with a burst of 40 %; claim b: 50 %, no burst. The GPU's compute is 80 %
+    # and its burst a's 40 plus b's own 50 (no less than the compute, so the region holds it);
+    # b, once refused, was kept in the checkpoint and refused again on every try.
+    pod = dra.add_pod("s")
+    parameters = {"apiVersion": "gpu.vgpu.io/v1alpha1", "kind": "GpuConfig", "burst": 40}
+    config = [{"source": "FromClaim", "requests": [],
+               "opaque": {"driver": "gpu.vgpu.io", "parameters": parameters}}]  # fmt: skip
+    share = {"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "30"}}
+    a = dra.add_claim("a", pod, [share], config=config)
+    share = {"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "50"}}
+    b = dra.add_claim("b", pod, [share])
+    assert prepared(plugin, a).error == ""
+    assert prepared(plugin, b).error == ""
+    assert prepared(plugin, b).error == ""  # asked again: answered from the checkpoint
+    (limits,) = region_limits(dra, "s").values()
+    assert limits == GpuLimits(memory=2 * GiB, compute=8000, burst=9000)

@@ -201,8 +201,9 @@ def test_two_claims_of_one_pod_share_its_quota(
     for claim in claims:
         assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "both", "uid": uid}]
     prepare_pod(plugin, cluster, "both")
+    # The burst: the 30 % claim's 60 plus the 10 % of the one that sets none.
     assert region_limits(cluster.dra, "both") == {
-        facts.gpus[0].uuid: GpuLimits(memory=5 * GiB, compute=4000, burst=6000)
+        facts.gpus[0].uuid: GpuLimits(memory=5 * GiB, compute=4000, burst=7000)
     }
 
 

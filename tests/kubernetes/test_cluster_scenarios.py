@@ -308,6 +308,34 @@ def test_a_pod_with_a_gpu_init_container_is_admitted_and_shares_its_region(
     assert cluster.limits("staged", "staged") == {gpu: (2 * GiB, 5.0)}
 
 
+def test_a_gpu_sidecar_alone_is_charged_and_limited_as_it_asks(cluster: Cluster) -> None:
+    # A sidecar (an init container with restartPolicy Always) asking for the share, the main
+    # container for none: the pod's effective request is the sidecar's, as Kubernetes counts.
+    cluster.namespace("side")
+    manifest = pod_manifest("side", "proxy", limits={})
+    manifest["spec"]["initContainers"] = [
+        {"name": "proxy", "image": "busybox", "restartPolicy": "Always",
+         "resources": {"limits": SMALL}}
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    before = cluster.committed()
+    assert set(cluster.admit("side", "proxy")) == {"proxy"}
+    (gpu,) = cluster.gpus_of("side", "proxy", container="proxy")
+    assert cluster.limits("side", "proxy") == {gpu: (2 * GiB, 5.0)}
+    memory, compute = cluster.committed()[gpu]
+    assert (memory - before[gpu][0], compute - before[gpu][1]) == (2 * GiB, 5.0)
+
+
+def test_a_plain_init_containers_ask_counts_as_kubernetes_counts_it(cluster: Cluster) -> None:
+    # The init container asks for memory and compute, the main container only for the GPU:
+    # the pod's request is the larger of the two, not the daemon's defaults.
+    cluster.namespace("warm")
+    cluster.create("warm", "warm", limits={GPU: "1"}, init=SMALL)
+    assert set(cluster.admit("warm", "warm")) == {"warmup", "main"}
+    gpu = cluster.gpu_of("warm", "warm")
+    assert cluster.limits("warm", "warm") == {gpu: (2 * GiB, 5.0)}
+
+
 def test_a_two_gpu_pod_gets_two_distinct_gpus(cluster: Cluster) -> None:
     cluster.namespace("pair")
     cluster.create("pair", "pair", limits={GPU: "2", MEMORY: "2", COMPUTE: "5"})

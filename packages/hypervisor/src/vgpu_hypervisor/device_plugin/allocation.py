@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgpu_common.limits import NO_LIMITS, GpuLimits
+from vgpu_common.limits import GpuLimits
 
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.resources import gpu_of
@@ -64,13 +64,24 @@ def pod_region(
     """The pod's limits on the GPUs Allocate gave it and its region's owner, resolved as the
     pod source resolves them (kubernetes/resolver.py): its resources the ceiling (a whole GPU
     where it asks for no memory or compute), its annotations lower, the owner from its
-    security context. The pod source reports the problems."""
+    security context. The pod source reports the problems; AllocationError for a GPU the
+    resolver gives no limits (never a region without them)."""
     listed = {gpu.uuid.lower() for gpu in layout.gpus}
     # A GPU the layout does not know still gets limits (its size unknown: no memory bound).
     gpus = [*layout.gpus, *(NodeGpu(-1, u, "") for u in uuids if u.lower() not in listed)]
     found = resolve(pod, gpus, layout.names, assigned=uuids)
     limits = found.limits()
-    chosen = {uuid: limits.get(_same(uuid, limits), NO_LIMITS) for uuid in uuids}
+    chosen = {}
+    for uuid in uuids:
+        one = limits.get(_same(uuid, limits))
+        if one is None:
+            # The kubelet gave the pod this GPU for a share the resolver does not see: a region
+            # without its limits would let the pod use the whole GPU uncharged.
+            raise AllocationError(
+                f"pod {pod.key}: holds GPU {uuid} but asks for no {layout.names.gpu} share "
+                "the daemon can read: its region is not made"
+            )
+        chosen[uuid] = one
     return chosen, found.owner
 
 

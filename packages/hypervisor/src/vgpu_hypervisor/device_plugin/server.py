@@ -48,7 +48,8 @@ from vgpu_hypervisor.device_plugin.resources import (
 )
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import Kind
-from vgpu_hypervisor.kubernetes.model import KubePod
+from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
+from vgpu_hypervisor.kubernetes.requests import effective_requests
 
 log = logging.getLogger("vgpu_hypervisor.device_plugin")
 API_VERSION: Final = "v1beta1"
@@ -191,6 +192,10 @@ def _options(kind: Kind) -> api_pb2.DevicePluginOptions:
     return api_pb2.DevicePluginOptions(
         pre_start_required=False, get_preferred_allocation_available=kind == "gpu"
     )
+
+
+def _ignored(container: KubeContainer, resource: str, text: str, why: str) -> None:
+    """A quantity that cannot be read: the pod source reports it."""
 
 
 def _asked(quantity: str | None) -> int:
@@ -409,7 +414,9 @@ class DevicePlugin:
                 counts = [_asked(c.resources.get(gpu)) for c in pod.containers]
             except ValueError:
                 continue  # the pod source reports it
-            if size in counts and len(self.ledger.charged(pod.uid)) < sum(counts):
+            # Init containers and sidecars included: the kubelet allocates theirs too.
+            total = effective_requests(pod.containers, (gpu,), _ignored).get(gpu, 0)
+            if size in counts and len(self.ledger.charged(pod.uid)) < total:
                 found.append(pod)
         return found
 

@@ -76,10 +76,15 @@ class Preparer:
         """The claim's devices and their CDI IDs; ClaimError, ConfigError or PodError."""
         with self._lock:
             known = self._checkpoint.claims.get(uid)
+            joining = known is None
             if known is None:
                 known = self._admit(parse_claim(self._source.claim(namespace, name), uid))
             claim = known.claim
-            self._apply(claim.pod_uid, known)
+            # Recorded once its pod's region holds it: a claim the region refuses is not
+            # kept, so the kubelet's next try checks it afresh rather than fail the same way.
+            self._apply(claim.pod_uid, known, joining=claim if joining else None)
+            if joining:
+                self._record(known)
             gpus = [gpu_of(claim, s, self.config.pool, self._gpus) for s in claim.shares]
             spec, ids = cdi.claim_spec(
                 self.config.layout,
@@ -98,7 +103,7 @@ class Preparer:
             return [PreparedDevice(share, tuple(ids[share.device])) for share in claim.shares]
 
     def _admit(self, claim: Claim) -> Prepared:
-        """The claim checked against its pod and its quota, then recorded."""
+        """The claim checked against its pod and, with the pod's other claims, its quota."""
         pod = self._source.pod(claim.namespace, claim.pod)
         if pod.uid != claim.pod_uid:
             raise ClaimError(
@@ -106,7 +111,10 @@ class Preparer:
                 f"{claim.pod_uid}, but that pod is UID {pod.uid}"
             )
         pod_quota([*self._claims_of(claim.pod_uid), claim], self.config.pool, self._gpus)
-        prepared = Prepared(claim, region_owner(pod))
+        return Prepared(claim, region_owner(pod))
+
+    def _record(self, prepared: Prepared) -> None:
+        claim = prepared.claim
         self._checkpoint.claims[claim.uid] = prepared
         self._checkpoint.save()
         log.info(
@@ -116,7 +124,6 @@ class Preparer:
             claim.pod,
             ", ".join(f"{s.device} (memory {s.memory}, compute {s.compute})" for s in claim.shares),
         )
-        return prepared
 
     def _claims_of(self, pod_uid: str, leaving: str | None = None) -> list[Claim]:
         return [
@@ -125,9 +132,16 @@ class Preparer:
             if one.claim.pod_uid == pod_uid and uid != leaving
         ]
 
-    def _apply(self, pod_uid: str, one: Prepared, leaving: str | None = None) -> None:
-        """The pod's region holds the quota of its claims (but ``leaving``)."""
-        claims = self._claims_of(pod_uid, leaving)
+    def _apply(
+        self,
+        pod_uid: str,
+        one: Prepared,
+        leaving: str | None = None,
+        joining: Claim | None = None,
+    ) -> None:
+        """The pod's region holds the quota of its recorded claims (but ``leaving``) and
+        ``joining``."""
+        claims = self._claims_of(pod_uid, leaving) + ([joining] if joining else [])
         quota = pod_quota(claims, self.config.pool, self._gpus)
         namespace, pod = one.claim.namespace, one.claim.pod
         try:

@@ -1,6 +1,7 @@
 """A pod's quota from its claims: per GPU, the memory and compute its shares consumed, added up
 over every claim of the pod (one region per pod, however many claims or containers), with the
-burst and oversubscription of each share's parameters; the pod's class and weight.
+burst and oversubscription of each share's parameters (a GPU's burst, where one of its shares
+sets one, adds up theirs and the compute of those that set none); the pod's class and weight.
 
 A share that consumed no memory (an allocation without consumable capacity) has the GPU's
 memory, one that consumed no compute or all of it has no compute limit.
@@ -60,7 +61,8 @@ def pod_quota(claims: Sequence[Claim], pool: str, gpus: Mapping[str, NodeGpu]) -
     """The quota of the pod that holds ``claims``; ClaimError or ConfigError, one line."""
     memory: dict[str, int | None] = {}
     compute: dict[str, int] = {}
-    burst: dict[str, int] = {}
+    burst: dict[str, int] = {}  # the bursts of the shares that set one
+    plain: dict[str, int] = {}  # the compute of the shares that set none
     oversubscribe: dict[str, bool] = {}
     qos: Qos | None = None
     weight: int | None = None
@@ -84,6 +86,10 @@ def pod_quota(claims: Sequence[Claim], pool: str, gpus: Mapping[str, NodeGpu]) -
                         f"{percent} % of compute it consumed"
                     )
                 burst[uuid] = burst.get(uuid, 0) + config.burst
+            else:
+                # A share without a burst may still use its own compute: the GPU's burst, when
+                # another share sets one, is never below the compute the shares add up to.
+                plain[uuid] = plain.get(uuid, 0) + percent * HUNDREDTHS_PER_PERCENT
             oversubscribe[uuid] = oversubscribe.get(uuid, False) or config.oversubscribe
             if config.qos is not None:
                 qos = config.qos if qos is None else max(qos, config.qos)
@@ -92,7 +98,9 @@ def pod_quota(claims: Sequence[Claim], pool: str, gpus: Mapping[str, NodeGpu]) -
     limits = {}
     for uuid, used in memory.items():
         limit = compute[uuid] if compute[uuid] < WHOLE_GPU else None
-        soft = min(burst[uuid], WHOLE_GPU) if uuid in burst and limit is not None else None
+        soft = None
+        if uuid in burst and limit is not None:
+            soft = min(burst[uuid] + plain.get(uuid, 0), WHOLE_GPU)
         # A GPU whose memory is not known has no limit to oversubscribe past.
         past = oversubscribe[uuid] and used is not None
         limits[uuid] = GpuLimits(memory=used, compute=limit, burst=soft, oversubscribe=past)

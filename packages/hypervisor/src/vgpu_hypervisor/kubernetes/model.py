@@ -28,6 +28,10 @@ class KubeContainer:
     running: bool = False
     # securityContext.runAsUser and runAsGroup of the container itself (None: not set there).
     run_as: UserGroup = UserGroup()
+    # From spec.initContainers (they come first in a pod's containers, in spec order); a
+    # sidecar is one with restartPolicy Always, which keeps running beside the others.
+    init: bool = False
+    sidecar: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,15 @@ class KubePod:
     resource_version: str
     created: str  # metadata.creationTimestamp (RFC 3339), orders pending pods
     annotations: Mapping[str, str] = field(default_factory=dict)
-    containers: tuple[KubeContainer, ...] = ()
+    containers: tuple[KubeContainer, ...] = ()  # its init containers first, then the others
     deleting: bool = False  # metadata.deletionTimestamp is set
     # spec.securityContext: runAsUser and runAsGroup (the containers' unless they set their
     # own) and fsGroup (a supplementary group of every container's processes).
     run_as: UserGroup = UserGroup()
     fs_group: int | None = None
+    # Its GPUs may come from DRA: it references ResourceClaims (spec.resourceClaims), or the
+    # scheduler gave its extended resources through one (status.extendedResourceClaimStatus).
+    dra_claims: bool = False
 
     @property
     def key(self) -> str:

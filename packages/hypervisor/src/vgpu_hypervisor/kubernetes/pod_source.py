@@ -40,7 +40,13 @@ from vgpu_common.limits import (
 from vgpu_limiter.region import DeviceInfo, DeviceLimits
 
 from vgpu_hypervisor.daemon.pods import PodError, PodNotFound, PodRecord, PodStore
-from vgpu_hypervisor.kubernetes.annotations import DEFAULT_NAMES, QOS, NodeGpu, ResourceNames
+from vgpu_hypervisor.kubernetes.annotations import (
+    DEFAULT_NAMES,
+    PREFIX,
+    QOS,
+    NodeGpu,
+    ResourceNames,
+)
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.pod_book import Entry, PodBook, Written, forget_old_marker
@@ -75,9 +81,19 @@ class Backoff:
 def kube_pod(obj: Any) -> KubePod:
     """A lightkube Pod as the daemon keeps it."""
     meta, spec, status = obj.metadata, obj.spec, obj.status
-    statuses = {s.name: s for s in (status.containerStatuses or [])} if status else {}
+    found = (
+        []
+        if status is None
+        else [*(status.initContainerStatuses or []), *(status.containerStatuses or [])]
+    )
+    statuses = {s.name: s for s in found}
     containers = []
-    for container in spec.containers if spec else []:
+    # Init containers too: one (a sidecar above all) may ask for a vgpu share (requests.py).
+    listed = [
+        *((c, True) for c in ((spec.initContainers or []) if spec else [])),
+        *((c, False) for c in (spec.containers if spec else [])),
+    ]
+    for container, init in listed:
         resources: dict[str, str] = {}
         if container.resources is not None:
             resources |= {k: str(v) for k, v in (container.resources.requests or {}).items()}
@@ -91,6 +107,8 @@ def kube_pod(obj: Any) -> KubePod:
                 container_id=container_id.partition("://")[2] or container_id,
                 running=bool(state and state.state and state.state.running),
                 run_as=_run_as(container.securityContext),
+                init=init,
+                sidecar=init and container.restartPolicy == "Always",
             )
         )
     created = meta.creationTimestamp
@@ -108,6 +126,8 @@ def kube_pod(obj: Any) -> KubePod:
         deleting=meta.deletionTimestamp is not None,
         run_as=_run_as(security),
         fs_group=security.fsGroup if security is not None else None,
+        dra_claims=bool(spec and spec.resourceClaims)
+        or bool(status and status.extendedResourceClaimStatus),
     )
 
 
@@ -136,13 +156,16 @@ class PodSource:
         book: PodBook | None = None,
         tenant_raise: bool = False,
         plugin_places: bool = False,
+        dra_places: bool = False,
     ) -> None:
         """``book``: what the pod source made, by default under the store's base path
         (BookError when that folder is not the daemon's own). ``tenant_raise`` (a setting):
         a pod with annotations alone may raise its limits by editing them; off, the limits it
         started with are its ceiling. ``plugin_places``: the daemon's device plugin gives the
         GPUs of the pods asking for the GPU resource, so such a pod's region waits for them
-        (``assign``) and holds only them, rather than every GPU of the node."""
+        (``assign``) and holds only them, rather than every GPU of the node. ``dra_places``:
+        the daemon's DRA driver gives GPUs through ResourceClaims, and the region of a pod
+        that references one is the driver's (``_from_dra``)."""
         self._client = client
         self.node_name = node_name
         self._store = store
@@ -154,6 +177,7 @@ class PodSource:
         self._book = book or PodBook(store.base)
         self._tenant_raise = tenant_raise
         self._plugin_places = plugin_places
+        self._dra_places = dra_places
         # One change of the store and the book at a time: the watch's worker thread and the
         # device plugin's Allocate (assign) both apply pods.
         self._lock = threading.RLock()
@@ -326,9 +350,9 @@ class PodSource:
         if pod.deleting or pod.phase in _FINISHED:
             self._remove(pod, "pod terminating" if pod.deleting else f"pod {pod.phase.lower()}")
             return
-        entry = self._book.get(pod.namespace, pod.name)
-        if entry is not None and entry.uid != pod.uid:
-            entry = None  # an earlier pod of that name: this one starts afresh
+        if self._from_dra(pod):
+            return
+        entry = self._entry(pod)
         record = self._region(pod)
         if entry is not None and record is not None:
             admin = self._store.admin_limits(pod.namespace, pod.name)
@@ -372,6 +396,33 @@ class PodSource:
             if self._events is not None:
                 self._events.post(pod, "LimitsFailed", message)
         self._remember(pod, entry, found)
+
+    def _from_dra(self, pod: KubePod) -> bool:
+        """Whether the pod's region is the DRA driver's: its quota is what the scheduler
+        allocated to its claims, which annotations must not raise (nor a whole GPU replace).
+
+        The rule is the pod's own spec and status, known when the pod comes to this node and
+        never changed after: it references a ResourceClaim, or its extended resources were
+        given through one (the driver's extendedResourceName, on a node without the device
+        plugin). Whether that claim is this driver's would need the claim read; a pod of
+        this node that references claims of other drivers only gets no annotations-only
+        region, since without a claim of ours it is given no GPU to limit."""
+        if not self._dra_places or not pod.dra_claims:
+            return False
+        if self._entry(pod) is not None:
+            self._book.remove(pod.namespace, pod.name)  # made before: the driver's now
+        if any(key.startswith(PREFIX) for key in pod.annotations):
+            line = f"pod {pod.key}: its GPUs come from DRA claims: {PREFIX}* annotations ignored"
+            if self._reported.get(pod.uid) != (line,):
+                log.warning("%s", line)
+                self._reported[pod.uid] = (line,)
+        return True
+
+    def _entry(self, pod: KubePod) -> Entry | None:
+        """The book's entry of this pod (None for an earlier pod of its name: this one starts
+        afresh)."""
+        entry = self._book.get(pod.namespace, pod.name)
+        return entry if entry is not None and entry.uid == pod.uid else None
 
     def _asks_gpu(self, pod: KubePod) -> bool:
         return any(self._names.gpu in container.resources for container in pod.containers)

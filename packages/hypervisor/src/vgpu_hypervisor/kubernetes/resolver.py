@@ -5,10 +5,11 @@ plugin's Allocate (device_plugin/allocation.py) both call :func:`resolve`.
 
 The ceiling of each GPU of a pod is what the scheduler charged for it:
 
-- memory: ``vgpu.io/gpu-memory`` units (summed over the pod's containers, which share one
-  region) when the pod asks for them, else the default (``default_gpu_memory``, at most the
-  GPU's memory), else the GPU's whole memory;
-- compute: ``vgpu.io/gpu-compute`` percent (summed) when asked, else the default
+- memory: ``vgpu.io/gpu-memory`` units (the pod's effective request, requests.py: its
+  containers, which share one region, summed, init containers and sidecars counted as
+  Kubernetes counts them) when the pod asks for them, else the default
+  (``default_gpu_memory``, at most the GPU's memory), else the GPU's whole memory;
+- compute: ``vgpu.io/gpu-compute`` percent (the effective request) when asked, else the default
   (``default_gpu_compute``), else 100 %.
 
 So with the defaults unset a pod asking only ``vgpu.io/gpu: 1`` gets one whole GPU, bounded by
@@ -43,7 +44,6 @@ from vgpu_common.limits import (
     format_size,
     hundredths_to_percent,
     parse_qos,
-    parse_quantity,
     parse_switch,
 )
 
@@ -67,6 +67,7 @@ from vgpu_hypervisor.kubernetes.annotations import (
     peak_tflops,
 )
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
+from vgpu_hypervisor.kubernetes.requests import effective_requests
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class _Lines:
 
 @dataclass(frozen=True)
 class _Resources:
-    """The pod's vgpu resources, summed over its containers; None where none asks."""
+    """The pod's effective request of the vgpu resources; None where no container asks."""
 
     count: int | None
     memory_units: int | None
@@ -253,16 +254,11 @@ def _shared(
 
 
 def _resources(pod: KubePod, names: ResourceNames, lines: _Lines) -> _Resources:
-    totals: dict[str, int] = {}
-    for container in pod.containers:
-        for resource in (names.gpu, names.memory, names.compute):
-            text = container.resources.get(resource)
-            if text is None:
-                continue
-            try:
-                totals[resource] = totals.get(resource, 0) + parse_quantity(text)
-            except ValueError as error:
-                lines.problem(f"container {container.name} resource {resource}", text, str(error))
+    def problem(container: KubeContainer, resource: str, text: str, why: str) -> None:
+        lines.problem(f"container {container.name} resource {resource}", text, why)
+
+    wanted = (names.gpu, names.memory, names.compute)
+    totals = effective_requests(pod.containers, wanted, problem)
     memory = totals.get(names.memory)
     if memory == 0:  # nothing charged: 0 bytes is no limit to a region, so it is not one
         lines.problem(f"resource {names.memory}", "0", "expected at least 1 unit")

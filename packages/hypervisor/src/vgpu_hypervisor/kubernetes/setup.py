@@ -109,6 +109,7 @@ def pod_source(settings: Settings, node: Node) -> PodSource:
         book=book,
         tenant_raise=settings.tenant_raise,
         plugin_places=settings.device_plugin,
+        dra_places=settings.dra,
     )
     node.watchers.append(RefusalReporter(KubernetesRefusals(source, events, RefusalLog())).observe)
     return source
