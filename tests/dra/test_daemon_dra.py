@@ -98,6 +98,30 @@ def test_the_daemon_publishes_its_slice_and_prepares_a_claim(tmp_path: Path) -> 
     assert " failed" not in log
 
 
+def test_a_slice_wiped_by_a_restarting_kubelet_is_published_again(tmp_path: Path) -> None:
+    """A kubelet wipes every ResourceSlice of its node when it starts. Before, the daemon wrote
+    its slice only when the GPUs' health changed: it stayed gone, and the node's GPUs took no
+    claim until the daemon restarted. It is looked for every 10 s, and written again."""
+    with ApiServer() as api:
+        serve_namespace(api)
+        daemon = dra_daemon(tmp_path, api)
+        daemon.start()
+        try:
+            wait_for(lambda: len(objects(api, SLICES)) == 1, timeout=30)
+            kubelet = DraKubelet(tmp_path / "registry")
+            kubelet.register()
+            kubelet.restart()
+            (name,) = [one["metadata"]["name"] for one in objects(api, SLICES)]
+            api.store.delete(SLICES, None, name)
+            kubelet.register()
+            wait_for(lambda: len(objects(api, SLICES)) == 1, timeout=30)
+            assert published(api) == ["gpu-0", "gpu-1"]
+            kubelet.close()
+        finally:
+            assert daemon.stop() == 0
+    assert "gone (a kubelet restarted?): written again" in daemon.log_file.read_text()
+
+
 def lose_gpu(daemon: Daemon, index: int, *options: str) -> None:
     """The simulated GPU ``index`` of the daemon's node falls off the bus (or is back)."""
     command = [TF_LIMITER, "sim", "lose-gpu", str(index), "--state", str(daemon.state), *options]

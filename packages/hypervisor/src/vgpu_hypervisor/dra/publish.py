@@ -10,9 +10,16 @@ An unhealthy GPU is tainted in the slice (slices.py). An API server without the 
 feature gate drops taints silently, which would leave the GPU open to new claims: the slice it
 stored is read back, and once its taints are found dropped the unhealthy GPUs are left out of
 the slice instead, for as long as the daemon runs.
+
+The slice is looked for again every RECHECK_S and written afresh when it is gone: a kubelet
+wipes every ResourceSlice of its node when it starts, and a Node deleted and registered again
+(a new UID) takes the old slice with it through its owner reference. Written only when the GPUs
+changed, the slice stayed gone, and the node's GPUs could take no claim until the daemon
+restarted.
 """
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +35,9 @@ from vgpu_hypervisor.dra.slices import node_slice, slice_name
 
 log = logging.getLogger("vgpu_hypervisor.dra")
 
+RECHECK_S = 10.0
+"""How often the published slice is looked for (one GET)."""
+
 
 class SlicePublisher:
     def __init__(self, client: Client, node: str, facts: NodeFacts) -> None:
@@ -37,20 +47,42 @@ class SlicePublisher:
         self._published: frozenset[str] | None = None
         self._owner: list[OwnerReference] | None = None
         self.taints = True  # unhealthy GPUs tainted, until the API server drops taints
+        self._checked = time.monotonic()  # when the slice was last written or found
 
     def publish(self, healthy: Iterable[str]) -> bool:
-        """The slice with the GPUs ``healthy`` (UUIDs) written unless it says so already;
-        whether it was written. KubeError (one line) when the API server refuses."""
+        """The slice with the GPUs ``healthy`` (UUIDs) written unless it says so already (and
+        is still there, every RECHECK_S); whether it was written. KubeError (one line) when the
+        API server refuses."""
         wanted = frozenset(healthy)
-        if wanted == self._published:
-            return False
         try:
+            if wanted == self._published and self._still_there():
+                return False
             self._write(wanted)
         except ApiError as error:
             raise KubeError(f"ResourceSlice {slice_name(self.node)}: {api_error(error)}") from None
         except httpx2.HTTPError as error:
             raise KubeError(f"ResourceSlice {slice_name(self.node)}: {error}") from None
         self._published = wanted
+        self._checked = time.monotonic()
+        return True
+
+    def _still_there(self) -> bool:
+        """Whether the slice published is still in the API server (looked for every RECHECK_S;
+        assumed meanwhile). Gone, its Node is read again: it may be a new one."""
+        if time.monotonic() - self._checked < RECHECK_S:
+            return True
+        try:
+            self._client.get(ResourceSlice, slice_name(self.node))
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            log.warning(
+                "ResourceSlice %s: gone (a kubelet restarted?): written again",
+                slice_name(self.node),
+            )
+            self._owner = None
+            return False
+        self._checked = time.monotonic()
         return True
 
     def _write(self, healthy: frozenset[str]) -> None:
