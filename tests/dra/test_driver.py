@@ -403,3 +403,20 @@ def test_two_claims_on_one_gpu_one_with_a_burst_are_both_prepared(
     assert prepared(plugin, b).error == ""  # asked again: answered from the checkpoint
     (limits,) = region_limits(dra, "s").values()
     assert limits == GpuLimits(memory=2 * GiB, compute=8000, burst=9000)
+
+
+def test_a_claim_that_leaves_takes_its_class_with_it(dra: DraNode, plugin: Plugin) -> None:
+    """Before, the pod kept the class of a claim unprepared while another of its claims stayed:
+    the class was written only when the claims left gave one."""
+    pod = dra.add_pod("q")
+    parameters = {"apiVersion": "gpu.vgpu.io/v1alpha1", "kind": "GpuConfig", "qos": "critical"}
+    config = [{"source": "FromClaim", "requests": [],
+               "opaque": {"driver": "gpu.vgpu.io", "parameters": parameters}}]  # fmt: skip
+    share = {"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "30"}}
+    a = dra.add_claim("a", pod, [share], config=config)
+    share = {"device": "gpu-1", "consumedCapacity": {"memory": "1Gi", "compute": "50"}}
+    b = dra.add_claim("b", pod, [share])
+    assert prepared(plugin, a).error == "" and prepared(plugin, b).error == ""
+    assert dra.node.store.get(NAMESPACE, "q").qos == 3  # critical
+    assert unprepared(plugin, a) == ""
+    assert dra.node.store.get(NAMESPACE, "q").qos == 1  # medium, the default

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from vgpu_common.limits import Qos
+
 from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.dra import cdi
@@ -149,8 +151,10 @@ class Preparer:
         except PodNotFound:
             owner = one.owner
             self._store.create(namespace, pod, quota.limits, owner=owner.user, group=owner.group)
-        if quota.qos is not None or quota.weight is not None:
-            self._store.set_policy(namespace, pod, quota.qos, quota.weight)
+        # Its claims' class and weight, or the defaults where none gives one: a claim that left
+        # takes its own with it.
+        qos = Qos.MEDIUM if quota.qos is None else quota.qos
+        self._store.set_policy(namespace, pod, qos, quota.weight or 0)
 
     def unprepare(self, namespace: str, name: str, uid: str) -> None:
         """What Prepare made for the claim removed; PodConflict while processes use it."""
