@@ -78,3 +78,19 @@ def test_the_gpus_are_also_a_list_of_mounts_for_the_container_runtime(tmp_path: 
     }
     assert listed == {f"/var/run/nvidia-container-devices/{GPU_B}": ("/dev/null", True)}
     assert dict(answer.envs)["NVIDIA_VISIBLE_DEVICES"] == GPU_B
+
+
+def test_a_gpu_given_for_a_share_nobody_asks_gets_no_region_without_limits(
+    tmp_path: Path,
+) -> None:
+    """Before, a GPU the kubelet gave a pod whose containers ask for no vgpu share the daemon
+    can read (a GPU sidecar, as the pod source once read pods) got a region without limits."""
+    from vgpu_hypervisor.device_plugin.allocation import pod_region
+
+    from tests.kubernetes.test_annotations import pod
+
+    layout = _layout(tmp_path, ())
+    with pytest.raises(AllocationError, match=f"holds GPU {GPU_A} but asks for no vgpu.io/gpu"):
+        pod_region(pod({}, {"cpu": "1"}), layout, [GPU_A])
+    limits, _ = pod_region(pod({}, {"vgpu.io/gpu": "1"}), layout, [GPU_A])
+    assert list(limits) == [GPU_A]
