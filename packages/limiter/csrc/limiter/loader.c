@@ -133,17 +133,34 @@ VGPU_UNINSTRUMENTED static struct link_map *object_of(const void *address) {
     return dladdr1(address, &info, (void **)&object, RTLD_DL_LINKMAP) != 0 ? object : NULL;
 }
 
+/* Whether `object` was loaded after this library (comes after it in the link map). */
+VGPU_UNINSTRUMENTED static bool after_this_library(const struct link_map *object) {
+    const struct link_map *self = object_of((const void *)object_of);
+    for (const struct link_map *next = self != NULL ? self->l_next : NULL; next != NULL;
+         next = next->l_next) {
+        if (next == object) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* RTLD_NEXT as the caller means it: the first object loaded after the caller's that defines
  * `name`. glibc's dlsym takes "next" to be after the object that called it, which is this
- * library once its dlsym is the program's: a library that wraps a function and chains to the
- * next definition got its own wrapper back and recursed until the stack ran out. */
+ * library once its dlsym is the program's: a library loaded after it that wraps a function and
+ * chains to the next definition got its own wrapper back and recursed until the stack ran out.
+ * A caller loaded before this library (the program, a sanitizer's runtime preloaded first) is
+ * answered as glibc answers this library, as before: a sanitizer's runtime resolves its own
+ * interceptors here before they work, so that path calls nothing a sanitizer intercepts (the
+ * walk below opens handles with dlopen, which one does). */
 VGPU_UNINSTRUMENTED static void *next_after(const void *caller, const char *name) {
     struct link_map *object = caller != NULL ? object_of(caller) : NULL;
-    if (object == NULL) {
+    if (object == NULL || !after_this_library(object)) {
         return lookup(RTLD_NEXT, name);
     }
     for (struct link_map *next = object->l_next; next != NULL; next = next->l_next) {
-        /* A handle of its own: not every object is one to look in (the vDSO's map is not). */
+        /* A handle of its own: a link map is one only for an object dlopen gave (the others'
+         * scopes are not set up), and not every object is one to look in (the vDSO is not). */
         void *handle = next->l_name != NULL && next->l_name[0] != '\0'
                            ? dlopen(next->l_name, RTLD_LAZY | RTLD_NOLOAD)
                            : NULL;
