@@ -48,3 +48,44 @@ def test_the_services_are_the_kubelets() -> None:
     for module, (name, full_name) in services.items():
         assert module.DESCRIPTOR.services_by_name[name].full_name == full_name
     assert "share_id" in dra_v1_pb2.Device.DESCRIPTOR.fields_by_name
+
+
+def test_the_methods_are_the_kubelets() -> None:
+    """Every gRPC method path either side dials (/<package>.<Service>/<Method>), with its
+    streaming, as kubernetes/kubelet's generated Go code names them: the device plugin's both
+    services (the kubelet's Registration and the plugin's DevicePlugin), PodResources, plugin
+    registration and the DRA node service of both versions."""
+    from vgpu_hypervisor.device_plugin.podresources import api_pb2 as podresources
+    from vgpu_hypervisor.device_plugin.proto import api_pb2 as deviceplugin
+    from vgpu_hypervisor.dra.proto import dra_v1_pb2, dra_v1beta1_pb2, registration_pb2
+
+    dra = ("NodePrepareResources", "NodeUnprepareResources")
+    expected = {
+        "/v1beta1.Registration/Register": "unary",
+        **{
+            f"/v1beta1.DevicePlugin/{method}": "unary"
+            for method in (
+                "GetDevicePluginOptions",
+                "GetPreferredAllocation",
+                "Allocate",
+                "PreStartContainer",
+            )
+        },
+        "/v1beta1.DevicePlugin/ListAndWatch": "server streaming",
+        **{
+            f"/v1.PodResourcesLister/{method}": "unary"
+            for method in ("List", "GetAllocatableResources", "Get")
+        },
+        "/pluginregistration.Registration/GetInfo": "unary",
+        "/pluginregistration.Registration/NotifyRegistrationStatus": "unary",
+        **{f"/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/{m}": "unary" for m in dra},
+        **{f"/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/{m}": "unary" for m in dra},
+    }
+    found = {}
+    for module in (deviceplugin, podresources, registration_pb2, dra_v1_pb2, dra_v1beta1_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                assert not method.client_streaming, method.full_name
+                kind = "server streaming" if method.server_streaming else "unary"
+                found[f"/{service.full_name}/{method.name}"] = kind
+    assert found == expected
