@@ -22,24 +22,12 @@
 #include <time.h>
 
 #include "cuda_api.h"
+#include "unit_check.h"
 #include "spin_kernel.h"
 
 #define MiB (1ULL << 20)
 #define LIMIT (1024 * MiB)
 #define CONTEXT (256 * MiB)
-
-static int passed;
-static int failed;
-
-#define CHECK(condition)                                                                     \
-    do {                                                                                     \
-        if (condition) {                                                                     \
-            passed++;                                                                        \
-        } else {                                                                             \
-            failed++;                                                                        \
-            fprintf(stderr, "line %d: %s\n", __LINE__, #condition);                         \
-        }                                                                                    \
-    } while (0)
 
 static void fail(const char *what) {
     fprintf(stderr, "limiter_legacy: %s failed\n", what);
@@ -172,8 +160,7 @@ static int memory(const char *path) {
     CHECK(api.green_destroy(green) != CUDA_SUCCESS && used() == CONTEXT);
 
     CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return unit_report();
 }
 
 static int view(void) {

@@ -11,23 +11,11 @@
 #include <string.h>
 
 #include "cuda_api.h"
+#include "unit_check.h"
 
 #define MiB (1ULL << 20)
 #define LIMIT (1024 * MiB)
 #define CONTEXT (256 * MiB)
-
-static int passed;
-static int failed;
-
-#define CHECK(condition)                                                                     \
-    do {                                                                                     \
-        if (condition) {                                                                     \
-            passed++;                                                                        \
-        } else {                                                                             \
-            failed++;                                                                        \
-            fprintf(stderr, "line %d: %s\n", __LINE__, #condition);                         \
-        }                                                                                    \
-    } while (0)
 
 /* What the pod holds on device 0, as the program sees it. */
 static unsigned long long used(void) {
@@ -364,6 +352,5 @@ int main(int argc, char **argv) {
     contexts();
     CHECK(cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
     CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return unit_report();
 }

@@ -14,23 +14,11 @@
 #include <string.h>
 
 #include "cuda_api.h"
+#include "unit_check.h"
 
 #define MiB (1ULL << 20)
 #define GiB (1ULL << 30)
 #define CONTEXT (512 * MiB)
-
-static int passed;
-static int failed;
-
-#define CHECK(condition)                                                                     \
-    do {                                                                                     \
-        if (condition) {                                                                     \
-            passed++;                                                                        \
-        } else {                                                                             \
-            failed++;                                                                        \
-            fprintf(stderr, "line %d: %s\n", __LINE__, #condition);                         \
-        }                                                                                    \
-    } while (0)
 
 /* What the pod holds on the device of `context`, as the program sees it there. */
 static unsigned long long used(CUcontext context) {
@@ -141,6 +129,5 @@ int main(int argc, char **argv) {
     } else {
         return 2;
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return unit_report();
 }

@@ -9,20 +9,8 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "unit_check.h"
 #include "sim_state.h"
-
-static int passed;
-static int failed;
-
-#define CHECK(condition)                                                                     \
-    do {                                                                                     \
-        if (condition) {                                                                     \
-            passed++;                                                                        \
-        } else {                                                                             \
-            failed++;                                                                        \
-            fprintf(stderr, "line %d: %s\n", __LINE__, #condition);                         \
-        }                                                                                    \
-    } while (0)
 
 #define MiB (1ULL << 20)
 #define GiB (1ULL << 30)
@@ -490,6 +478,5 @@ int main(void) {
     CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS && used(0) == 0);
     CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_ERROR_INVALID_CONTEXT);
     unlink(state_path);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return unit_report();
 }
