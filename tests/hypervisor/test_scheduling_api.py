@@ -2,9 +2,10 @@
 freeze the daemon renews, and the per-pod scheduler series in /metrics and the influx file."""
 
 import json
+import os
 import time
 
-from vgpu_limiter.region import FLAG_FROZEN, open_region
+from vgpu_limiter.region import FLAG_FROZEN, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
 
@@ -137,3 +138,23 @@ def test_a_freeze_cleared_in_the_region_is_made_again(daemon: Daemon) -> None:
     with open_region(daemon.base / "default" / "cold" / "shm") as region:
         time.sleep(1.5)  # passes: a resumed pod stays resumed
         assert not region.flags & FLAG_FROZEN
+
+
+def test_a_freeze_whose_deadline_is_written_past_is_made_again(daemon: Daemon) -> None:
+    """A process of the pod can write its freeze's deadline too: before, one written in the
+    past let its launches go on at once, and the daemon's next pass took the freeze for one
+    that ran out and resumed the pod (it read as not frozen, and stayed so)."""
+    assert daemon.cli("pods", "create", "cold", "--compute", "0=30").returncode == 0
+    assert daemon.cli("pods", "freeze", "cold").returncode == 0
+    path = daemon.base / "default" / "cold" / "shm"
+    offset = ffi.offsetof("struct vgpu_region", "freeze_until_ns")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, (1).to_bytes(8, "little"), offset)
+    finally:
+        os.close(fd)
+    with open_region(path) as region:
+        time.sleep(1.5)  # passes
+        assert region.frozen
+    wait_for(lambda: daemon.api("GET", "/api/v1/pods/default/cold").json()["frozen"], timeout=5)
+    assert "frozen again" in daemon.log_file.read_text()

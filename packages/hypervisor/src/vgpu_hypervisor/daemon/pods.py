@@ -267,7 +267,9 @@ class PodStore:
         path = self._path(namespace, name)
         devices = {uuid: _new_limits(uuid, wanted) for uuid, wanted in limits.items()}
         with self._lock:
-            if path.exists() and self._takes_over(namespace, name, path, owner, group):
+            if path.exists() and self._takes_over(
+                namespace, name, path, devices, owner=owner, group=group
+            ):
                 # Exactly what is asked, not merged with the words the old pod's file holds.
                 return self._update(namespace, name, devices)[0]
             self._by_admin.pop((namespace, name), None)  # an earlier pod of that name's
@@ -288,24 +290,43 @@ class PodStore:
             return record
 
     def _takes_over(
-        self, namespace: str, name: str, path: Path, owner: int | None, group: int | None
+        self,
+        namespace: str,
+        name: str,
+        path: Path,
+        limits: Mapping[str, GpuLimits],
+        *,
+        owner: int | None,
+        group: int | None,
     ) -> bool:
         """Revive a deleted pod's file that workers still charge; whether there was one. Its
-        owner must be the one asked for (its workers can write it), and its class and weight
-        start again from medium and none: before, the new pod took whatever the old pod's
-        tenant had written while it was deleted, and kept the old owner's file."""
+        owner must be the one asked for (its workers can write it), and so must every GPU it
+        lists (no entry leaves a region, and a GPU listed is the pod's to use); its class and
+        weight start again from medium and none: before, the new pod took whatever the old
+        pod's tenant had written while it was deleted, and kept the old owner's file."""
         try:
             region = self._region(path)
             if not region.flags & FLAG_DELETED:
                 return False
             info = path.stat()
             asked = (0 if owner is None else owner, group)
+            workers = len([p for p in region.processes if regions.process_alive(p)])
             if info.st_uid != asked[0] or (group is not None and info.st_gid != group):
-                workers = len([p for p in region.processes if regions.process_alive(p)])
                 raise PodConflict(
                     f"pod {namespace}/{name} was deleted while {workers} worker(s) still run, "
                     f"in a file of uid {info.st_uid} gid {info.st_gid}: create it with that "
                     "owner, or once they exit"
+                )
+            # Before, an old GPU not asked stayed in the file: the new pod's programs used it,
+            # and the daemon, holding no limits there, set back no words written into it. (A
+            # pod that asks for no GPU is held to none: its processes' words are its limits.)
+            wanted = {uuid.lower() for uuid in limits}
+            others = sorted({d.uuid for d in region.devices if d.uuid.lower() not in wanted})
+            if others and wanted:
+                raise PodConflict(
+                    f"pod {namespace}/{name} was deleted while {workers} worker(s) still run, "
+                    f"in a file that lists GPU {', '.join(others)}: create it with those GPUs "
+                    "too, or once they exit"
                 )
             region.set_policy(int(Qos.MEDIUM), 0)
             region.change_flags(clear=FLAG_DELETED)
@@ -572,8 +593,9 @@ class PodStore:
 
     def renew_freezes(self, records: list[PodRecord]) -> None:
         """Extend the hold of every frozen pod; clear the flag of a freeze that ran out. A freeze
-        the daemon made and a process of the pod cleared (it can write its region) is made
-        again, and logged once: before, the pod ran on and read as not frozen."""
+        the daemon made and a process of the pod cleared or put past its deadline (it can write
+        its region) is made again, and logged once: before, the pod ran on and read as not
+        frozen."""
         with self._lock:
             present = {record.key for record in records}
             for key in set(self._freezes) - present:
@@ -588,15 +610,20 @@ class PodStore:
                         continue
                     if region.freeze_until_ns > time.monotonic_ns():
                         region.renew_freeze(FREEZE_HOLD_S)
-                    else:
+                    # The daemon's own freeze, renewed every pass, runs out only where a process
+                    # of the pod wrote its deadline past: made again (resumed, the tenant ended
+                    # the admin's freeze).
+                    elif not self._freeze_again(record, region):
                         region.resume()
                         self._freezes.pop(record.key, None)
 
-    def _freeze_again(self, record: PodRecord, region: Region) -> None:
+    def _freeze_again(self, record: PodRecord, region: Region) -> bool:
+        """Make again a freeze the daemon made (cleared, or its deadline put past, in the
+        region); whether there was one."""
         known = self._freezes.get(record.key)
         current = self._open.get(record.path)
         if known is None or current is None or known[0] != current.identity:
-            return
+            return False
         for uuid in sorted(known[1], key=lambda gpu: gpu or ""):
             region.freeze(FREEZE_HOLD_S, uuid)
         if record.key not in self._freezes_said:
@@ -606,6 +633,7 @@ class PodStore:
                 "the pod wrote it): frozen again",
                 *record.key,
             )
+        return True
 
     def reap(self, record: PodRecord) -> list[ProcessInfo]:
         """Give the memory of the pod's dead workers back; the slots reclaimed."""
