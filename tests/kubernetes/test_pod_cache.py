@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient, KubeConfig
+from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
+from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.events import EventPoster
+from vgpu_hypervisor.kubernetes.model import UserGroup
 from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
 
 from tests.support.apiserver import ApiServer
@@ -163,6 +166,49 @@ def test_a_cancellation_that_comes_with_a_pod_event_stops_the_pod_source(
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=5)
         assert task in done and task.cancelled()
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_a_device_plugin_pod_with_a_claim_of_another_driver_has_its_region_followed(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """On a node running the device plugin and the DRA driver (the base DaemonSet with the
+    --dra patch), ``vgpu.io/gpu`` is the device plugin's. Before, a pod asking for it that also
+    referenced a ResourceClaim of another driver (a NIC's) was taken for the DRA driver's: the
+    region Allocate made for it was not the pod source's, and stayed when the pod was gone
+    (the next pod of that name took it over, with this one's limits and owner)."""
+    store = PodStore(tmp_path / "shm")
+    pod = api.put_pod("net", resources={"vgpu.io/gpu": "1"}, annotations={"a": "b"})
+    pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimName": "nic-0"}]
+    api.put(pod)
+
+    async def scenario() -> None:
+        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+        source = PodSource(
+            client,
+            "node-a",
+            store,
+            lambda: GPUS,
+            backoff=Backoff(0.1, 0.2),
+            plugin_places=True,
+            dra_places=True,
+        )
+        task = asyncio.create_task(source.run())
+        try:
+            await until(lambda: source.by_key("default", "net") is not None)
+            found = source.by_key("default", "net")
+            assert found is not None and found.dra_claims
+            prepare = store_preparer(store, source.assign)  # the device plugin's Allocate
+            limits = {UUIDS[1]: GpuLimits(memory=2 * GiB)}
+            await asyncio.to_thread(prepare, found, limits, UserGroup())
+            assert has_region(store, "net")
+            api.delete_pod("net")
+            await until(lambda: not has_region(store, "net"))
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
     store.close()

@@ -406,8 +406,14 @@ class PodSource:
         given through one (the driver's extendedResourceName, on a node without the device
         plugin). Whether that claim is this driver's would need the claim read; a pod of
         this node that references claims of other drivers only gets no annotations-only
-        region, since without a claim of ours it is given no GPU to limit."""
+        region, since without a claim of ours it is given no GPU to limit.
+
+        With the device plugin on too, a pod asking for the GPU resource is the device
+        plugin's, whatever claims it references (a NIC's, say): before, its region, which
+        Allocate made, was nobody's, and stayed when the pod was gone."""
         if not self._dra_places or not pod.dra_claims:
+            return False
+        if self._plugin_places and self._asks_gpu(pod):
             return False
         if self._entry(pod) is not None:
             self._book.remove(pod.namespace, pod.name)  # made before: the driver's now
