@@ -188,6 +188,30 @@ def test_a_pod_created_over_a_deleted_one_still_running_is_what_was_asked(
     assert (pod["qos"], pod["weight"]) == ("medium", 2)  # the class's weight
 
 
+def test_a_pod_created_over_a_deleted_one_on_gpus_it_does_not_ask_is_refused(
+    daemon: Daemon, workloads: list[subprocess.Popen[str]]
+) -> None:
+    """No entry leaves a region. Before, a pod created for GPU 0 over a pod deleted with force
+    on GPUs 0 and 1 took the file over with GPU 1 in it: its programs used GPU 1, which it was
+    not given and which the API did not show, and words written there stood (6 GiB allocated
+    under the old pod's 2 GiB, after a tenant wrote 64 GiB)."""
+    body = {"name": "again", "gpus": {"0": {"memory": "2GiB"}, "1": {"memory": "2GiB"}}}
+    assert daemon.api("POST", "/api/v1/pods", json=body).status_code == 201
+    workloads.append(daemon.workload("again", "--alloc", "256MiB", "--hold", "60"))
+    wait_for(lambda: _workers(daemon, "again"), timeout=10)
+    assert daemon.cli("pods", "delete", "again", "--force").returncode == 0
+    with open_region(daemon.base / "default" / "again" / "shm") as region:
+        other = region.devices[1].uuid
+    one = {"name": "again", "gpus": {"0": {"memory": "4GiB"}}}
+    refused = daemon.api("POST", "/api/v1/pods", json=one)
+    assert refused.status_code == 409, refused.text
+    assert f"in a file that lists GPU {other}: create it with those GPUs too" in refused.text
+    both = {"name": "again", "gpus": {"0": {"memory": "4GiB"}, "1": {"memory": "1GiB"}}}
+    assert daemon.api("POST", "/api/v1/pods", json=both).status_code == 201
+    pod = _pod(daemon, "again")
+    assert [gpu["memory_limit"] for gpu in pod["gpus"]] == [4 * GiB, GiB]
+
+
 def test_a_standalone_limiter_pod_is_adopted(
     daemon: Daemon, workloads: list[subprocess.Popen[str]]
 ) -> None:
