@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.held_limits import HeldLimits, _decode, _encode, raises
+from vgpu_hypervisor.daemon.pods import PodError, PodStore
+from vgpu_limiter import region as regions
 from vgpu_limiter.region import COMPUTE_UNLIMITED, DEVICE_OVERSUBSCRIBE, DeviceLimits, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.test_boost import SIM_GPU0
 from tests.hypervisor.test_scheduler_weights import _busy
 
 GiB = 1 << 30
@@ -97,6 +101,34 @@ def test_a_new_gpu_is_adopted_and_a_region_made_anew_is_another_pods(tmp_path: P
     assert again.bound(key, (1, 3), [DeviceInfo(0, "GPU-A", 9 * GiB, 0, 4000, 0)]) == {
         "gpu-a": DeviceLimits(8 * GiB, 4000, 0, 0)
     }
+
+
+def test_an_admins_change_writes_no_raise_its_tenant_keeps_in_the_region(tmp_path: Path) -> None:
+    """Before, an admin's change of one limit kept the others as the region had them: a tenant
+    that kept its words raised (rewritten between two of the daemon's passes) had its raise
+    written, and held from then on, by the admin's next change of anything, here its memory."""
+    store = PodStore(tmp_path / "base")
+    try:
+        store.create("default", "tenant", {SIM_GPU0: GpuLimits(memory=2 * GiB, compute=3000)})
+        with open_region(regions.region_path(store.base, "default", "tenant")) as region:
+            uuid = region.devices[0].uuid
+            region.set_limits(uuid, 64 * GiB, 9999, compute_soft_limit=COMPUTE_UNLIMITED)
+            record = store.update("default", "tenant", {uuid: GpuLimits.change(memory=4 * GiB)})
+            assert [gpu.limits for gpu in record.devices] == [DeviceLimits(4 * GiB, 3000, 0, 0)]
+            store.hold_limits([record])  # a pass: nothing raised to set back
+            assert region.devices[0].limits == DeviceLimits(4 * GiB, 3000, 0, 0)
+            # Words the tenant lowered are its own, and a change of another limit keeps them.
+            region.set_limits(uuid, 4 * GiB, 1000)
+            record = store.update("default", "tenant", {uuid: GpuLimits.change(memory=3 * GiB)})
+            assert [gpu.limits for gpu in record.devices] == [DeviceLimits(3 * GiB, 1000, 0, 0)]
+            # A change refused over the held limits is refused over raised words too.
+            region.set_limits(uuid, 0, 9999)
+            with pytest.raises(PodError, match="oversubscri"):
+                store.update(
+                    "default", "tenant", {uuid: GpuLimits.change(memory=None, oversubscribe=True)}
+                )
+    finally:
+        store.close()
 
 
 # With the daemon

@@ -816,18 +816,25 @@ class Region:
             self._call(_library().vgpu_region_safe_store_limits(region, present.index, entry))
         return self._read_device(present.index)
 
-    def change_limits(self, uuid: str, change: GpuLimits) -> DeviceLimits:
+    def change_limits(
+        self,
+        uuid: str,
+        change: GpuLimits,
+        base: Callable[[DeviceLimits], DeviceLimits] | None = None,
+    ) -> DeviceLimits:
         """Make a change of a GPU's limits (an entry added for a GPU new to the pod), merged
-        with the limits present under the writers' lock, so no other writer comes between;
-        the words written. ValueError (one line) for limits that cannot be (vgpu_common.limits'
-        rules)."""
+        with the limits present under the writers' lock, so no other writer comes between, or
+        with what ``base`` makes of them; the words written. ValueError (one line) for limits
+        that cannot be (vgpu_common.limits' rules)."""
         canonical = normalize_uuid(uuid)
         entry: Any = ffi.new("struct vgpu_region_limits *")
         entry.uuid = canonical.encode()
         with self._exclusive() as region:
             index = self._find(canonical)
             try:
-                present = NO_LIMITS if index is None else self._read_device(index).limits.value
+                words = None if index is None else self._read_device(index).limits
+                words = words if words is None or base is None else base(words)
+                present = NO_LIMITS if words is None else words.value
             except ValueError as error:  # words a tenant wrote: the file's state, not the change
                 raise RegionError(f"{self.path}: GPU {canonical}: {error}") from None
             written = DeviceLimits.of(change.over(present))

@@ -17,7 +17,7 @@ words must not adopt them."""
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -83,6 +83,16 @@ class HeldLimits:
         by_gpu = self._gpus(key, identity) or {}
         by_gpu.update({uuid.lower(): limits for uuid, limits in written.items()})
         self._change(key, (identity, by_gpu))
+
+    def merge_base(
+        self, key: Key, identity: Identity, uuid: str
+    ) -> Callable[[DeviceLimits], DeviceLimits]:
+        """What a change of one GPU's limits is merged over, from the words its region has:
+        those words, or the limits held where they raise past them. Before, an admin's change
+        of one limit kept the others as the region had them, and a tenant that kept its words
+        raised had its raise written, and held, by the admin's next change of anything."""
+        held = (self._gpus(key, identity) or {}).get(uuid.lower())
+        return lambda words: held if held is not None and raises(words, held) else words
 
     def held_gpus(self, key: Key, identity: Identity) -> set[str] | None:
         """The GPUs (UUIDs in lower case) the pod is on: those its limits are held on; None

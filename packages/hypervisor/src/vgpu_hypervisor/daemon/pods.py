@@ -363,11 +363,17 @@ class PodStore:
         written: dict[str, DeviceLimits] = {}
         with self._lock:
             region = self._existing(namespace, name)
-            _check_changes(region, limits)
+            opened = self._open.get(region.path)
+            bases = {
+                uuid: self._held().merge_base((namespace, name), opened.identity, uuid)
+                for uuid in limits
+                if opened is not None
+            }
+            _check_changes(region, limits, bases)
             try:
                 for uuid, wanted in limits.items():
                     try:
-                        written[uuid.lower()] = region.change_limits(uuid, wanted)
+                        written[uuid.lower()] = region.change_limits(uuid, wanted, bases.get(uuid))
                     except ValueError as error:  # the change itself (a burst without a limit)
                         raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
                     except RegionError as error:  # the file's state (cut short): a conflict
@@ -666,15 +672,23 @@ class PodStore:
             raise PodError(str(error)) from None
 
 
-def _check_changes(region: Region, limits: Mapping[str, GpuLimits]) -> None:
-    """PodError naming the first GPU whose change cannot be made over what it has, before any
-    is written: a change refused is no change (before, the GPUs named ahead of it were written
+def _check_changes(
+    region: Region,
+    limits: Mapping[str, GpuLimits],
+    bases: Mapping[str, Callable[[DeviceLimits], DeviceLimits]],
+) -> None:
+    """PodError naming the first GPU whose change cannot be made over what it has (as
+    ``bases`` make it of the words, by GPU, as Region.change_limits does), before any is
+    written: a change refused is no change (before, the GPUs named ahead of it were written
     and the request answered 422)."""
     present = {device.uuid.lower(): device for device in region.devices}
     for uuid, wanted in limits.items():
         device = present.get(uuid.lower())
+        merge = bases.get(uuid)
         try:
-            base = NO_LIMITS if device is None else device.limits.value
+            words = None if device is None else device.limits
+            words = words if words is None or merge is None else merge(words)
+            base = NO_LIMITS if words is None else words.value
         except ValueError:
             continue  # words that cannot be, a tenant's: the file's state, its write says so
         try:
