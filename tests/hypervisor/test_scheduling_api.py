@@ -4,10 +4,15 @@ freeze the daemon renews, and the per-pod scheduler series in /metrics and the i
 import json
 import os
 import time
+from pathlib import Path
 
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_limiter import region as regions
 from vgpu_limiter.region import FLAG_FROZEN, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.test_boost import SIM_GPU0
 
 
 def test_burst_limits_by_api_and_cli(daemon: Daemon) -> None:
@@ -138,6 +143,30 @@ def test_a_freeze_cleared_in_the_region_is_made_again(daemon: Daemon) -> None:
     with open_region(daemon.base / "default" / "cold" / "shm") as region:
         time.sleep(1.5)  # passes: a resumed pod stays resumed
         assert not region.flags & FLAG_FROZEN
+
+
+def test_a_freeze_a_tenant_narrows_to_fewer_gpus_is_made_again(tmp_path: Path) -> None:
+    """A process of the pod can write the marks of the GPUs a freeze holds: before, a whole-pod
+    freeze it made hold GPU 1 only, or a freeze of GPUs 0 and 1 it made hold GPU 1 only, let
+    its launches on GPU 0 go on while the pod read as frozen, and the daemon renewed it so."""
+    gpus = [SIM_GPU0, SIM_GPU0[:-1] + "2"]
+    store = PodStore(tmp_path / "base")
+    try:
+        store.create("default", "cold", dict.fromkeys(gpus, GpuLimits(compute=3000)))
+        with open_region(regions.region_path(store.base, "default", "cold")) as region:
+            for admin in ([None], gpus):
+                for gpu in admin:
+                    store.freeze("default", "cold", gpu)
+                region.resume()  # the tenant, which may write its region
+                region.freeze(60, gpus[1])
+                store.renew_freezes(store.scan())  # a pass
+                assert region.frozen
+                held = {gpu.lower() for gpu in region.frozen_gpus()}
+                assert held == (set() if admin == [None] else {gpu.lower() for gpu in gpus})
+                store.resume("default", "cold")
+                assert not region.frozen
+    finally:
+        store.close()
 
 
 def test_a_freeze_whose_deadline_is_written_past_is_made_again(daemon: Daemon) -> None:

@@ -615,6 +615,8 @@ class PodStore:
                         self._freeze_again(record, region)
                         continue
                     if region.freeze_until_ns > time.monotonic_ns():
+                        if self._narrowed(record.key, region):
+                            self._freeze_again(record, region)
                         region.renew_freeze(FREEZE_HOLD_S)
                     # The daemon's own freeze, renewed every pass, runs out only where a process
                     # of the pod wrote its deadline past: made again (resumed, the tenant ended
@@ -623,9 +625,19 @@ class PodStore:
                         region.resume()
                         self._freezes.pop(record.key, None)
 
+    def _narrowed(self, key: PodKey, region: Region) -> bool:
+        """Whether the region's freeze holds fewer GPUs than the one the daemon made: a process
+        of the pod marked some GPUs of a whole-pod freeze (it then holds those only), or cleared
+        the mark of one it froze. Marks on none hold every GPU."""
+        known = self._freezes.get(key)
+        marks = {uuid.lower() for uuid in region.frozen_gpus()}
+        if known is None or not marks:
+            return False
+        return None in known[1] or not {gpu.lower() for gpu in known[1] if gpu} <= marks
+
     def _freeze_again(self, record: PodRecord, region: Region) -> bool:
-        """Make again a freeze the daemon made (cleared, or its deadline put past, in the
-        region); whether there was one."""
+        """Make again a freeze the daemon made (cleared, narrowed to fewer GPUs, or its deadline
+        put past, in the region); whether there was one."""
         known = self._freezes.get(record.key)
         current = self._open.get(record.path)
         if known is None or current is None or known[0] != current.identity:
@@ -635,8 +647,8 @@ class PodStore:
         if record.key not in self._freezes_said:
             self._freezes_said.add(record.key)
             log.warning(
-                "pod %s/%s: its freeze was cleared in its region, not by a resume (a process of "
-                "the pod wrote it): frozen again",
+                "pod %s/%s: its freeze was cleared or narrowed in its region, not by a resume (a "
+                "process of the pod wrote it): frozen again",
                 *record.key,
             )
         return True
