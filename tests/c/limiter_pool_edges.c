@@ -6,6 +6,8 @@
  *            it is freed, its idle memory does not
  *   device   device 0 limited to 8 GiB, device 1 to 4 GiB: pool memory is charged to the pool's
  *            device and a stream's device, not the current context's
+ *   default  the same limits: another device's default pool, first used through
+ *            cuMemAllocFromPoolAsync on the current context's stream, is charged to its device
  *   outside  a confined pod of GPU 0 with CUDA_VISIBLE_DEVICES=0,1: no physical memory or pool
  *            on GPU 1
  * Run with TF_CUDA_CONTEXT_OVERHEAD=512MiB. Prints "N passed, M failed". */
@@ -99,6 +101,18 @@ static void device(CUcontext zero) {
     CHECK(used(zero) == CONTEXT + 4 * GiB);
 }
 
+static void default_pool(CUcontext zero) {
+    CUcontext one = NULL;
+    CUmemoryPool pool = NULL;
+    CUdeviceptr pointer = 0;
+    CHECK(cuCtxCreate_v2(&one, 0, 1) == CUDA_SUCCESS);
+    CHECK(cuCtxSetCurrent(zero) == CUDA_SUCCESS);
+    CHECK(cuDeviceGetDefaultMemPool(&pool, 1) == CUDA_SUCCESS);
+    CHECK(cuMemAllocFromPoolAsync(&pointer, 3 * GiB, pool, NULL) == CUDA_SUCCESS);
+    CHECK(used(one) == CONTEXT + 3 * GiB && used(zero) == CONTEXT);
+    CHECK(cuMemAllocFromPoolAsync(&pointer, GiB, pool, NULL) == CUDA_ERROR_OUT_OF_MEMORY);
+}
+
 static void outside(void) {
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                 .location = {CU_MEM_LOCATION_TYPE_DEVICE, 1}};
@@ -115,7 +129,7 @@ static void outside(void) {
 int main(int argc, char **argv) {
     CUcontext context = NULL;
     if (argc < 2 || cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&context, 0, 0) != CUDA_SUCCESS) {
-        fprintf(stderr, "usage: limiter_pool_edges many|destroy|device|outside\n");
+        fprintf(stderr, "usage: limiter_pool_edges many|destroy|device|default|outside\n");
         return 2;
     }
     if (strcmp(argv[1], "many") == 0) {
@@ -124,6 +138,8 @@ int main(int argc, char **argv) {
         destroy(context);
     } else if (strcmp(argv[1], "device") == 0) {
         device(context);
+    } else if (strcmp(argv[1], "default") == 0) {
+        default_pool(context);
     } else if (strcmp(argv[1], "outside") == 0) {
         outside();
     } else {

@@ -25,11 +25,14 @@ def test_pools_on_the_current_device(limited_env: LimitedEnv, tmp_path: Path, ca
     passes(program, case, limited_env('{"0": "4GiB"}'))
 
 
+@pytest.mark.parametrize("case", ["device", "default"])
 def test_pool_memory_is_charged_to_the_pools_device(
-    limited_env: LimitedEnv, tmp_path: Path
+    limited_env: LimitedEnv, tmp_path: Path, case: str
 ) -> None:
+    """``default``: before, a device's default pool first used from another device's stream
+    was charged to the stream's device."""
     program = build_program("limiter_pool_edges", tmp_path)
-    passes(program, "device", limited_env('{"0": "8GiB", "1": "4GiB"}'))
+    passes(program, case, limited_env('{"0": "8GiB", "1": "4GiB"}'))
 
 
 def test_no_physical_memory_or_pool_on_a_gpu_outside_the_pod(

@@ -106,6 +106,7 @@
     X(cuCtxGetLimit) \
     X(cuDeviceGetAttribute) \
     X(cuDeviceGetMemPool) \
+    X(cuDeviceGetDefaultMemPool) \
     X(cuMemPoolGetAttribute) \
     X(cuMemAdvise) \
     X(cuMemAdvise_v2) \

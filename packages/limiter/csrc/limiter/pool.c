@@ -113,16 +113,37 @@ static bool stream_device(CUstream stream, CUdevice *device) {
     return known;
 }
 
+/* The device whose default pool `pool` is; -1 for none's. Asked once per pool, at its first
+ * allocation: it is recorded then. */
+static CUdevice default_pool_device(CUmemoryPool pool) {
+    int count = 0;
+    if (VGPU_REAL(cuDeviceGetCount, &count) != CUDA_SUCCESS) {
+        return -1;
+    }
+    for (CUdevice device = 0; device < count; device++) {
+        CUmemoryPool found = NULL;
+        if (VGPU_REAL(cuDeviceGetDefaultMemPool, &found, device) == CUDA_SUCCESS &&
+            found == pool) {
+            return device;
+        }
+    }
+    return -1;
+}
+
 /* The region entry a pool's memory is charged to: the device the pool lives on. A pool made
- * through cuMemPoolCreate was recorded with its location; any other (a device's default pool)
- * is taken to be on the stream's device, whose current pool cuMemAllocAsync takes from (left in
- * *pool). -1 when there is nothing to charge. */
+ * through cuMemPoolCreate was recorded with its location, and a device's default pool is that
+ * device's (first used from another device's stream, it was charged to the stream's device);
+ * any other is taken to be on the stream's device, whose current pool cuMemAllocAsync takes from
+ * (left in *pool). -1 when there is nothing to charge. */
 static int pool_entry(CUmemoryPool *pool, CUstream stream, bool from_pool) {
     struct vgpu_record record;
     if (from_pool && vgpu_ledger_get((uint64_t)(uintptr_t)*pool, &record)) {
         return record.entry;
     }
-    CUdevice device = -1;
+    CUdevice device = from_pool ? default_pool_device(*pool) : -1;
+    if (device >= 0) {
+        return vgpu_entry_of(device);
+    }
     if (!stream_device(stream, &device)) {
         return -1; /* no context or no stream: the real call reports it */
     }
