@@ -5,10 +5,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from vgpu_limiter.lease import DeviceLease, lease_path
 from vgpu_limiter.lease_broker import SOCKET_NAME
 
-from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.conftest import Daemon
 from tests.limiter.conftest import WORKLOAD
 from tests.support.arbiter import OTHER_POD_HOLDS, SIM_GPU0, Client
 
@@ -80,13 +81,14 @@ def test_a_second_daemon_on_the_same_base_leaves_the_first_ones_leases_alone(
     daemon: Daemon, tmp_path: Path
 ) -> None:
     """Before, it replaced the socket and the node files' instances, and a failing start left
-    the node naming leases nobody handed out."""
+    the node naming leases nobody handed out. It now stops before it arbitrates anything: one
+    daemon serves a base path (test_daemon_restart.py)."""
     instance = _instance(daemon)
     second = Daemon(tmp_path / "second")
     second.base = daemon.base
-    second.start()
     try:
-        wait_for(lambda: "another daemon arbitrates leases here" in second.log_file.read_text())
+        with pytest.raises(AssertionError, match=r"another daemon .* serves the base path"):
+            second.start()
     finally:
         second.close()
     assert Client(daemon.base / ".node" / SOCKET_NAME).instance == instance

@@ -9,6 +9,7 @@ file renamed over the old. No container mounts these folders.
 """
 
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -24,6 +25,14 @@ _DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 class PrivateFolderError(Exception):
     """The folder is not the daemon's own; one line."""
+
+
+class LockHeld(PrivateFolderError):
+    """Another process holds the lock file; ``holder`` is the pid it wrote there, if any."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class PrivateFile:
@@ -46,7 +55,7 @@ class PrivateFile:
         except OSError as error:
             why = (
                 "not a folder (a symbolic link?)"
-                if error.errno in (errno.ELOOP, errno.ENOTDIR)
+                if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST)
                 else error.strerror
             )
             raise PrivateFolderError(f"{self.folder}: {why}") from None
@@ -63,6 +72,36 @@ class PrivateFile:
             raise PrivateFolderError(
                 f"{self.folder}: {problem}: not the daemon's own folder (remove it)"
             )
+        return fd
+
+    def lock(self) -> int:
+        """The file (made when missing) locked for this process alone, its descriptor to keep
+        open while the lock is to hold; the kernel lets go of it when the process ends, however
+        it ends (SIGKILL included), so no stale lock outlives a daemon. The holder's pid is
+        written into the file, for the message of the next one that tries. LockHeld when another
+        process holds it; PrivateFolderError when the folder or the file is not the daemon's."""
+        folder = self._open_folder()
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(self.name, flags, 0o600, dir_fd=folder)
+        except OSError as error:
+            raise PrivateFolderError(f"{self.path}: {error.strerror}") from None
+        finally:
+            os.close(folder)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PrivateFolderError(f"{self.path}: not a regular file (remove it)")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                raise LockHeld(f"{self.path}: held by another process", holder) from None
+            with suppress(OSError):  # the pid is only for the message: a full disk is no matter
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
 
     def load(self) -> Any:
@@ -109,7 +148,7 @@ class PrivateFile:
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(new, flags, 0o600, dir_fd=folder)
             try:
-                os.write(fd, encoded)
+                _write_all(fd, encoded)
             finally:
                 os.close(fd)
             os.replace(new, self.name, src_dir_fd=folder, dst_dir_fd=folder)
@@ -119,3 +158,13 @@ class PrivateFile:
                 os.unlink(new, dir_fd=folder)
         finally:
             os.close(folder)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of ``data``, or OSError. One write(2) on a file system about to fill writes what
+    fits and says how much without an error: the file renamed over the old one was cut short,
+    and the next daemon found it unreadable and started afresh (ENOSPC comes from the write
+    after it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,8 +1,9 @@
 """`tf-hypervisor daemon`: the node daemon's life.
 
 Start: logging, then the GPU backend (its description is the first log line), the API token,
-the pods already under the base path (adopted as they are), the API server. Then three tasks
-under supervision, each logged and restarted with back-off if it fails, never silently ended:
+the base path's lock (one daemon per base path), the pods already under the base path (adopted
+as they are), the API server. Then three tasks under supervision, each logged and restarted
+with back-off if it fails, never silently ended:
 GPU sampling (every sample interval), pod passes (every second at most: reclaim dead workers,
 record host pids, publish a new view) and the metrics file. SIGTERM or SIGINT stops the server
 and the tasks and closes NVML; the region files stay as they are, so a restart loses nothing.
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Final
 
@@ -46,7 +48,8 @@ from vgpu_hypervisor.daemon.leases import start_lease_broker
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
-from vgpu_hypervisor.daemon.pods import PodStore
+from vgpu_hypervisor.daemon.pods import POLICY_FOLDER, PodStore
+from vgpu_hypervisor.daemon.private_file import LockHeld, PrivateFile, PrivateFolderError
 from vgpu_hypervisor.daemon.refusals import RefusalLog, RefusalReporter
 from vgpu_hypervisor.extras import ExtraMissing, require_kubernetes
 from vgpu_hypervisor.gpu import GpuBackendError, GpuObserver, NodeSnapshot
@@ -67,6 +70,7 @@ _BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # From SIGTERM to exit at most; Kubernetes' default grace and the systemd unit's stop timeout
 # are 30 s before they send SIGKILL.
 STOP_GRACE_S: Final = 15.0
+LOCK_FILE: Final = "lock"  # in the daemon's own folder of the base path: one daemon per base
 
 
 class DaemonError(Exception):
@@ -169,6 +173,25 @@ def _prepare_files(settings: Settings) -> str:
     return token
 
 
+def _lock_base(base: Path) -> int:
+    """One daemon per base path: the descriptor of its lock, held until the daemon ends;
+    DaemonError when another daemon holds it or the daemon's folder there is not its own.
+    Before, a second daemon on the same base ran its passes over the same regions with limits
+    held apart from the first one's: a raise the admin made through the first was set back by
+    the second within a second, and both rewrote the same files in .daemon."""
+    lock = PrivateFile(base / POLICY_FOLDER, LOCK_FILE)
+    try:
+        return lock.lock()
+    except LockHeld as error:
+        pid = f" (pid {error.holder})" if error.holder.isdigit() else ""
+        raise DaemonError(
+            f"another daemon{pid} serves the base path {base} (it holds {lock.path}): "
+            "stop it first, or give this one another --shm-base-path"
+        ) from None
+    except PrivateFolderError as error:
+        raise DaemonError(f"cannot lock the base path {base}: {error}") from None
+
+
 def _follows_a_cluster(settings: Settings) -> bool:
     """Whether the daemon serves Kubernetes (its pods, or the kubelet's device plugin)."""
     from vgpu_hypervisor.kubernetes.setup import enabled  # the one wiring module; lazily
@@ -221,14 +244,18 @@ class Daemon:
         """Serve with the node's device leases arbitrated, and stop arbitrating on every way out
         (a start that fails half-way included)."""
         token = _prepare_files(self.settings)
-        leases = start_lease_broker(
-            self.settings.shm_base_path, observer.backend, self.settings.context_charge
-        )
+        lock = _lock_base(self.settings.shm_base_path)
         try:
-            await self._serve_with(observer, token, leases)
+            leases = start_lease_broker(
+                self.settings.shm_base_path, observer.backend, self.settings.context_charge
+            )
+            try:
+                await self._serve_with(observer, token, leases)
+            finally:
+                if leases is not None:
+                    leases.close()
         finally:
-            if leases is not None:
-                leases.close()
+            os.close(lock)
 
     async def _serve_with(
         self, observer: GpuObserver, token: str, leases: "LeaseBroker | None"
