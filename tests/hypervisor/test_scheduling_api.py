@@ -135,10 +135,15 @@ def test_a_freeze_cleared_in_the_region_is_made_again(daemon: Daemon) -> None:
     assert daemon.cli("pods", "create", "cold", "--compute", "0=30").returncode == 0
     assert daemon.cli("pods", "freeze", "cold").returncode == 0
     with open_region(daemon.base / "default" / "cold" / "shm") as region:
-        region.change_flags(clear=FLAG_FROZEN)
-        wait_for(lambda: region.flags & FLAG_FROZEN, timeout=10)
+        # A clear that lands between a pass's look at the flag and its renewal of the freeze
+        # is undone by the renewal, unlogged: cleared again until a pass has seen one.
+        for _ in range(5):
+            region.change_flags(clear=FLAG_FROZEN)
+            wait_for(lambda: region.flags & FLAG_FROZEN, timeout=10)
+            if "frozen again" in daemon.log_file.read_text():
+                break
     wait_for(lambda: daemon.api("GET", "/api/v1/pods/default/cold").json()["frozen"], timeout=5)
-    assert daemon.log_file.read_text().count("frozen again") == 1
+    assert daemon.log_file.read_text().count("frozen again") == 1  # logged once, however often
     assert daemon.cli("pods", "resume", "cold").returncode == 0
     with open_region(daemon.base / "default" / "cold" / "shm") as region:
         time.sleep(1.5)  # passes: a resumed pod stays resumed

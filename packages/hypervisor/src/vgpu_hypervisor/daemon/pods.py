@@ -615,6 +615,7 @@ class PodStore:
                         self._freeze_again(record, region)
                         continue
                     if region.freeze_until_ns > time.monotonic_ns():
+                        self._adopt_freeze(record, region)
                         if self._narrowed(record.key, region):
                             self._freeze_again(record, region)
                         region.renew_freeze(FREEZE_HOLD_S)
@@ -624,6 +625,18 @@ class PodStore:
                     elif not self._freeze_again(record, region):
                         region.resume()
                         self._freezes.pop(record.key, None)
+
+    def _adopt_freeze(self, record: PodRecord, region: Region) -> None:
+        """Hold as its own a freeze the daemon renews without having made it: an earlier
+        daemon's, found frozen after a restart. Before, only the freezes made through this
+        daemon's API were made again, so after a restart a process of the pod cleared the flag
+        and the pod ran on, read as not frozen."""
+        current = self._open.get(record.path)
+        known = self._freezes.get(record.key)
+        if current is None or (known is not None and known[0] == current.identity):
+            return
+        marks: set[str | None] = set(region.frozen_gpus())
+        self._freezes[record.key] = (current.identity, marks or {None})
 
     def _narrowed(self, key: PodKey, region: Region) -> bool:
         """Whether the region's freeze holds fewer GPUs than the one the daemon made: a process
