@@ -109,3 +109,16 @@ class _Said(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
+
+
+@pytest.mark.parametrize("content", ["null", "{"])
+def test_a_damaged_file_of_the_daemons_is_said_and_read_as_none(
+    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, a file holding ``null`` was taken for no file at all, and nothing was said."""
+    folder = tmp_path / ".daemon"
+    folder.mkdir(mode=0o700)
+    (folder / "limits.json").write_text(content)
+    with caplog.at_level(logging.WARNING):
+        assert PrivateFile(folder, "limits.json").load() is None
+    assert "limits.json: cannot read" in caplog.text

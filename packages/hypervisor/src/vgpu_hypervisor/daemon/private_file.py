@@ -127,7 +127,10 @@ class PrivateFile:
                 raise ValueError("not a file the daemon wrote")
             with os.fdopen(fd, "rb") as file:
                 fd = -1
-                return json.loads(file.read(_MOST_BYTES))
+                document = json.loads(file.read(_MOST_BYTES))
+            if document is None:  # never written so: a damaged file, not a missing one
+                raise ValueError("null, not a document the daemon writes")
+            return document
         except (OSError, ValueError) as error:
             log.warning("%s: cannot read: %s; starting afresh", self.path, error)
             return None
