@@ -212,3 +212,44 @@ def test_a_device_plugin_pod_with_a_claim_of_another_driver_has_its_region_follo
 
     asyncio.run(scenario())
     store.close()
+
+
+def test_a_dra_pod_naming_the_gpu_resource_at_zero_keeps_its_claims_limits(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """A pod of the DRA driver that also names the device plugin's resource at 0 (the kubelet
+    gives it no device, so no Allocate) is still the driver's: its annotations must not raise
+    the quota its claim was given. Taken for the device plugin's, the pod source wrote its
+    60 GiB annotation over the 2 GiB the driver had prepared."""
+    store = PodStore(tmp_path / "shm")
+    store.create("default", "sly", {UUIDS[1]: GpuLimits(memory=2 * GiB)})  # DRA's prepare
+    pod = api.put_pod(
+        "sly",
+        resources={"vgpu.io/gpu": "0"},
+        annotations={"tensor-fusion.ai/vram-limit": "60Gi"},
+    )
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-0"}]
+    api.put(pod)
+
+    async def scenario() -> None:
+        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+        source = PodSource(
+            client,
+            "node-a",
+            store,
+            lambda: GPUS,
+            backoff=Backoff(0.1, 0.2),
+            plugin_places=True,
+            dra_places=True,
+        )
+        task = asyncio.create_task(source.run())
+        try:
+            await asyncio.wait_for(source.synced.wait(), 10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    (device,) = store.get("default", "sly").devices
+    assert device.memory_limit == 2 * GiB
+    store.close()

@@ -50,6 +50,7 @@ from vgpu_hypervisor.kubernetes.annotations import (
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.pod_book import Entry, PodBook, Written, forget_old_marker
+from vgpu_hypervisor.kubernetes.requests import effective_requests
 from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling, Resolution, resolve
 
 log = logging.getLogger("vgpu_hypervisor.kubernetes")
@@ -413,7 +414,7 @@ class PodSource:
         Allocate made, was nobody's, and stayed when the pod was gone."""
         if not self._dra_places or not pod.dra_claims:
             return False
-        if self._plugin_places and self._asks_gpu(pod):
+        if self._plugin_places and self._given_gpus(pod):
             return False
         if self._entry(pod) is not None:
             self._book.remove(pod.namespace, pod.name)  # made before: the driver's now
@@ -432,6 +433,14 @@ class PodSource:
 
     def _asks_gpu(self, pod: KubePod) -> bool:
         return any(self._names.gpu in container.resources for container in pod.containers)
+
+    def _given_gpus(self, pod: KubePod) -> bool:
+        """Whether the device plugin gives the pod GPUs: it asks for at least one (the kubelet
+        calls no Allocate for a request of 0). A pod of the DRA driver naming the resource at
+        0 is the driver's still: taken for the plugin's, its annotations were written over
+        the quota its claim was given (60 GiB over 2)."""
+        asked = effective_requests(pod.containers, (self._names.gpu,), lambda *_: None)
+        return asked.get(self._names.gpu, 0) > 0
 
     def _region(self, pod: KubePod) -> PodRecord | None:
         try:
