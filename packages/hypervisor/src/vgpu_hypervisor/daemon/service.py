@@ -282,6 +282,7 @@ class Daemon:
         if self._plugin is not None:
             node.committed = self._plugin.ledger.committed
         await self._start_dra(view.snapshot, observer, store)
+        self._share_regions(source)
         context = ApiContext(
             node=node,
             backend=observer.backend,
@@ -406,6 +407,17 @@ class Daemon:
         except (ResourceError, OSError, RuntimeError) as error:  # RuntimeError: gRPC's bind
             raise DaemonError(f"device plugin: {error}") from None
         log.info("device plugin serving in %s", settings.device_plugin_dir)
+
+    def _share_regions(self, source: "PodSource | None") -> None:
+        """Before the pod source's first list: it knows a pod's GPUs from the plugin's
+        bindings (after a restart too) and its claims' from the driver's checkpoint, so that
+        it never takes every GPU of a pod's region for the plugin's (docs/dra.md)."""
+        if source is None:
+            return
+        if self._plugin is not None:
+            source.plugin_gpus = self._plugin.assigned
+        if self._dra is not None:
+            source.claim_gpus = self._dra.driver.preparer.pod_gpus
 
     async def _start_dra(
         self, snapshot: NodeSnapshot | None, observer: GpuObserver, store: PodStore

@@ -74,6 +74,20 @@ class Preparer:
         with self._lock:
             return {uid: one.claim for uid, one in self._checkpoint.claims.items()}
 
+    def pod_gpus(self, pod_uid: str) -> set[str]:
+        """The UUIDs of the GPUs the pod's prepared claims hold (recorded ones, kept across
+        restarts): the pod source writes no annotation over them (a pod of both the device
+        plugin and a claim). Read from a copy without the lock, which Prepare holds while it
+        reads the API server: the pod source must not wait on that."""
+        claims = [one.claim for one in tuple(self._checkpoint.claims.values())]
+        return {
+            gpu.uuid
+            for claim in claims
+            if claim.pod_uid == pod_uid
+            for share in claim.shares
+            if (gpu := self._gpus.get(share.device)) is not None
+        }
+
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """The claim's devices and their CDI IDs; ClaimError, ConfigError or PodError."""
         with self._lock:
@@ -134,6 +148,15 @@ class Preparer:
             if one.claim.pod_uid == pod_uid and uid != leaving
         ]
 
+    def _another_pod(self, claim: Claim) -> bool:
+        """Whether a claim of another pod of the claim's pod's name is prepared (the region,
+        by namespace and name, is that pod's)."""
+        return any(
+            one.claim.pod_uid != claim.pod_uid
+            and (one.claim.namespace, one.claim.pod) == (claim.namespace, claim.pod)
+            for one in self._checkpoint.claims.values()
+        )
+
     def _apply(
         self,
         pod_uid: str,
@@ -162,7 +185,20 @@ class Preparer:
             known = self._checkpoint.claims.get(uid)
             if known is not None:
                 claim = known.claim
-                if self._claims_of(claim.pod_uid, leaving=uid):
+                if self._another_pod(claim):
+                    # The region of the pod's name is a newer pod's now (a StatefulSet's pod
+                    # deleted with force and made again, its claims prepared before the old
+                    # one's were unprepared): before, the old claim's last Unprepare deleted
+                    # it under the new pod, or failed for as long as its workers ran.
+                    log.info(
+                        "claim %s/%s: pod %s was made again (UID %s): its region is the new "
+                        "pod's, left as it is",
+                        namespace,
+                        name,
+                        claim.pod,
+                        claim.pod_uid,
+                    )
+                elif self._claims_of(claim.pod_uid, leaving=uid):
                     self._apply(claim.pod_uid, known, leaving=uid)
                 else:
                     with contextlib.suppress(PodNotFound):

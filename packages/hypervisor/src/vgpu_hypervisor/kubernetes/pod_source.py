@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from vgpu_hypervisor.kubernetes.annotations import (
     QOS,
     NodeGpu,
     ResourceNames,
+    match_gpu,
 )
 from vgpu_hypervisor.kubernetes.events import EventPoster
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
@@ -185,6 +186,11 @@ class PodSource:
         self._pods: dict[str, KubePod] = {}  # by UID
         self._reported: dict[str, tuple[str, ...]] = {}  # problems last logged, by UID
         self._assigned: dict[str, tuple[str, ...]] = {}  # GPUs the device plugin gave, by UID
+        # Set by the daemon once its device plugin and DRA driver are built, before ``run``:
+        # the GPUs the plugin's bindings gave a pod (kept across restarts), and those its
+        # prepared ResourceClaims hold (the driver's checkpoint), by pod UID.
+        self.plugin_gpus: Callable[[str], Sequence[str]] | None = None
+        self.claim_gpus: Callable[[str], Collection[str]] = lambda uid: ()
         self.synced = asyncio.Event()  # set after each successful list
         # Why the API server cannot be followed now (the daemon is not ready), None while it is.
         self.problem: str | None = "the pods not listed yet"
@@ -243,9 +249,17 @@ class PodSource:
         )
 
     def assign(self, uid: str, gpus: Sequence[str]) -> None:
-        """Record the GPUs (indices or UUIDs) the device plugin gave a pod, and set its limits
-        on them (blocking; thread-safe: the store is). A pod's gpu-ids annotation wins."""
-        self._assigned[uid] = tuple(gpus)
+        """Record the GPUs (indices or UUIDs) the device plugin gave a pod's container, and set
+        the pod's limits on them and those its other containers were given (blocking;
+        thread-safe: the store is). They win over a gpu-ids annotation naming others."""
+        with self._lock:
+            # Added to the pod's other containers' (the binder binds one container at a
+            # time). Before, each replaced the last: a 2-container pod's annotations reached
+            # only the GPU bound last, and a pod made again over a file its deleted namesake's
+            # workers still used (which lists both GPUs) was refused for good, each container
+            # asking for fewer GPUs than the file lists.
+            known = self._assigned.get(uid, ())
+            self._assigned[uid] = (*known, *(gpu for gpu in gpus if gpu not in known))
         pod = self._pods.get(uid)
         if pod is not None:
             self._handle("MODIFIED", pod)
@@ -358,12 +372,9 @@ class PodSource:
         if entry is not None and record is not None:
             admin = self._store.admin_limits(pod.namespace, pod.name)
             entry = _admin_changes(pod, entry, record, admin)
-        assigned = self._assigned.get(pod.uid, ())
-        if not assigned and self._plugin_places and self._asks_gpu(pod):
-            if record is None:
-                return  # its region comes when the kubelet gives it GPUs (assign)
-            # Assigned before the daemon restarted: the GPUs its region was made on.
-            assigned = tuple(device.uuid for device in record.devices)
+        assigned = self._plugin_given(pod, record)
+        if assigned is None:
+            return  # its region comes when the kubelet gives it GPUs (assign)
         found = resolve(
             pod,
             self._gpus(),
@@ -424,6 +435,35 @@ class PodSource:
                 log.warning("%s", line)
                 self._reported[pod.uid] = (line,)
         return True
+
+    def _plugin_given(self, pod: KubePod, record: PodRecord | None) -> tuple[str, ...] | None:
+        """The GPUs the device plugin gave the pod (() where it places none: gpu-ids, else
+        every GPU), never one its claims of the DRA driver hold; None while it waits for them.
+
+        Assigned before the daemon restarted, they are the plugin's bindings' (kept with them),
+        else the GPUs its region holds. Both less the claims' GPUs: the region of a pod of both
+        paths also holds what its claims were prepared (their quota, which annotations must not
+        raise). Before, after a restart, every GPU of the region was taken for the plugin's, and
+        a 60 GiB annotation was written over a claim's 2 GiB; so it was, before the binding,
+        for a pod whose claim was prepared first."""
+        assigned = self._assigned.get(pod.uid, ())
+        if not assigned and self._plugin_places and self._asks_gpu(pod):
+            if self.plugin_gpus is not None:
+                assigned = tuple(self.plugin_gpus(pod.uid))
+            elif record is not None:
+                assigned = tuple(device.uuid for device in record.devices)
+            if not assigned:
+                return None
+        if not assigned or not pod.dra_claims or not self._dra_places:
+            return assigned
+        claimed = {uuid.lower() for uuid in self.claim_gpus(pod.uid)}
+        gpus = self._gpus()
+        kept = tuple(
+            one
+            for one in assigned
+            if (gpu := match_gpu(one, gpus)) is None or gpu.uuid.lower() not in claimed
+        )
+        return kept or None
 
     def _entry(self, pod: KubePod) -> Entry | None:
         """The book's entry of this pod (None for an earlier pod of its name: this one starts

@@ -1,0 +1,317 @@
+"""One pod's region shared by the pod source, the device plugin's binding and the DRA driver:
+the pod source in-process against the API-server emulator, the plugin's region step
+(store_preparer, what its binder calls per container) and the driver's Preparer, as the daemon
+wires them (the plugin's bindings standing in as a dict of the GPUs they gave)."""
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient, KubeConfig
+from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.daemon.pods import PodError, PodStore
+from vgpu_hypervisor.device_plugin.allocation import LIBRARIES, Layout
+from vgpu_hypervisor.device_plugin.prepare import store_preparer
+from vgpu_hypervisor.dra.claims import DRIVER
+from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
+from vgpu_hypervisor.kubernetes.annotations import NodeGpu
+from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
+from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
+
+from tests.kubernetes.test_pod_cache import has_region, until
+from tests.limiter.test_region import claim, raw
+from tests.support.apiserver import ApiServer
+
+UUIDS = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
+GiB = 1 << 30
+GPUS = [NodeGpu(i, uuid, "NVIDIA H100 80GB HBM3", 80 * GiB) for i, uuid in enumerate(UUIDS)]
+NODE = "node-a"
+
+
+class Claims:
+    """The API server as the driver's Prepare reads it: the claim ``{pod}-gpu`` allocated
+    2 GiB and 20 % of GPU 1 and reserved for its pod, and the pods the pod source knows."""
+
+    def __init__(self, source: PodSource) -> None:
+        self.source = source
+
+    def claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        pod = self.pod(namespace, name.removesuffix("-gpu"))
+        result = {
+            "request": "gpu",
+            "driver": DRIVER,
+            "pool": NODE,
+            "device": "gpu-1",
+            "consumedCapacity": {"memory": "2Gi", "compute": "20"},
+        }
+        return {
+            "metadata": {"namespace": namespace, "name": name, "uid": f"claim-{pod.uid}"},
+            "status": {
+                "allocation": {"devices": {"results": [result]}},
+                "reservedFor": [{"resource": "pods", "name": pod.name, "uid": pod.uid}],
+            },
+        }
+
+    def pod(self, namespace: str, name: str) -> KubePod:
+        pod = self.source.by_key(namespace, name)
+        assert pod is not None
+        return pod
+
+
+def preparer(store: PodStore, source: PodSource, tmp_path: Path) -> Preparer:
+    libraries = tmp_path / "lib"
+    libraries.mkdir(exist_ok=True)
+    for library in LIBRARIES:
+        (libraries / library).touch()
+    layout = Layout(host_lib_dir=libraries, host_base=store.base, gpus=tuple(GPUS))
+    config = NodeConfig(layout, NODE, tuple(GPUS), {}, cdi_dir=tmp_path / "cdi")
+    return Preparer(config, store, Claims(source))
+
+
+@asynccontextmanager
+async def following(
+    api: ApiServer, tmp_path: Path, store: PodStore, given: Mapping[str, tuple[str, ...]]
+) -> AsyncIterator[tuple[PodSource, Preparer]]:
+    """A daemon of the base DaemonSet with the --dra patch: the pod source (listed once), the
+    plugin's bindings (``given``: pod UID → GPUs) and the DRA driver, wired as the daemon
+    wires them. Leaving it is the daemon stopping."""
+    client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+    source = PodSource(
+        client,
+        NODE,
+        store,
+        lambda: GPUS,
+        backoff=Backoff(0.1, 0.2),
+        plugin_places=True,
+        dra_places=True,
+    )
+    driver = preparer(store, source, tmp_path)
+    source.plugin_gpus = lambda uid: given.get(uid, ())
+    source.claim_gpus = driver.pod_gpus
+    async with running(source):
+        await asyncio.wait_for(source.synced.wait(), 10)
+        yield source, driver
+
+
+@asynccontextmanager
+async def running(source: PodSource) -> AsyncIterator[PodSource]:
+    """The pod source following the API server until left."""
+    task = asyncio.create_task(source.run())
+    try:
+        yield source
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def put_pod_of_both(
+    api: ApiServer, name: str, annotations: dict[str, str], *, plugin: bool = True
+) -> str:
+    """A pod asking one ``vgpu.io/gpu`` of the device plugin (unless not ``plugin``) and
+    referencing a claim of ours; its UID."""
+    resources = {"vgpu.io/gpu": "1"} if plugin else {}
+    pod = api.put_pod(name, resources=resources, annotations=annotations)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
+    return str(api.put(pod)["metadata"]["uid"])
+
+
+def memory(store: PodStore, name: str) -> dict[str, int]:
+    return {d.uuid: d.memory_limit for d in store.get("default", name).devices}
+
+
+def allocate(store: PodStore, source: PodSource, name: str, uuid: str) -> None:
+    """The plugin's binding of one container given ``uuid``: its region step."""
+    pod = source.by_key("default", name)
+    assert pod is not None
+    store_preparer(store, source.assign)(pod, {uuid: GpuLimits(memory=80 * GiB)}, UserGroup())
+
+
+def test_a_pod_of_both_paths_keeps_its_claims_quota_across_a_restart(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """A pod given GPU 0 by the device plugin and GPU 1 by a claim of ours (2 GiB): its
+    annotations' 60 GiB go on GPU 0 only. Before, a daemon that restarted took every GPU of the
+    pod's region for the plugin's and wrote 60 GiB over the claim's 2 GiB on GPU 1."""
+    store = PodStore(tmp_path / "shm")
+    uid = put_pod_of_both(api, "both", {"tensor-fusion.ai/vram-limit": "60Gi"})
+    given: dict[str, tuple[str, ...]] = {}
+
+    async def before_restart() -> None:
+        async with following(api, tmp_path, store, given) as (source, driver):
+            await until(lambda: source.by_key("default", "both") is not None)
+            allocate(store, source, "both", UUIDS[0])
+            given[uid] = (UUIDS[0],)
+            await asyncio.to_thread(driver.prepare, "default", "both-gpu", f"claim-{uid}")
+            assert memory(store, "both") == {UUIDS[0]: 60 * GiB, UUIDS[1]: 2 * GiB}
+
+    async def after_restart() -> None:
+        async with following(api, tmp_path, store, given) as (source, _):
+            assert memory(store, "both") == {UUIDS[0]: 60 * GiB, UUIDS[1]: 2 * GiB}
+            # Annotations still change the plugin's GPU, live, and only it.
+            pod = api.pods[("default", "both")]
+            pod["metadata"]["annotations"] = {"tensor-fusion.ai/vram-limit": "50Gi"}
+            api.put(pod)
+            await until(lambda: memory(store, "both")[UUIDS[0]] == 50 * GiB)
+            assert source.by_uid(uid) is not None
+            assert memory(store, "both")[UUIDS[1]] == 2 * GiB
+
+    asyncio.run(before_restart())
+    asyncio.run(after_restart())
+    store.close()
+
+
+def test_a_pod_whose_claim_is_prepared_before_its_allocation_keeps_its_claims_quota(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """The kubelet may prepare a pod's claims before the binder learns which pod its
+    Allocate was for. Before, the pod source then took the GPUs of the region the driver had
+    made for the plugin's, and wrote 60 GiB over the claim's 2 GiB."""
+    store = PodStore(tmp_path / "shm")
+    uid = put_pod_of_both(api, "early", {"tensor-fusion.ai/vram-limit": "60Gi"})
+    given: dict[str, tuple[str, ...]] = {}
+
+    async def scenario() -> None:
+        async with following(api, tmp_path, store, given) as (source, driver):
+            await until(lambda: source.by_key("default", "early") is not None)
+            await asyncio.to_thread(driver.prepare, "default", "early-gpu", f"claim-{uid}")
+            pod = api.pods[("default", "early")]
+            pod["metadata"]["annotations"]["tensor-fusion.ai/compute-limit"] = "50"
+            api.put(pod)  # an event: the pod source applies the pod again
+            await until(
+                lambda: (
+                    (found := source.by_key("default", "early")) is not None
+                    and "tensor-fusion.ai/compute-limit" in found.annotations
+                )
+            )
+            await asyncio.sleep(0.3)
+            assert memory(store, "early") == {UUIDS[1]: 2 * GiB}
+            allocate(store, source, "early", UUIDS[0])
+            assert memory(store, "early") == {UUIDS[1]: 2 * GiB, UUIDS[0]: 60 * GiB}
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def put_two_container_pod(api: ApiServer, name: str, annotations: dict[str, str]) -> None:
+    """A pod of two containers, each asking one GPU of the device plugin."""
+    pod = api.put_pod(name, resources={"vgpu.io/gpu": "1"}, annotations=annotations)
+    second = dict(pod["spec"]["containers"][0], name="second")
+    pod["spec"]["containers"].append(second)
+    api.put(pod)
+
+
+def plugin_source(api: ApiServer, tmp_path: Path, store: PodStore) -> PodSource:
+    client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+    return PodSource(
+        client, NODE, store, lambda: GPUS, backoff=Backoff(0.1, 0.2), plugin_places=True
+    )
+
+
+def test_annotations_reach_every_containers_gpus(api: ApiServer, tmp_path: Path) -> None:
+    """Each container is bound on its own: before, the GPUs of the one bound last replaced
+    the pod's, and a lowered limit reached that container's GPU only."""
+    store = PodStore(tmp_path / "shm")
+    put_two_container_pod(api, "pair", {})
+
+    async def scenario() -> None:
+        async with running(plugin_source(api, tmp_path, store)) as source:
+            await until(lambda: source.by_key("default", "pair") is not None)
+            allocate(store, source, "pair", UUIDS[0])
+            allocate(store, source, "pair", UUIDS[1])
+            assert memory(store, "pair") == {UUIDS[0]: 80 * GiB, UUIDS[1]: 80 * GiB}
+            pod = api.pods[("default", "pair")]
+            pod["metadata"]["annotations"] = {"tensor-fusion.ai/vram-limit": "4Gi"}
+            api.put(pod)
+            await until(lambda: memory(store, "pair")[UUIDS[1]] == 4 * GiB)
+            assert memory(store, "pair")[UUIDS[0]] == 4 * GiB
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_a_multi_container_pod_made_again_over_its_deleted_namesake_takes_its_file_over(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """A StatefulSet's pod of two containers (one GPU each), force-deleted while a worker still
+    runs, made again under its name: the file lists both GPUs, each container's binding asks
+    for one. Before, each was refused for good (fewer GPUs than the file lists) while the old
+    worker ran: the new pod's processes failed after their wait. Now the pod takes the file
+    over once it holds both GPUs; the binding of a container before that is tried again."""
+    store = PodStore(tmp_path / "shm")
+    put_two_container_pod(api, "web-0", {})
+    old = store.create("default", "web-0", {u: GpuLimits(memory=8 * GiB) for u in UUIDS})
+    with raw(old.path) as pointer:
+        claim(pointer, 0, 4242, [GiB, GiB])  # a worker of the old pod, judged alive
+    store.delete("default", "web-0", force=True)
+    assert not has_region(store, "web-0")
+
+    async def scenario() -> None:
+        async with running(plugin_source(api, tmp_path, store)) as source:
+            await until(lambda: source.by_key("default", "web-0") is not None)
+            with pytest.raises(PodError):  # the pod holds GPU 0 only, so far
+                allocate(store, source, "web-0", UUIDS[0])
+            allocate(store, source, "web-0", UUIDS[1])
+            allocate(store, source, "web-0", UUIDS[0])  # the binder's next pass
+            assert memory(store, "web-0") == {UUIDS[0]: 80 * GiB, UUIDS[1]: 80 * GiB}
+            # The old worker's usage is the new pod's: old and new share the one limit.
+            assert [d.memory_used for d in store.get("default", "web-0").devices] == [GiB, GiB]
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_a_pod_made_again_on_fewer_gpus_than_its_deleted_namesakes_file_is_still_refused(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """The security property stands: a pod never takes over a file listing a GPU it was not
+    given (its programs could use it under limits the daemon does not hold)."""
+    store = PodStore(tmp_path / "shm")
+    api.put_pod("solo", resources={"vgpu.io/gpu": "1"})
+    old = store.create("default", "solo", {u: GpuLimits(memory=8 * GiB) for u in UUIDS})
+    with raw(old.path) as pointer:
+        claim(pointer, 0, 4242, [GiB, GiB])
+    store.delete("default", "solo", force=True)
+
+    async def scenario() -> None:
+        async with running(plugin_source(api, tmp_path, store)) as source:
+            await until(lambda: source.by_key("default", "solo") is not None)
+            for _ in range(2):
+                with pytest.raises(PodError):
+                    allocate(store, source, "solo", UUIDS[0])
+            assert not has_region(store, "solo")
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_an_old_pods_claim_unprepared_after_its_namesake_was_prepared_leaves_its_region(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """A StatefulSet's DRA pod deleted with force and made again under its name: the kubelet
+    may prepare the new pod's claim before it unprepares the old one's. Before, that Unprepare
+    deleted the new pod's region (its processes then found none), or, while they ran, failed
+    for as long as they did (the old pod never finished)."""
+    store = PodStore(tmp_path / "shm")
+    old_uid = put_pod_of_both(api, "db-0", {}, plugin=False)
+    given: dict[str, tuple[str, ...]] = {}
+
+    async def scenario() -> None:
+        async with following(api, tmp_path, store, given) as (source, driver):
+            await until(lambda: source.by_key("default", "db-0") is not None)
+            await asyncio.to_thread(driver.prepare, "default", "db-0-gpu", f"claim-{old_uid}")
+            api.delete_pod("db-0")
+            new_uid = put_pod_of_both(api, "db-0", {}, plugin=False)
+            assert new_uid != old_uid
+            await until(lambda: source.by_uid(new_uid) is not None)
+            await asyncio.to_thread(driver.prepare, "default", "db-0-gpu", f"claim-{new_uid}")
+            await asyncio.to_thread(driver.unprepare, "default", "db-0-gpu", f"claim-{old_uid}")
+            assert memory(store, "db-0") == {UUIDS[1]: 2 * GiB}
+            assert driver.pod_gpus(new_uid) == {UUIDS[1]}
+            await asyncio.to_thread(driver.unprepare, "default", "db-0-gpu", f"claim-{new_uid}")
+            assert not has_region(store, "db-0")
+
+    asyncio.run(scenario())
+    store.close()
