@@ -150,3 +150,27 @@ def test_formatters_keep_one_record_on_one_line() -> None:
     assert text.startswith("1970-01-01T00:00:00.000Z ERROR x: bad a")
     assert isinstance(formatter("json"), JsonFormatter)
     assert isinstance(formatter("text"), TextFormatter)
+
+
+def test_a_query_parameter_is_given_once_and_only_one_the_route_takes(daemon: Daemon) -> None:
+    """Starlette keeps the last of a repeated parameter and drops an unknown one: `freeze?gpu=
+    0&gpu=1` froze GPU 1 alone, `pods?namesapce=team` listed every namespace."""
+    body = {"name": "q", "gpus": {"0": {"compute": 30}, "1": {"compute": 30}}}
+    assert daemon.api("POST", "/api/v1/pods", json=body).status_code == 201
+    cases = [
+        ("POST", "/api/v1/pods/default/q/freeze?gpu=0&gpu=1", "query.gpu: given twice"),
+        ("GET", "/api/v1/pods?namespace=a&namespace=default", "query.namespace: given twice"),
+        ("DELETE", "/api/v1/pods/default/q?force=false&force=true", "query.force: given twice"),
+        ("GET", "/api/v1/pods?namesapce=team", "query.namesapce: not a parameter"),
+        ("GET", "/api/v1/workers?pods=q", "query.pods: not a parameter"),
+    ]
+    for method, path, error in cases:
+        reply = daemon.api(method, path)
+        assert reply.status_code == 422, (path, reply.text)
+        assert reply.json()["error"].startswith(error), reply.text
+    pod = daemon.api("GET", "/api/v1/pods/default/q").json()
+    assert not pod["frozen"] and not any(gpu["frozen"] for gpu in pod["gpus"])
+    # Routes without parameters ignore any: a scrape configuration's params reach /metrics.
+    assert daemon.api("GET", "/metrics?format=text").status_code == 200
+    assert daemon.api("GET", "/api/v1/pods?namespace=default").status_code == 200
+    assert daemon.api("GET", "/api/v1/nosuch?x=1&x=2").status_code == 404

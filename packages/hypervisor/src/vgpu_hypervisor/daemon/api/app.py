@@ -2,14 +2,16 @@
 
 Reads are served from the newest NodeView (no file or driver access on a request). Changes need
 the bearer token, and so do reads but /healthz, /readyz and /openapi.json unless the
-api_open_reads setting opens them (auth.py); changes take their body as JSON (content_type.py).
+api_open_reads setting opens them (auth.py); changes take their body as JSON (content_type.py);
+query parameters come once each, and only those a route takes (query.py).
 Errors: errors.py. What a client's connections may hold: limits.py and connections.py.
 """
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from vgpu_hypervisor.daemon.api.context import ApiContext
 from vgpu_hypervisor.daemon.api.errors import install_error_handlers
+from vgpu_hypervisor.daemon.api.query import query_given_once
 from vgpu_hypervisor.daemon.api.routes import freeze, gpus, health, metrics, node, pods, workers
 
 
@@ -22,6 +24,7 @@ def create_app(context: ApiContext) -> FastAPI:
         description="The vgpu node daemon: GPUs, pods with memory and compute limits, workers.",
         docs_url=None,
         redoc_url=None,
+        dependencies=[Depends(query_given_once)],
     )
     install_error_handlers(app)
     for resource in (health, node, gpus, pods, freeze, workers, metrics):
