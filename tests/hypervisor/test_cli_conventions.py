@@ -382,3 +382,73 @@ def test_a_token_file_holding_no_token_is_one_line(
         line
         == f"error: the API token file {token}: not a token: only printable ASCII without blanks is"
     )
+
+
+def test_a_gpu_named_by_index_and_by_uuid_is_one_gpu(node: Daemon) -> None:
+    """`--mem 0=… --compute GPU-…=…` for one GPU was sent as two keys and refused by the API,
+    naming its own field (`gpus.GPU-…: GPU … is given twice`) rather than the flags typed."""
+    uuid = node.api("GET", "/api/v1/gpus").json()[0]["uuid"]
+    made = node.cli(
+        "pods", "create", "both", "--mem", "0=1GiB", "--compute", f"{uuid}=20", "-o", "json"
+    )
+    try:
+        assert made.returncode == 0, made.stderr
+        [gpu] = json.loads(made.stdout)["gpus"]
+        assert (gpu["uuid"], gpu["memory_limit"], gpu["compute_limit"]) == (uuid, 1 << 30, 20)
+        changed = node.cli(
+            "pods", "update", "both", "--mem", f"{uuid.lower()}=2GiB", "--compute", "0=30",
+            "-o", "json",
+        )  # fmt: skip
+        assert changed.returncode == 0, changed.stderr
+        [gpu] = json.loads(changed.stdout)["gpus"]
+        assert (gpu["memory_limit"], gpu["compute_limit"]) == (2 << 30, 30)
+        twice = node.cli("pods", "update", "both", "--mem", "0=1GiB", "--mem", f"{uuid}=3GiB")
+        assert twice.returncode == 2
+        assert _error(twice) == f"error: --mem {uuid}=3GiB: the same GPU as --mem 0=1GiB"
+    finally:
+        node.cli("pods", "delete", "both")
+
+
+@pytest.mark.parametrize(
+    ("args", "form"),
+    [
+        *((args, form) for args in (["status"], ["pods", "describe", "shown"], ["shm", "show"])
+          for form in ("wide", "name")),
+        (["pods", "delete", "shown"], "wide"),
+    ],
+)  # fmt: skip
+def test_one_document_refuses_the_listing_forms(node: Daemon, args: list[str], form: str) -> None:
+    """status, describe and shm show took -o wide and -o name and printed their table without
+    a word; delete names the pod it deleted (below) but has no wide table."""
+    if args[0] == "shm":  # no daemon: the base path, not the client's flags
+        command = [*TF_HYPERVISOR, *args, "default/shown", "--shm-base-path", str(node.base)]
+        result = subprocess.run(
+            [*command, "--config", "", "-o", form],
+            env=node.environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    else:
+        result = node.cli(*args, "-o", form)
+    assert result.returncode == 2, result.stdout
+    assert _error(result).startswith(f"error: -o {form}: expected one of 'table', 'json', 'yaml'")
+
+
+def test_delete_names_the_deleted_pod(node: Daemon) -> None:
+    assert node.cli("pods", "create", "named", "--mem", "0=1GiB").returncode == 0
+    deleted = node.cli("pods", "delete", "named", "-o", "name")
+    assert (deleted.returncode, deleted.stdout) == (0, "default/named\n"), deleted.stderr
+
+
+def test_top_off_a_terminal_without_input_prints_the_view_once(node: Daemon) -> None:
+    """`top > file < /dev/null` (cron, a CI step) waited for ever and printed nothing: off a
+    terminal rich's Live shows only its last frame, and nothing could ask top to quit."""
+    assert node.cli("pods", "create", "viewed", "--mem", "0=1GiB").returncode == 0
+    try:
+        shown = node.cli("top", "--interval", "0.2", stdin="", timeout=15)
+        assert shown.returncode == 0, shown.stderr
+        assert "default/viewed" in shown.stdout
+    finally:
+        node.cli("pods", "delete", "viewed")

@@ -33,7 +33,11 @@ from vgpu_common.limits import (
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client import output
 from vgpu_hypervisor.client.names import check_pod_name
-from vgpu_hypervisor.client.output import OutputOption
+from vgpu_hypervisor.client.output import (
+    DeletedOutputOption,
+    DocumentOutputOption,
+    OutputOption,
+)
 from vgpu_hypervisor.settings import Settings, SettingsError, load_settings, resolve_settings
 from vgpu_hypervisor.settings_cli import (
     CLIENT_SETTINGS,
@@ -145,7 +149,7 @@ def daemon(*, flags: Mapping[str, object]) -> None:
 @app.command()
 @settings_flags(*CLIENT_SETTINGS)
 def status(
-    *, flags: Mapping[str, object], as_json: JsonFlag = False, form: OutputOption = None
+    *, flags: Mapping[str, object], as_json: JsonFlag = False, form: DocumentOutputOption = None
 ) -> None:
     """The daemon's state: version, GPU backend, pods and workers, readiness."""
     document = _call(flags, lambda client: client.get(f"{API}/status"))
@@ -387,6 +391,18 @@ class _GpuFlags:
         self.named_by.setdefault(gpu, typed)
         self.typed[gpu, name] = typed
 
+    def merge(self, key: str, into: str) -> None:
+        """GPU ``key``'s limits moved to ``into``, a key of the same GPU (its index and its
+        UUID, found the same once the node's GPUs are known): the API takes one key a GPU, and
+        answered two with an error naming its own field, not the flags typed. A limit both
+        give is an error naming both."""
+        for name, value in self.gpus.pop(key).items():
+            if name in self.gpus[into]:
+                fail(f"{self.typed[key, name]}: the same GPU as {self.typed[into, name]}")
+            self.gpus[into][name] = value
+            self.typed[into, name] = self.typed.pop((key, name))
+        del self.named_by[key]
+
 
 def _gpu_limits(
     mem: list[str] | None,
@@ -468,17 +484,25 @@ def _burst_fits(flags: _GpuFlags, gpu: str, present: dict[str, Any] | None) -> N
 
 
 def _on_this_node(client: "Client", flags: _GpuFlags, pod: dict[str, Any] | None = None) -> None:
-    """Every GPU the flags name is one of the daemon's, a memory limit fits its GPU, and a
+    """Every GPU the flags name is one of the daemon's (an index and a UUID of one GPU are
+    merged into one entry), a memory limit fits its GPU, and a
     burst its compute limit (``pod``: the pod changed, None for a new one). Only the daemon
     knows its GPUs, so they are asked for first, and a problem is named by the flag that
     made it (the daemon checks again, naming the API's field)."""
     if not flags.named_by:
         return
     gpus = client.request("GET", f"{API}/gpus", authorized=True)  # a change's: with the token
-    for key, typed in flags.named_by.items():
+    found: dict[str, dict[str, Any]] = {}  # the GPU of each key left after merging
+    for key, typed in list(flags.named_by.items()):
         gpu = next((g for g in gpus if names_gpu(key, g.get("index"), g.get("uuid"))), None)
         if gpu is None:
             fail(f"{typed}: no such GPU on this node ({len(gpus)} GPU(s))", REFUSED)
+        same = next((other for other, known in found.items() if known is gpu), None)
+        if same is None:
+            found[key] = gpu
+        else:
+            flags.merge(key, same)
+    for key, gpu in found.items():
         memory, total = flags.gpus[key].get("memory"), gpu.get("memory_total")
         if isinstance(memory, int) and total and memory > total:
             fail(
@@ -587,7 +611,7 @@ def pods_describe(
     flags: Mapping[str, object],
     namespace: NamespaceOption = None,
     as_json: JsonFlag = False,
-    form: OutputOption = None,
+    form: DocumentOutputOption = None,
 ) -> None:
     """One pod in full: region, creation, limits and usage per GPU, and its workers."""
     from vgpu_hypervisor.client.describe import describe_pod
@@ -747,7 +771,7 @@ def pods_delete(
         bool, typer.Option("--force", help="Delete even while workers run in it.")
     ] = False,
     as_json: JsonFlag = False,
-    form: OutputOption = None,
+    form: DeletedOutputOption = None,
 ) -> None:
     """Delete a pod (its region file); refused while its workers live, unless --force."""
     chosen = output.choose(form, as_json)
@@ -759,7 +783,9 @@ def pods_delete(
 
     path = f"{API}/pods/{namespace}/{name}"
     document = _change(flags, "DELETE", path, explain, params=params)
-    if not output.print_document(document, chosen):
+    if chosen is output.Form.name:
+        output.show(document, chosen, "pods")
+    elif not output.print_document(document, chosen):
         print(f"deleted pod {namespace}/{name}")
 
 
@@ -780,7 +806,7 @@ def shm_show(
         typer.Option("--path", metavar="FILE", help="A region file to read instead."),
     ] = None,
     as_json: JsonFlag = False,
-    form: OutputOption = None,
+    form: DocumentOutputOption = None,
 ) -> None:
     """A pod's region file: limits and usage per GPU and per process."""
     from vgpu_limiter import region as regions

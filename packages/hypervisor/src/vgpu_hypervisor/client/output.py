@@ -29,10 +29,52 @@ OutputOption = Annotated[
 ]
 
 
-def choose(form: Form | None, as_json: bool) -> Form:
+class DocumentForm(StrEnum):
+    """`-o` of a command that prints one document, not a listing (status, pods describe, shm
+    show): no column to add for wide, no names to list. Its own choices refuse those as a usage
+    error, where Form's took them and printed the table without a word."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class DeletedForm(StrEnum):
+    """`-o` of pods delete: the deleted pod's document, or its name for a script (no table to
+    widen)."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    name = "name"
+
+
+DocumentOutputOption = Annotated[
+    DocumentForm | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (default), json or yaml.",
+        show_default=False,
+        case_sensitive=False,
+    ),
+]
+DeletedOutputOption = Annotated[
+    DeletedForm | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (default: a line saying so), json, yaml or name (NAMESPACE/NAME).",
+        show_default=False,
+        case_sensitive=False,
+    ),
+]
+
+
+def choose(form: Form | DocumentForm | DeletedForm | None, as_json: bool) -> Form:
     if as_json and form not in (None, Form.json):
         fail(f"--json and --output {form} disagree: give one of them")
-    return Form.json if as_json else form or Form.table
+    return Form.json if as_json else Form(form or Form.table)
 
 
 def print_document(document: Any, form: Form) -> bool:

@@ -1,9 +1,10 @@
 """`tf-hypervisor top`: a live view of GPUs, pods and workers, refreshed every interval.
 
 Keys (read in cbreak mode on a terminal, as they come otherwise, so a script can send "q"):
-q quits, s/r sort, / filters, c switches compact/full, h shows the help; Ctrl-C quits too. A
-daemon that is not there (at the start or later) is shown in the view, which keeps retrying.
-Each refresh adds the GPUs' figures to the history the full mode draws.
+q quits, s/r sort, / filters, c switches compact/full, h shows the help; Ctrl-C quits too. Off
+a terminal with no input left to read, the view is printed once and top exits. A daemon that
+is not there (at the start or later) is shown in the view, which keeps retrying. Each refresh
+adds the GPUs' figures to the history the full mode draws.
 """
 
 import contextlib
@@ -104,6 +105,11 @@ def run_top(client: Client, *, interval: float = 1.0, console: Console | None = 
                 if keys is None:  # end of input: nothing can ask to quit any more
                     fd = None
                     keys = []
+                if fd is None and not console.is_terminal:
+                    # Off a terminal Live shows only its last frame, as top quits, and with no
+                    # input nothing can ask it to: `top > file < /dev/null` waited for ever
+                    # and printed nothing. The view once, as `top -b -n 1` does.
+                    return
                 if not all(apply_key(state, key) for key in keys):
                     return
                 if time.monotonic() >= next_refresh:
