@@ -92,7 +92,9 @@ def test_run_refuses_what_the_library_would_refuse(limited_env: LimitedEnv) -> N
         (["--mem", "0"], "expected DEV=VALUE"),
         (["--compute", "0=250"], "--compute 0=250: bad percent"),
         (["--mem", "0=4XB"], "--mem 0=4XB: "),
-        (["--pod", "a/b/../c"], "POD_"),
+        # Named for the flag, not for the variable it becomes (POD_NAME=Bad!, before).
+        (["--pod", "a/b/../c"], "--pod a/b/../c: bad pod namespace 'a/b/..'"),
+        (["--pod", "Bad!"], "--pod Bad!: bad pod name 'Bad!'"),
         # The first of two dropped, before.
         (["--compute", "0=10", "--compute", "0=90"], "--compute 0=90: device 0 given twice"),
         (["--mem", "0=1GiB", "--mem", "0=2GiB"], "--mem 0=2GiB: device 0 given twice"),

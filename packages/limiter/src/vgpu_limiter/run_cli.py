@@ -113,6 +113,10 @@ def planned_environment(
             environment[variable] = value
     if pod is not None:
         namespace, _, name = pod.rpartition("/")
+        try:  # said for the flag typed, not for the variable it becomes
+            region_path("/", namespace or "default", name)
+        except ValueError as error:
+            fail(f"--pod {pod}: {error}")
         environment.pop("SHM_PATH", None)
         environment["POD_NAME"] = name
         environment["POD_NAMESPACE"] = namespace or "default"
