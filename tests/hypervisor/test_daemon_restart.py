@@ -118,12 +118,16 @@ class _Said(logging.Handler):
 
 @pytest.mark.parametrize("content", ["null", "{"])
 def test_a_damaged_file_of_the_daemons_is_said_and_read_as_none(
-    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, content: str
 ) -> None:
     """Before, a file holding ``null`` was taken for no file at all, and nothing was said."""
     folder = tmp_path / ".daemon"
     folder.mkdir(mode=0o700)
     (folder / "limits.json").write_text(content)
-    with caplog.at_level(logging.WARNING):
+    said = _Said()
+    logging.getLogger("vgpu_hypervisor").addHandler(said)
+    try:
         assert PrivateFile(folder, "limits.json").load() is None
-    assert "limits.json: cannot read" in caplog.text
+    finally:
+        logging.getLogger("vgpu_hypervisor").removeHandler(said)
+    assert any("limits.json: cannot read" in line for line in said.lines)
