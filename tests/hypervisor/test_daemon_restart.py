@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from vgpu_hypervisor.daemon.private_file import PrivateFile
-from vgpu_limiter.region import FLAG_FROZEN, open_region
+from vgpu_limiter.region import open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.test_scheduling_api import clear_freeze_until_seen
 
 GiB = 1 << 30
 
@@ -66,13 +67,7 @@ def test_a_freeze_made_before_a_restart_is_held_after_it(daemon: Daemon) -> None
     with open_region(path) as region:
         deadline = region.freeze_until_ns
         wait_for(lambda: region.freeze_until_ns != deadline, timeout=10)
-        # As a process of the pod can; cleared again when it lands between a pass's look at
-        # the flag and its renewal, which sets it again unseen.
-        for _ in range(5):
-            region.change_flags(clear=FLAG_FROZEN)
-            wait_for(lambda: region.flags & FLAG_FROZEN, timeout=10)
-            if "frozen again" in daemon.log_file.read_text():
-                break
+        clear_freeze_until_seen(daemon, region)
     wait_for(lambda: daemon.api("GET", "/api/v1/pods/default/cold").json()["frozen"], timeout=5)
     assert "frozen again" in daemon.log_file.read_text()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_limiter import region as regions
-from vgpu_limiter.region import FLAG_FROZEN, ffi, open_region
+from vgpu_limiter.region import FLAG_FROZEN, Region, ffi, open_region
 
 from tests.hypervisor.conftest import Daemon, wait_for
 from tests.hypervisor.test_boost import SIM_GPU0
@@ -129,19 +129,24 @@ def test_a_freeze_ends_when_the_daemon_is_gone(daemon: Daemon) -> None:
     assert 0 < left <= 10.5
 
 
+def clear_freeze_until_seen(daemon: Daemon, region: Region) -> None:
+    """Clear the pod's frozen flag as a process of the pod can, until the daemon has made the
+    freeze again and said so. A clear that lands between a pass's look at the flag and its
+    renewal of the freeze is undone by the renewal, unsaid: it is cleared again."""
+    for _ in range(5):
+        region.change_flags(clear=FLAG_FROZEN)
+        wait_for(lambda: region.flags & FLAG_FROZEN, timeout=10)
+        if "frozen again" in daemon.log_file.read_text():
+            return
+
+
 def test_a_freeze_cleared_in_the_region_is_made_again(daemon: Daemon) -> None:
     """A process of the pod can write its region: before, one that cleared the frozen flag ran
     on, and the pod read as not frozen. The daemon holds the freezes it made."""
     assert daemon.cli("pods", "create", "cold", "--compute", "0=30").returncode == 0
     assert daemon.cli("pods", "freeze", "cold").returncode == 0
     with open_region(daemon.base / "default" / "cold" / "shm") as region:
-        # A clear that lands between a pass's look at the flag and its renewal of the freeze
-        # is undone by the renewal, unlogged: cleared again until a pass has seen one.
-        for _ in range(5):
-            region.change_flags(clear=FLAG_FROZEN)
-            wait_for(lambda: region.flags & FLAG_FROZEN, timeout=10)
-            if "frozen again" in daemon.log_file.read_text():
-                break
+        clear_freeze_until_seen(daemon, region)
     wait_for(lambda: daemon.api("GET", "/api/v1/pods/default/cold").json()["frozen"], timeout=5)
     assert daemon.log_file.read_text().count("frozen again") == 1  # logged once, however often
     assert daemon.cli("pods", "resume", "cold").returncode == 0

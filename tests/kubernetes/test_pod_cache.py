@@ -2,7 +2,8 @@
 (what the device plugin asks), GPUs the plugin assigns, and events that do not flood."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,39 @@ async def until(condition: object, timeout: float = 10.0) -> None:
     while not condition():  # type: ignore[operator]
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+def node_source(
+    api: ApiServer,
+    tmp_path: Path,
+    store: PodStore,
+    *,
+    plugin_places: bool = False,
+    dra_places: bool = False,
+    gpus: Sequence[NodeGpu] = GPUS,
+) -> PodSource:
+    """The pod source of node-a on the emulator, with the node's ``gpus``."""
+    client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
+    return PodSource(
+        client,
+        "node-a",
+        store,
+        lambda: gpus,
+        backoff=Backoff(0.1, 0.2),
+        plugin_places=plugin_places,
+        dra_places=dra_places,
+    )
+
+
+@asynccontextmanager
+async def running(source: PodSource) -> AsyncIterator[PodSource]:
+    """The pod source following the API server until left."""
+    task = asyncio.create_task(source.run())
+    try:
+        yield source
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def has_region(store: PodStore, name: str) -> bool:
@@ -185,18 +219,8 @@ def test_a_device_plugin_pod_with_a_claim_of_another_driver_has_its_region_follo
     api.put(pod)
 
     async def scenario() -> None:
-        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
-        source = PodSource(
-            client,
-            "node-a",
-            store,
-            lambda: GPUS,
-            backoff=Backoff(0.1, 0.2),
-            plugin_places=True,
-            dra_places=True,
-        )
-        task = asyncio.create_task(source.run())
-        try:
+        both = node_source(api, tmp_path, store, plugin_places=True, dra_places=True)
+        async with running(both) as source:
             await until(lambda: source.by_key("default", "net") is not None)
             found = source.by_key("default", "net")
             assert found is not None and found.dra_claims
@@ -206,9 +230,6 @@ def test_a_device_plugin_pod_with_a_claim_of_another_driver_has_its_region_follo
             assert has_region(store, "net")
             api.delete_pod("net")
             await until(lambda: not has_region(store, "net"))
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
     store.close()
@@ -232,22 +253,9 @@ def test_a_dra_pod_naming_the_gpu_resource_at_zero_keeps_its_claims_limits(
     api.put(pod)
 
     async def scenario() -> None:
-        client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
-        source = PodSource(
-            client,
-            "node-a",
-            store,
-            lambda: GPUS,
-            backoff=Backoff(0.1, 0.2),
-            plugin_places=True,
-            dra_places=True,
-        )
-        task = asyncio.create_task(source.run())
-        try:
+        both = node_source(api, tmp_path, store, plugin_places=True, dra_places=True)
+        async with running(both) as source:
             await asyncio.wait_for(source.synced.wait(), 10)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
     (device,) = store.get("default", "sly").devices

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient, KubeConfig
 from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.daemon.pods import PodError, PodStore
 from vgpu_hypervisor.device_plugin.allocation import LIBRARIES, Layout
@@ -19,9 +18,9 @@ from vgpu_hypervisor.dra.claims import DRIVER
 from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
-from vgpu_hypervisor.kubernetes.pod_source import Backoff, PodSource
+from vgpu_hypervisor.kubernetes.pod_source import PodSource
 
-from tests.kubernetes.test_pod_cache import has_region, until
+from tests.kubernetes.test_pod_cache import has_region, node_source, running, until
 from tests.limiter.test_region import claim, raw
 from tests.support.apiserver import ApiServer
 
@@ -78,33 +77,13 @@ async def following(
     """A daemon of the base DaemonSet with the --dra patch: the pod source (listed once), the
     plugin's bindings (``given``: pod UID → GPUs) and the DRA driver, wired as the daemon
     wires them. Leaving it is the daemon stopping."""
-    client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
-    source = PodSource(
-        client,
-        NODE,
-        store,
-        lambda: GPUS,
-        backoff=Backoff(0.1, 0.2),
-        plugin_places=True,
-        dra_places=True,
-    )
+    source = node_source(api, tmp_path, store, plugin_places=True, dra_places=True, gpus=GPUS)
     driver = preparer(store, source, tmp_path)
     source.plugin_gpus = lambda uid: given.get(uid, ())
     source.claim_gpus = driver.pod_gpus
     async with running(source):
         await asyncio.wait_for(source.synced.wait(), 10)
         yield source, driver
-
-
-@asynccontextmanager
-async def running(source: PodSource) -> AsyncIterator[PodSource]:
-    """The pod source following the API server until left."""
-    task = asyncio.create_task(source.run())
-    try:
-        yield source
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def put_pod_of_both(
@@ -204,10 +183,7 @@ def put_two_container_pod(api: ApiServer, name: str, annotations: dict[str, str]
 
 
 def plugin_source(api: ApiServer, tmp_path: Path, store: PodStore) -> PodSource:
-    client = AsyncClient(KubeConfig.from_file(api.kubeconfig(tmp_path / "kubeconfig")))
-    return PodSource(
-        client, NODE, store, lambda: GPUS, backoff=Backoff(0.1, 0.2), plugin_places=True
-    )
+    return node_source(api, tmp_path, store, plugin_places=True, gpus=GPUS)
 
 
 def test_annotations_reach_every_containers_gpus(api: ApiServer, tmp_path: Path) -> None:
