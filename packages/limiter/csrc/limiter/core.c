@@ -255,6 +255,12 @@ int vgpu_entry_of(int ordinal) {
     return ordinal >= 0 && ordinal < vgpu_state.ordinal_count ? vgpu_state.entries[ordinal] : -1;
 }
 
+int vgpu_entry_at(const CUmemLocation *location) {
+    return location != NULL && location->type == CU_MEM_LOCATION_TYPE_DEVICE
+               ? vgpu_entry_of(location->id)
+               : -1;
+}
+
 int vgpu_current_entry(void) {
     CUdevice device;
     if (VGPU_REAL(cuCtxGetDevice, &device) != CUDA_SUCCESS) {

@@ -76,6 +76,9 @@ void vgpu_show_only_pod_gpus(void);
  * VGPU_ENTRY_OUTSIDE, also negative, for a GPU outside a confined pod). */
 int vgpu_entry_of(int ordinal);
 int vgpu_current_entry(void);
+/* Region entry of the memory a location names (cuMemCreate's, a pool's): its device's, as
+ * vgpu_entry_of; -1 for memory elsewhere (the host) or none named. */
+int vgpu_entry_at(const CUmemLocation *location);
 
 /* The memory limit of an entry (0 = none) and what the pod holds there. */
 uint64_t vgpu_memory_limit(int entry);

@@ -292,9 +292,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    int entry = poolProps != NULL && poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                    ? vgpu_entry_of(poolProps->location.id)
-                    : -1;
+    int entry = vgpu_entry_at(poolProps != NULL ? &poolProps->location : NULL);
     if (entry == VGPU_ENTRY_OUTSIDE) {
         vgpu_log(VGPU_LOG_INFO, "no memory pool on device %d: not one of the pod's GPUs",
                  poolProps->location.id);

@@ -13,9 +13,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (result != CUDA_SUCCESS) {
         return result;
     }
-    int entry = prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                    ? vgpu_entry_of(prop->location.id)
-                    : -1;
+    int entry = vgpu_entry_at(prop != NULL ? &prop->location : NULL);
     if (entry == VGPU_ENTRY_OUTSIDE) {
         /* As a context there would be: memory there is the pod's to use only on its GPUs. */
         vgpu_log(VGPU_LOG_INFO, "no cuMemCreate on device %d: not one of the pod's GPUs",
