@@ -16,12 +16,14 @@ of the window:
 and each pod's matmuls per second; the device lease's epochs and takeovers (leases taken from a
 stale or drained holder) over the case. The bracketing kernels cost a little throughput; the
 figures compare cases run alike. `--variant NAME=PATH` runs the limited cases again with another
-build of the limiter (builds compared in one run), `--leases file arbiter` runs them with the
+build of the limiter (builds compared in one run), `--sets` names each set's limits, a pod's
+soft limit after a colon (`30:100,70`: a pod at 30 that may burst to 100 beside one at 70),
+`--leases file arbiter` runs them with the
 lease files and again with the daemon's lease arbiter (lease_broker.py, started here without
 the rest of the daemon), `--keep DIR` saves the intervals, `--logs DIR` keeps each pod's limiter
 log at debug level (its pacing statistics once a second).
 Usage: python benchmarks/handover_gpu.py --library path/to/libcuda_limiter.so
-       [--variant NAME=PATH ...] [--sets 30,70 20,30,50] [--seconds 6] [--daemon]
+       [--variant NAME=PATH ...] [--sets 30,70 20,30,50 30:100,70] [--seconds 6] [--daemon]
        [--leases file arbiter]
 """
 
@@ -97,7 +99,6 @@ def run_pods(
     ]
     for process in processes:
         gpu.collect(process, seconds)
-    bench.clear()
     found = [numpy.load(out).reshape(-1, 2) for out in outs]
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
@@ -223,6 +224,19 @@ def main() -> None:
             run_build(args, name, library, leases)
 
 
+def parse_set(text: str) -> list[tuple[int, int] | None]:
+    """A set of pods, `30,70` or with a soft limit `30:100,70`: each pod's (limit, burst)."""
+    pods: list[tuple[int, int] | None] = []
+    for item in text.split(","):
+        limit, _, burst = item.partition(":")
+        try:
+            pods.append((int(limit), int(burst) if burst else 0))
+        except ValueError:
+            expected = "expected limits such as 30,70 or 30:100,70"
+            raise SystemExit(f"--sets {text!r}: {expected}") from None
+    return pods
+
+
 def run_build(args: argparse.Namespace, name: str, library: str, leases: str) -> None:
     logs = args.logs / f"{name}-{leases}" if args.logs is not None else None
     bench = Bench(str(Path(library).resolve()), False, args.seconds, logs)
@@ -233,12 +247,15 @@ def run_build(args: argparse.Namespace, name: str, library: str, leases: str) ->
         broker = LeaseBroker(bench.base, [bench.uuid])
         broker.start()
     try:
-        cases: list[tuple[str, list[int | None]]] = []
+        cases: list[tuple[str, list[tuple[int, int] | None]]] = []
         if name == "library" and leases == args.leases[0]:  # the unlimited cases once
             cases += [("alone, unlimited", [None]), ("unlimited pair", [None, None])]
-        cases += [(text, [int(v) for v in text.split(",")]) for text in args.sets]
+        cases += [(text, parse_set(text)) for text in args.sets]
         for label, limits in cases:
-            envs = [bench.pod(limit) if limit is not None else bench.plain for limit in limits]
+            envs = [
+                bench.pod(limit[0], burst=limit[1]) if limit is not None else bench.plain
+                for limit in limits
+            ]
             before = lease_counts(bench, broker)
             found = analyse(run_pods(bench, envs, args.seconds, args.keep))
             after = lease_counts(bench, broker)

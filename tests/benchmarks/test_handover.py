@@ -80,3 +80,9 @@ def test_a_bracket_across_a_wait_in_the_limiter_is_not_overlap(handover: ModuleT
     found = handover.analyse([stretched, pods[1]])
     assert found["overlap"] == 0
     assert found["handover_us_p50"] == pytest.approx(300, abs=1)
+
+
+def test_a_set_names_each_pods_limit_and_soft_limit(handover: ModuleType) -> None:
+    assert handover.parse_set("30:100,70") == [(30, 100), (70, 0)]
+    with pytest.raises(SystemExit, match="30:x"):
+        handover.parse_set("30:x,70")
