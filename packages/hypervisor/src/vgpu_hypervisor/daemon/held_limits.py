@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from vgpu_limiter.region import COMPUTE_UNLIMITED, DeviceInfo, DeviceLimits
 
-from vgpu_hypervisor.daemon.private_file import PrivateFile
+from vgpu_hypervisor.daemon.private_file import PrivateFile, pod_entries
 
 log = logging.getLogger(__name__)
 
@@ -197,16 +197,12 @@ def _decode(document: Any, path: Path) -> dict[Key, tuple[Identity, dict[str, De
     if document is None:
         return held
     try:
-        for entry in document:
-            namespace, name = entry["namespace"], entry["name"]
-            if not isinstance(namespace, str) or not isinstance(name, str):
-                raise TypeError("a name that is not a string")
-            device, inode = (_word(v) for v in entry["region"])
+        for key, identity, entry in pod_entries(document):
             by_gpu: dict[str, DeviceLimits] = {}
             for uuid, words in entry["gpus"].items():
                 memory, compute, soft, flags = (_word(v) for v in words)
                 by_gpu[str(uuid).lower()] = DeviceLimits(memory, compute, soft, flags)
-            held[(namespace, name)] = ((device, inode), by_gpu)
+            held[key] = (identity, by_gpu)
     except (TypeError, KeyError, ValueError, AttributeError) as error:
         log.warning("%s: cannot read: %s; starting afresh", path, error)
         return {}

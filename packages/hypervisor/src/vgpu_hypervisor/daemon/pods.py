@@ -40,8 +40,9 @@ from vgpu_limiter.region import (
     RegionError,
 )
 
+from vgpu_hypervisor.daemon.held_freezes import HeldFreezes
 from vgpu_hypervisor.daemon.held_limits import HeldLimits
-from vgpu_hypervisor.daemon.private_file import PrivateFile
+from vgpu_hypervisor.daemon.private_file import PrivateFile, pod_entries
 
 log = logging.getLogger("vgpu_hypervisor")
 POLICY_FOLDER: Final = ".daemon"  # the daemon's own, 0700 (private_file.py)
@@ -103,10 +104,8 @@ class PodStore:
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
     _foreign_said: set[tuple[tuple[str, str], int]] = field(default_factory=set)  # logged
-    # The freezes the daemon made, by pod: its region's identity and the GPUs (None: all).
-    _freezes: dict[tuple[str, str], tuple[tuple[int, int], set[str | None]]] = field(
-        default_factory=dict
-    )
+    # The freezes the daemon made or found, by pod, kept across its restarts (held_freezes.py).
+    _held_freezes: HeldFreezes | None = None
     _freezes_said: set[tuple[str, str]] = field(default_factory=set)  # cleared ones logged
     # Called with (namespace, name) after the API changed a pod's limits, outside the store's
     # lock: the pod source books the admin's change at once (it outlives a restart there).
@@ -128,10 +127,15 @@ class PodStore:
         if (self.base / POLICY_FOLDER).is_dir():
             self._policy = _decode_policies(self._policy_file.load())
         self._held_limits = HeldLimits(self.base / POLICY_FOLDER)
+        self._held_freezes = HeldFreezes(self.base / POLICY_FOLDER)
 
     def _held(self) -> HeldLimits:
         assert self._held_limits is not None
         return self._held_limits
+
+    def _freezes(self) -> HeldFreezes:
+        assert self._held_freezes is not None
+        return self._held_freezes
 
     def _remember_policies(
         self, before: dict[tuple[str, str], tuple[tuple[int, int], int, int]]
@@ -402,6 +406,9 @@ class PodStore:
             # (forgotten first, a refused delete let the tenant's next raised words stand).
             self._by_admin.pop((namespace, name), None)  # not the next pod of that name's
             self._held().forget((namespace, name))
+            # A pod made again under the name may get the file's inode, the identity a
+            # freeze is held with: it would be frozen at the next pass.
+            self._freezes().forget((namespace, name))
             if live:  # they keep charging the file: it stays until they are gone
                 try:
                     self._region(record.path).change_flags(set=FLAG_DELETED)
@@ -434,10 +441,9 @@ class PodStore:
             except RegionError as error:  # the file's state (cut short under us): a conflict
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
             identity = self._open[region.path].identity
-            known = self._freezes.get((namespace, name))
-            gpus = known[1] if known is not None and known[0] == identity else set()
+            gpus = self._freezes().gpus((namespace, name), identity) or frozenset()
             # A whole-pod freeze is None among them: it holds every GPU.
-            self._freezes[(namespace, name)] = (identity, gpus | {uuid})
+            self._freezes().hold((namespace, name), identity, gpus | {uuid})
             return self._record(namespace, name, region.path)
 
     def resume(self, namespace: str, name: str) -> PodRecord:
@@ -448,7 +454,7 @@ class PodStore:
                 region.resume()
             except RegionError as error:  # the file's state (cut short under us): a conflict
                 raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-            self._freezes.pop((namespace, name), None)
+            self._freezes().forget((namespace, name))
             return self._record(namespace, name, region.path)
 
     def set_policy(self, namespace: str, name: str, qos: int | None, weight: int | None) -> None:
@@ -603,9 +609,7 @@ class PodStore:
         its region) is made again, and logged once: before, the pod ran on and read as not
         frozen."""
         with self._lock:
-            present = {record.key for record in records}
-            for key in set(self._freezes) - present:
-                del self._freezes[key]
+            self._freezes().keep_only(record.key for record in records)
             for record in records:
                 if record.error is not None:
                     continue
@@ -624,7 +628,7 @@ class PodStore:
                     # the admin's freeze).
                     elif not self._freeze_again(record, region):
                         region.resume()
-                        self._freezes.pop(record.key, None)
+                        self._freezes().forget(record.key)
 
     def _adopt_freeze(self, record: PodRecord, region: Region) -> None:
         """Hold as its own a freeze the daemon renews without having made it: an earlier
@@ -632,30 +636,30 @@ class PodStore:
         daemon's API were made again, so after a restart a process of the pod cleared the flag
         and the pod ran on, read as not frozen."""
         current = self._open.get(record.path)
-        known = self._freezes.get(record.key)
-        if current is None or (known is not None and known[0] == current.identity):
+        if current is None or self._freezes().gpus(record.key, current.identity) is not None:
             return
         marks: set[str | None] = set(region.frozen_gpus())
-        self._freezes[record.key] = (current.identity, marks or {None})
+        self._freezes().hold(record.key, current.identity, marks or {None})
 
     def _narrowed(self, key: PodKey, region: Region) -> bool:
         """Whether the region's freeze holds fewer GPUs than the one the daemon made: a process
         of the pod marked some GPUs of a whole-pod freeze (it then holds those only), or cleared
         the mark of one it froze. Marks on none hold every GPU."""
-        known = self._freezes.get(key)
+        current = self._open.get(region.path)
+        known = None if current is None else self._freezes().gpus(key, current.identity)
         marks = {uuid.lower() for uuid in region.frozen_gpus()}
         if known is None or not marks:
             return False
-        return None in known[1] or not {gpu.lower() for gpu in known[1] if gpu} <= marks
+        return None in known or not {gpu.lower() for gpu in known if gpu} <= marks
 
     def _freeze_again(self, record: PodRecord, region: Region) -> bool:
         """Make again a freeze the daemon made (cleared, narrowed to fewer GPUs, or its deadline
         put past, in the region); whether there was one."""
-        known = self._freezes.get(record.key)
         current = self._open.get(record.path)
-        if known is None or current is None or known[0] != current.identity:
+        known = None if current is None else self._freezes().gpus(record.key, current.identity)
+        if known is None:
             return False
-        for uuid in sorted(known[1], key=lambda gpu: gpu or ""):
+        for uuid in sorted(known, key=lambda gpu: gpu or ""):
             region.freeze(FREEZE_HOLD_S, uuid)
         if record.key not in self._freezes_said:
             self._freezes_said.add(record.key)
@@ -772,25 +776,11 @@ def _decode_policies(document: Any) -> dict[tuple[str, str], tuple[tuple[int, in
     if document is None:
         return policies
     try:
-        for entry in document:
-            device, inode = entry["region"]
-            values = (
-                entry["namespace"],
-                entry["name"],
-                device,
-                inode,
-                entry["qos"],
-                entry["weight"],
-            )
-            if not all(isinstance(v, str) for v in values[:2]) or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in values[2:]
-            ):
-                raise TypeError("a field of the wrong type")
-            policies[(entry["namespace"], entry["name"])] = (
-                (device, inode),
-                entry["qos"],
-                entry["weight"],
-            )
+        for key, identity, entry in pod_entries(document):
+            qos, weight = entry["qos"], entry["weight"]
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (qos, weight)):
+                raise TypeError("a class or weight that is not a whole number")
+            policies[key] = (identity, qos, weight)
     except (TypeError, KeyError, ValueError) as error:
         log.warning("%s/%s: cannot read: %s; starting afresh", POLICY_FOLDER, POLICY_FILE, error)
         return {}

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
@@ -171,3 +172,17 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def pod_entries(document: Any) -> Iterator[tuple[tuple[str, str], tuple[int, int], Any]]:
+    """The entries of a file that holds one per pod (``{"namespace", "name", "region":
+    [st_dev, st_ino], ...}``), each with its pod and its region file's identity; TypeError,
+    KeyError or ValueError at the first of the wrong shape."""
+    for entry in document:
+        namespace, name = entry["namespace"], entry["name"]
+        if not isinstance(namespace, str) or not isinstance(name, str):
+            raise TypeError("a name that is not a string")
+        device, inode = entry["region"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (device, inode)):
+            raise TypeError("a region identity that is not two whole numbers")
+        yield (namespace, name), (device, inode), entry
