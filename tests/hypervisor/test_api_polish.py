@@ -65,6 +65,19 @@ def test_a_key_given_twice_in_a_json_object_is_a_422(daemon: Daemon) -> None:
     assert daemon.api("POST", "/api/v1/pods", content=once, headers=headers).status_code == 201
 
 
+def test_a_memory_limit_written_as_a_whole_float_is_taken(daemon: Daemon) -> None:
+    """JSON has one kind of number, and the schema's integer allows 1073741824.0: a client that
+    computes its sizes (Python's json writes 2**30 / 1 so) had it refused."""
+    headers = {"Content-Type": "application/json"}
+    whole = b'{"name": "f", "gpus": {"0": {"memory": 1073741824.0}}}'
+    reply = daemon.api("POST", "/api/v1/pods", content=whole, headers=headers)
+    assert reply.status_code == 201, reply.text
+    assert daemon.api("GET", "/api/v1/pods/default/f").json()["gpus"][0]["memory_limit"] == 1 << 30
+    part = b'{"name": "g", "gpus": {"0": {"memory": 1073741824.5}}}'
+    reply = daemon.api("POST", "/api/v1/pods", content=part, headers=headers)
+    assert reply.status_code == 422 and "bytes" in reply.json()["error"]
+
+
 def test_openapi_lists_only_the_answers_each_route_can_give(daemon: Daemon) -> None:
     spec = daemon.http.get("/openapi.json").json()
     answers = {
