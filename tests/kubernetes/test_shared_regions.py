@@ -18,7 +18,7 @@ from vgpu_hypervisor.dra.claims import DRIVER
 from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
-from vgpu_hypervisor.kubernetes.pod_source import PodSource
+from vgpu_hypervisor.kubernetes.pod_source import PodSource, share_regions
 
 from tests.kubernetes.test_pod_cache import has_region, node_source, running, until
 from tests.limiter.test_region import claim, raw
@@ -79,8 +79,7 @@ async def following(
     wires them. Leaving it is the daemon stopping."""
     source = node_source(api, tmp_path, store, plugin_places=True, dra_places=True, gpus=GPUS)
     driver = preparer(store, source, tmp_path)
-    source.plugin_gpus = lambda uid: given.get(uid, ())
-    source.claim_gpus = driver.pod_gpus
+    share_regions(source, lambda uid: given.get(uid, ()), driver)
     async with running(source):
         await asyncio.wait_for(source.synced.wait(), 10)
         yield source, driver
@@ -263,31 +262,47 @@ def test_a_pod_made_again_on_fewer_gpus_than_its_deleted_namesakes_file_is_still
     store.close()
 
 
-def test_an_old_pods_claim_unprepared_after_its_namesake_was_prepared_leaves_its_region(
-    api: ApiServer, tmp_path: Path
+@pytest.mark.parametrize("made_again_as", ["a pod of a claim", "a device-plugin pod"])
+def test_an_old_pods_claim_unprepared_after_its_namesake_was_made_leaves_its_region(
+    api: ApiServer, tmp_path: Path, made_again_as: str
 ) -> None:
     """A StatefulSet's DRA pod deleted with force and made again under its name: the kubelet
-    may prepare the new pod's claim before it unprepares the old one's. Before, that Unprepare
-    deleted the new pod's region (its processes then found none), or, while they ran, failed
-    for as long as they did (the old pod never finished)."""
+    may prepare the new pod's claim before it unprepares the old one's, and the new pod may be
+    the device plugin's alone (its region the pod source's, no claim of it in the driver's
+    checkpoint). Before, that Unprepare deleted the new pod's region (its processes then found
+    none), or, while they ran, failed for as long as they did (the old pod never finished)."""
     store = PodStore(tmp_path / "shm")
     old_uid = put_pod_of_both(api, "db-0", {}, plugin=False)
     given: dict[str, tuple[str, ...]] = {}
+    of_a_claim = made_again_as == "a pod of a claim"
 
     async def scenario() -> None:
         async with following(api, tmp_path, store, given) as (source, driver):
             await until(lambda: source.by_key("default", "db-0") is not None)
             await asyncio.to_thread(driver.prepare, "default", "db-0-gpu", f"claim-{old_uid}")
             api.delete_pod("db-0")
-            new_uid = put_pod_of_both(api, "db-0", {}, plugin=False)
+            if of_a_claim:
+                new_uid = put_pod_of_both(api, "db-0", {}, plugin=False)
+            else:
+                new_uid = str(
+                    api.put_pod("db-0", resources={"vgpu.io/gpu": "1"})["metadata"]["uid"]
+                )
             assert new_uid != old_uid
             await until(lambda: source.by_uid(new_uid) is not None)
-            await asyncio.to_thread(driver.prepare, "default", "db-0-gpu", f"claim-{new_uid}")
+            if of_a_claim:
+                await asyncio.to_thread(driver.prepare, "default", "db-0-gpu", f"claim-{new_uid}")
+            else:
+                allocate(store, source, "db-0", UUIDS[0])
+                given[new_uid] = (UUIDS[0],)
+                await until(lambda: source.region_made_for("default", "db-0") == new_uid)
+            before = memory(store, "db-0")
             await asyncio.to_thread(driver.unprepare, "default", "db-0-gpu", f"claim-{old_uid}")
-            assert memory(store, "db-0") == {UUIDS[1]: 2 * GiB}
-            assert driver.pod_gpus(new_uid) == {UUIDS[1]}
-            await asyncio.to_thread(driver.unprepare, "default", "db-0-gpu", f"claim-{new_uid}")
-            assert not has_region(store, "db-0")
+            assert memory(store, "db-0") == before
+            assert set(driver.prepared()) == ({f"claim-{new_uid}"} if of_a_claim else set())
+            if of_a_claim:
+                assert before == {UUIDS[1]: 2 * GiB} and driver.pod_gpus(new_uid) == {UUIDS[1]}
+                await asyncio.to_thread(driver.unprepare, "default", "db-0-gpu", f"claim-{new_uid}")
+                assert not has_region(store, "db-0")
 
     asyncio.run(scenario())
     store.close()

@@ -409,15 +409,15 @@ class Daemon:
         log.info("device plugin serving in %s", settings.device_plugin_dir)
 
     def _share_regions(self, source: "PodSource | None") -> None:
-        """Before the pod source's first list: it knows a pod's GPUs from the plugin's
-        bindings (after a restart too) and its claims' from the driver's checkpoint, so that
-        it never takes every GPU of a pod's region for the plugin's (docs/dra.md)."""
-        if source is None:
-            return
-        if self._plugin is not None:
-            source.plugin_gpus = self._plugin.assigned
-        if self._dra is not None:
-            source.claim_gpus = self._dra.driver.preparer.pod_gpus
+        """Before the pod source's first list (pod_source.share_regions)."""
+        if source is not None:
+            from vgpu_hypervisor.kubernetes.pod_source import share_regions
+
+            share_regions(
+                source,
+                None if self._plugin is None else self._plugin.assigned,
+                None if self._dra is None else self._dra.driver.preparer,
+            )
 
     async def _start_dra(
         self, snapshot: NodeSnapshot | None, observer: GpuObserver, store: PodStore

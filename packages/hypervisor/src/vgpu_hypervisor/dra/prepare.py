@@ -15,7 +15,7 @@ go. A claim not prepared here is unprepared already.
 import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,6 +69,9 @@ class Preparer:
         self._gpus = {device_name(gpu): gpu for gpu in config.gpus}
         self._checkpoint = Checkpoint(store.base)
         self._lock = threading.Lock()
+        # Set by the daemon when a pod source runs: the UID of the pod it made the region of a
+        # namespace and name for (a device-plugin pod's), None where it made none.
+        self.region_made_for: Callable[[str, str], str | None] = lambda namespace, name: None
 
     def prepared(self) -> dict[str, Claim]:
         with self._lock:
@@ -149,9 +152,11 @@ class Preparer:
         ]
 
     def _another_pod(self, claim: Claim) -> bool:
-        """Whether a claim of another pod of the claim's pod's name is prepared (the region,
-        by namespace and name, is that pod's)."""
-        return any(
+        """Whether the region of the claim's pod's name is another pod's now: a claim of
+        another pod of that name is prepared, or the pod source made it for another pod (one
+        of the device plugin's alone, which has no claim here)."""
+        made_for = self.region_made_for(claim.namespace, claim.pod)
+        return (made_for is not None and made_for != claim.pod_uid) or any(
             one.claim.pod_uid != claim.pod_uid
             and (one.claim.namespace, one.claim.pod) == (claim.namespace, claim.pod)
             for one in self._checkpoint.claims.values()

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightkube import ALL_NS, AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -53,6 +53,9 @@ from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.pod_book import Entry, PodBook, Written, forget_old_marker
 from vgpu_hypervisor.kubernetes.requests import effective_requests
 from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling, Resolution, resolve
+
+if TYPE_CHECKING:  # the DRA driver loads only with --dra
+    from vgpu_hypervisor.dra.prepare import Preparer
 
 log = logging.getLogger("vgpu_hypervisor.kubernetes")
 # What set a ceiling, in refusals ("…, the ceiling from {source}") and the book.
@@ -195,6 +198,13 @@ class PodSource:
         # Why the API server cannot be followed now (the daemon is not ready), None while it is.
         self.problem: str | None = "the pods not listed yet"
         store.admin_listeners.append(self._admin_changed)
+
+    def region_made_for(self, namespace: str, name: str) -> str | None:
+        """The UID of the pod the source made the region of ``namespace/name`` for; None when
+        it made none. Read without the lock (one dict lookup), as the DRA driver asks while
+        it holds its own."""
+        entry = self._book.get(namespace, name)
+        return None if entry is None else entry.uid
 
     def _admin_changed(self, namespace: str, name: str) -> None:
         """The API changed a pod's limits: book the admin's change now (it becomes the pod's
@@ -661,3 +671,21 @@ def _describe(found: Resolution) -> str:
             compute = format_percent(hundredths_to_percent(hundredths))
         parts.append(f"{uuid} {memory}, {compute}")
     return "; ".join(parts)
+
+
+def share_regions(
+    source: PodSource,
+    plugin_gpus: Callable[[str], Sequence[str]] | None,
+    preparer: Preparer | None,
+) -> None:
+    """Wire the pod source, the device plugin's bindings and the DRA driver, which may each
+    hold a part of one pod's region, before the source's first list: the source knows a pod's
+    GPUs from the plugin's bindings (after a restart too) and its claims' from the driver's
+    checkpoint, so that it never takes every GPU of a pod's region for the plugin's; the driver
+    knows which pod the source made a region for, so that an old pod's claim leaves a
+    plugin-only namesake's region alone (docs/dra.md)."""
+    if plugin_gpus is not None:
+        source.plugin_gpus = plugin_gpus
+    if preparer is not None:
+        source.claim_gpus = preparer.pod_gpus
+        preparer.region_made_for = source.region_made_for
