@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 from vgpu_common.limits import normalize_uuid
 from vgpu_limiter import region as regions
+from vgpu_limiter.config import environment_names
 from vgpu_limiter.region import ProcessInfo, Region, RegionError
 from vgpu_limiter.region_cli import inspect
 
@@ -739,7 +740,7 @@ def app() -> typer.Typer:
 
 
 def invoke(app: typer.Typer, *args: str, **environment: str) -> Any:
-    clean = {name: None for name in ("SHM_BASE_PATH", "SHM_PATH", "POD_NAME", "POD_NAMESPACE")}
+    clean = dict.fromkeys(environment_names())
     return CliRunner().invoke(
         app, ["inspect", *args], env={**clean, "COLUMNS": "200", **environment}
     )
@@ -801,6 +802,27 @@ def test_inspect_finds_the_pod_from_the_environment(app: typer.Typer, busy: Regi
     result = invoke(app, "train", "--json", SHM_BASE_PATH=base)
     assert result.exit_code == 2
     assert result.stderr == f"error: {base}/default/train/shm: no such pod region\n"
+
+
+def test_inspect_reads_the_environment_as_the_limiter_does(
+    app: typer.Typer, busy: Region, tmp_path: Path
+) -> None:
+    """Before, inspect knew SHM_PATH and POD_NAME only, and took a relative SHM_BASE_PATH,
+    which the limiter refuses, to say "no such pod region"."""
+    result = invoke(app, "--json", TF_SHM_FILE=str(busy.path))
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["path"] == str(busy.path)
+    base = str(busy.path.parents[2])
+    result = invoke(app, "--json", "--base", base, POD_NAMESPACE="team", POD_NAME="train")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["path"] == str(busy.path)
+    for args, environment in (
+        ([], {"SHM_BASE_PATH": "relative/base", "POD_NAME": "train"}),
+        (["team/train"], {"SHM_BASE_PATH": "relative/base"}),
+    ):
+        result = invoke(app, *args, **environment)
+        assert result.exit_code == 2
+        assert result.stderr == "error: SHM_BASE_PATH=relative/base: must be an absolute path\n"
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,7 @@ def inspect(
         typer.Option(
             "--base",
             metavar="PATH",
-            envvar="SHM_BASE_PATH",
-            help=f"The folder of the pods' regions (default {DEFAULT_BASE}).",
+            help=f"The folder of the pods' regions (default: SHM_BASE_PATH, else {DEFAULT_BASE}).",
             show_default=False,
         ),
     ] = None,

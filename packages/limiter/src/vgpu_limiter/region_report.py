@@ -22,25 +22,37 @@ if TYPE_CHECKING:
 def resolve_path(
     pod: str | None, path: Path | None, base: Path | None, environ: Mapping[str, str]
 ) -> Path:
-    """The region file named by the arguments, else by the environment as the limiter reads it."""
-    from vgpu_common.paths import DEFAULT_BASE
-
-    from vgpu_limiter.region import DEFAULT_NAMESPACE, REGION_FILE, region_path
+    """The region file named by the arguments, else by the environment as the limiter reads
+    it (its own configuration parser: the variables and rules it enforces, its errors)."""
+    from vgpu_limiter.config import load_config
+    from vgpu_limiter.region import DEFAULT_NAMESPACE, region_path
 
     if path is not None:
         if pod is not None:
             raise ValueError("give a POD or --path, not both")
         return path
-    base = base or DEFAULT_BASE
     if pod is not None:
         namespace, _, name = pod.rpartition("/") if "/" in pod else (DEFAULT_NAMESPACE, "", pod)
-        return region_path(base, namespace, name)
-    if environ.get("SHM_PATH"):
-        return Path(environ["SHM_PATH"]) / REGION_FILE
-    if environ.get("POD_NAME"):
-        namespace = environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
-        return region_path(base, namespace, environ["POD_NAME"])
-    raise ValueError("name a POD (namespace/name) or --path FILE; SHM_PATH and POD_NAME are unset")
+        return region_path(base if base is not None else _base(environ), namespace, name)
+    identity = load_config().pod  # ConfigError, a ValueError: the limiter's one line
+    if identity.region_file is None:
+        raise ValueError("name a POD (namespace/name) or --path FILE; this environment names none")
+    if base is not None and identity.name is not None and identity.name_source is not None:
+        return region_path(base, identity.namespace or DEFAULT_NAMESPACE, identity.name)
+    return identity.region_file
+
+
+def _base(environ: Mapping[str, str]) -> Path:
+    """SHM_BASE_PATH, as the limiter takes it (absolute), else its default. A base given on
+    the command line may be relative: it is the user's own path."""
+    from vgpu_common.paths import DEFAULT_BASE
+
+    value = environ.get("SHM_BASE_PATH")
+    if not value:
+        return DEFAULT_BASE
+    if not value.startswith("/"):
+        raise ValueError(f"SHM_BASE_PATH={value}: must be an absolute path")
+    return Path(value)
 
 
 # The report: plain data, printed as JSON or as tables.
