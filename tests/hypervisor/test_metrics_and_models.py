@@ -1,5 +1,6 @@
 """Influx lines and the rotated metrics file; request parsing."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,21 @@ def test_a_tag_with_a_newline_stays_on_its_line() -> None:
     lines = influx_lines(NodeView(view.taken_at, None, view.gpus, (pod,)))
     assert all(line.count("\n") == 1 and line.endswith("\n") for line in lines)
     assert "uuid=GPU-1\\ tf_gpu\\,uuid\\=x\\ m\\=1i," in lines[1]
+
+
+def test_a_count_past_what_influx_holds_stays_a_line_influx_reads() -> None:
+    """A tenant writes its region's usage words: a memory_used of 2**64 - 1 went out as
+    `memory_bytes=18446744073709551615i`, past the signed 64 bits of an influx integer, and the
+    reader refused the line ("value out of range")."""
+    view = _view()
+    scribbled = {"memory_used": (1 << 64) - 1, "host_memory_used": 1 << 63}
+    share = view.pods[0].gpus[0].model_copy(update=scribbled)
+    pod = view.pods[0].model_copy(update={"gpus": [share]})
+    _, worker_line = influx_lines(NodeView(view.taken_at, None, view.gpus, (pod,)))
+    integers = [
+        int(value) for value in re.findall(r"(?<=[ ,])\w+=(-?[0-9]+)i(?=[ ,])", worker_line)
+    ]
+    assert len(integers) == 2 and all(-(1 << 63) <= value < 1 << 63 for value in integers)
 
 
 def test_influx_lines_carry_host_backed_memory_of_an_oversubscribed_pod() -> None:

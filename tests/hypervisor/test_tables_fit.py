@@ -133,3 +133,20 @@ def test_a_command_keeps_its_program_and_note() -> None:
     line = short_command("/usr/local/bin/python3 -m train --epochs 300", "(exited)", width=24)
     assert line == "python3 -m tra… (exited)"
     assert short_command("/bin/sleep 5", width=40) == "sleep 5"
+
+
+@pytest.mark.parametrize("form", ["table", "wide"])
+def test_a_command_or_uuid_that_reads_as_markup_is_shown_as_written(
+    form: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's command line is whatever its tenant ran, and a UUID in a pod's region is
+    whatever it wrote: the cells went to rich as markup, so `python [/x]` failed the whole
+    listing (MarkupError, a traceback: no worker of any pod shown) and `[bold]` vanished."""
+    monkeypatch.setenv("COLUMNS", "160")
+    workers = _workers()
+    workers[0]["command"] = "python train.py [/x] [bold]loud"
+    shown = _shown(capsys, "workers", workers, form)
+    assert "[/x] [bold]loud" in shown and "research/llama-70b-finetune" in shown
+    pods = _pods()
+    pods[0]["gpus"][0] |= {"uuid": "[/gpu]", "index": None}
+    assert "[/gpu]" in _shown(capsys, "pods", pods, form)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from rich import box
 from rich.cells import cell_len
 from rich.table import Table
+from rich.text import Text
 
 ELLIPSIS = "…"
 
@@ -106,8 +107,11 @@ def fitted(
             min_width=widths[i],
         )
     for number, row in enumerate(rows):
+        # Text, not markup: a cell holds what tenants wrote (a command line, a region's UUID),
+        # and "[/x]" in one failed the whole listing.
         cells = [
-            columns[i].shorten(row[i], widths[i]) if columns[i].flexible else row[i] for i in kept
+            Text(columns[i].shorten(row[i], widths[i]) if columns[i].flexible else row[i])
+            for i in kept
         ]
         table.add_row(*cells, style=styles[number] if number < len(styles) else None)
     return table

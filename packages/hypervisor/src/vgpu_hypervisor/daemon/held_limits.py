@@ -94,6 +94,11 @@ class HeldLimits:
         held = (self._gpus(key, identity) or {}).get(uuid.lower())
         return lambda words: held if held is not None and raises(words, held) else words
 
+    def holds(self, key: Key, identity: Identity) -> bool:
+        """Whether limits are held for the pod's region file ``identity`` (kept from its first
+        read, or its making, until the pod is deleted or gone)."""
+        return self._gpus(key, identity) is not None
+
     def held_gpus(self, key: Key, identity: Identity) -> set[str] | None:
         """The GPUs (UUIDs in lower case) the pod is on: those its limits are held on; None
         while any GPU the region lists is the pod's (a pod first read, or adopted less than

@@ -16,14 +16,23 @@ def utc_time(created: float) -> str:
     return stamp.removesuffix("+00:00") + "Z"
 
 
+# Control characters as escapes (a tab stays): a message names what tenants wrote, a UUID in
+# a region say, and one with a newline put a line of its writer's making in the log.
+_ONE_LINE = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
+
+
 class TextFormatter(logging.Formatter):
-    """`TIME LEVEL LOGGER: MESSAGE`, with a traceback on the lines after when there is one."""
+    """`TIME LEVEL LOGGER: MESSAGE` on one line, with a traceback on the lines after when there
+    is one."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return utc_time(record.created)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(_ONE_LINE)
 
 
 class JsonFormatter(logging.Formatter):

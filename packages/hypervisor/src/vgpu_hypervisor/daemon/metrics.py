@@ -331,10 +331,17 @@ def _escape_tag(text: str) -> str:
     return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
 
 
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1  # an influx integer: signed, 64 bits
+
+
 def _line(measurement: str, tags: dict[str, str], fields: dict[str, float | int], ns: int) -> str:
     tag_text = "".join(f",{key}={_escape_tag(value)}" for key, value in tags.items() if value)
+    # Integers held to what an influx integer holds: a pod's usage words are its tenant's to
+    # write, and one past 2**63 made a line its reader refused ("value out of range").
     field_text = ",".join(
-        f"{key}={value}i" if isinstance(value, int) else f"{key}={float(value)!r}"
+        f"{key}={min(max(value, _INT_MIN), _INT_MAX)}i"
+        if isinstance(value, int)
+        else f"{key}={float(value)!r}"
         for key, value in fields.items()
     )
     return f"{measurement}{tag_text} {field_text} {ns}\n"

@@ -19,7 +19,7 @@ from vgpu_limiter.region import ProcessInfo, process_alive
 from vgpu_hypervisor import models
 from vgpu_hypervisor.daemon.cluster import Charge, ClusterPods
 from vgpu_hypervisor.daemon.demand import DemandTracker
-from vgpu_hypervisor.daemon.pods import PodKey, PodRecord, PodStore
+from vgpu_hypervisor.daemon.pods import PodError, PodKey, PodRecord, PodStore
 from vgpu_hypervisor.daemon.scheduler import (
     node_burst_rates,
     node_effective_limits,
@@ -133,7 +133,13 @@ class Node:
         if record.error is not None:
             return record
         if self.store.reap(record):
-            record = self.store.get(record.namespace, record.name)
+            try:
+                record = self.store.get(record.namespace, record.name)
+            except PodError:
+                # Gone, or marked deleted, since the scan (a limiter's pod's tenant owns its
+                # folder): the scan's record for this pass, the next one knows. Before, the
+                # whole pass failed, for every pod.
+                return record
         found = self._host_pids.resolve(list(record.processes))
         for process in record.processes:
             host_pid = found.get((process.pid, process.pid_namespace, process.start_time))

@@ -22,13 +22,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from vgpu_common.limits import NO_LIMITS, GpuLimits, Qos, format_size
+from vgpu_common.limits import NO_LIMITS, GpuLimits, Qos, format_size, normalize_uuid
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import (
     FLAG_DELETED,
@@ -104,6 +104,11 @@ class PodStore:
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
     _foreign_said: set[tuple[tuple[str, str], int]] = field(default_factory=set)  # logged
+    _deleted_said: set[tuple[str, str]] = field(default_factory=set)  # deleted marks cleared
+    # The pods deleted while workers still charge their file, by its identity: a mark a process
+    # of the pod clears is set again (undeleted, the pod came back with the words its tenant
+    # wrote, held as a new pod's).
+    _deleting: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     # The freezes the daemon made or found, by pod, kept across its restarts (held_freezes.py).
     _held_freezes: HeldFreezes | None = None
     _freezes_said: set[tuple[str, str]] = field(default_factory=set)  # cleared ones logged
@@ -157,14 +162,50 @@ class PodStore:
     def _deleted(self, record: PodRecord) -> bool:
         """Whether a pod is deleted (its files removed once its last worker is gone)."""
         try:
-            if record.error is not None or not self._region(record.path).flags & FLAG_DELETED:
+            if record.error is not None or not self._flagged_deleted(
+                record.key, self._region(record.path)
+            ):
                 return False
             self.reap(record)
             if not self._region(record.path).processes:
                 self._remove(record.path)
+                self._deleting.pop(record.key, None)
         except (RegionError, PodError):
             pass  # a file gone bad meanwhile: removed by a later scan, or deleted again
         return True
+
+    def _flagged_deleted(self, key: PodKey, region: Region) -> bool:
+        """Whether the pod's region is marked deleted by the daemon. The daemon forgets the
+        limits it holds for a pod as it marks it (delete), so a mark on a file whose limits it
+        still holds was written by a process of the pod: it is cleared, and logged once.
+        Before, it was taken for the daemon's: the pod went out of the passes, which forgot
+        its limits, class and freeze, and the tenant, clearing it again with 99.99 % and the
+        critical class written, had them adopted as a new pod's."""
+        current = self._open.get(region.path)
+        if not region.flags & FLAG_DELETED:
+            return current is not None and self._mark_again(key, current.identity, region)
+        if current is None or not self._held().holds(key, current.identity):
+            return True
+        region.change_flags(clear=FLAG_DELETED)
+        self._say_deleted_mark(key, "marked deleted in its region, not by a delete", "cleared")
+        return False
+
+    def _mark_again(self, key: PodKey, identity: tuple[int, int], region: Region) -> bool:
+        """Set again the deleted mark of a pod the daemon deleted that a process of the pod
+        cleared; whether it did."""
+        if self._deleting.get(key) != identity:
+            return False
+        region.change_flags(set=FLAG_DELETED)
+        self._say_deleted_mark(
+            key, "its deleted mark cleared in its region, not by a create", "set again"
+        )
+        return True
+
+    def _say_deleted_mark(self, key: PodKey, what: str, done: str) -> None:
+        """Log once per pod that a process of the pod wrote its deleted mark."""
+        if key not in self._deleted_said:
+            self._deleted_said.add(key)
+            log.warning("pod %s/%s: %s (a process of the pod wrote it): mark %s", *key, what, done)
 
     def get(self, namespace: str, name: str) -> PodRecord:
         """One pod; PodNotFound if it has no region file."""
@@ -310,7 +351,7 @@ class PodStore:
         pod's tenant had written while it was deleted, and kept the old owner's file."""
         try:
             region = self._region(path)
-            if not region.flags & FLAG_DELETED:
+            if not self._flagged_deleted((namespace, name), region):
                 return False
             info = path.stat()
             asked = (0 if owner is None else owner, group)
@@ -337,6 +378,7 @@ class PodStore:
         except RegionError as error:
             raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
         self._policy.pop((namespace, name), None)
+        self._deleting.pop((namespace, name), None)
         return True
 
     def update(
@@ -411,11 +453,14 @@ class PodStore:
             self._freezes().forget((namespace, name))
             if live:  # they keep charging the file: it stays until they are gone
                 try:
-                    self._region(record.path).change_flags(set=FLAG_DELETED)
+                    region = self._region(record.path)
+                    region.change_flags(set=FLAG_DELETED)
                 except RegionError as error:  # the file's state (cut short under us): a conflict
                     raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+                self._deleting[(namespace, name)] = self._open[region.path].identity
                 return record
             self._remove(record.path)
+            self._deleting.pop((namespace, name), None)
             return record
 
     def _remove(self, path: Path) -> None:
@@ -613,7 +658,9 @@ class PodStore:
             for record in records:
                 if record.error is not None:
                     continue
-                with suppress(RegionError):
+                # ValueError: a freeze held by a GPU name that is none (an earlier version
+                # adopted one a tenant wrote): that pod's, not every pod's pass.
+                with suppress(RegionError, ValueError):
                     region = self._region(record.path, opening=False)
                     if not region.flags & FLAG_FROZEN:
                         self._freeze_again(record, region)
@@ -638,7 +685,10 @@ class PodStore:
         current = self._open.get(record.path)
         if current is None or self._freezes().gpus(record.key, current.identity) is not None:
             return
-        marks: set[str | None] = set(region.frozen_gpus())
+        # Only the marks on entries that name a GPU: an entry's UUID is the tenant's to write,
+        # and a freeze held by a name that is none made the pass that froze the pod again fail
+        # (ValueError) for every pod, pass after pass.
+        marks: set[str | None] = set(_gpu_uuids(region.frozen_gpus()))
         self._freezes().hold(record.key, current.identity, marks or {None})
 
     def _narrowed(self, key: PodKey, region: Region) -> bool:
@@ -690,7 +740,11 @@ class PodStore:
             region = self._region(path)
         except RegionError as error:
             raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-        if region.flags & FLAG_DELETED:
+        try:
+            deleted = self._flagged_deleted((namespace, name), region)
+        except RegionError as error:
+            raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
+        if deleted:
             raise PodNotFound(f"no pod {namespace}/{name}")
         return region
 
@@ -724,6 +778,15 @@ def _check_changes(
             wanted.over(base)
         except ValueError as error:
             raise PodError(f"GPU {uuid}: {_one_line(error)}") from None
+
+
+def _gpu_uuids(names: Iterable[str]) -> list[str]:
+    """The names that are GPU UUIDs, as NVML writes them."""
+    found = []
+    for name in names:
+        with suppress(ValueError):
+            found.append(normalize_uuid(name))
+    return found
 
 
 def _new_limits(uuid: str, wanted: GpuLimits) -> GpuLimits:
