@@ -36,8 +36,9 @@ from vgpu_limiter import library_path
 
 PROGRAM = textwrap.dedent(
     """
-    import json, sys, time
+    import json, os, sys, time
     kind, seconds = sys.argv[1], float(sys.argv[2])
+    duty = float(os.environ.get("VGPU_BENCH_DUTY", "1"))  # <1: sleep after each batch, unlimited
     if kind == "cupy":  # CuPy's own kernels through the driver API
         import cupy
         x = cupy.ones(16 << 20, dtype=cupy.float32)
@@ -126,6 +127,8 @@ PROGRAM = textwrap.dedent(
         marks.append((time.perf_counter() - start, done))
         if kind == "bursty":
             time.sleep(0.04)
+        elif duty < 1:
+            time.sleep((time.perf_counter() - began) * (1 / duty - 1))
     print(json.dumps({"kind": kind, "marks": marks, "started": started, "round_ms": rounds,
                       "monotonic_start": start}))
     """
