@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 from vgpu_common.limits import GpuLimits
+from vgpu_hypervisor.dra.quota import RELEASED
 from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_limiter import sim
 
@@ -420,3 +421,88 @@ def test_a_claim_that_leaves_takes_its_class_with_it(dra: DraNode, plugin: Plugi
     assert dra.node.store.get(NAMESPACE, "q").qos == 3  # critical
     assert unprepared(plugin, a) == ""
     assert dra.node.store.get(NAMESPACE, "q").qos == 1  # medium, the default
+
+
+def test_a_claim_unprepared_while_another_stays_leaves_its_gpu_granting_nothing(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    """A pod with a claim on GPU 0 and one on GPU 1, the second unprepared while the first
+    stays. Before, GPU 1's entry kept the departed claim's 3 GiB and 50 % until the pod's last
+    claim went: the pod kept a GPU it no longer held, and the daemon weighed it there."""
+    first, second = (str(device.uuid) for device in snapshot.devices[:2])
+    pod = dra.add_pod("split")
+    a = dra.add_claim(
+        "a", pod, [{"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "10"}}]
+    )
+    b = dra.add_claim(
+        "b", pod, [{"device": "gpu-1", "consumedCapacity": {"memory": "3Gi", "compute": "50"}}]
+    )
+    assert prepared(plugin, a).error == "" and prepared(plugin, b).error == ""
+    assert unprepared(plugin, b) == ""
+    limits = region_limits(dra, "split")
+    assert limits[first] == GpuLimits(memory=GiB, compute=1000)
+    assert limits[second] == RELEASED  # an entry stays (none leaves a region): it holds nothing
+    assert unprepared(plugin, b) == ""  # the kubelet's retry: nothing more to do
+    assert region_limits(dra, "split") == limits
+    dra.stop()
+    dra.start()  # a restart answers from the checkpoint: the GPU stays released
+    kubelet = DraKubelet(dra.sockets.registry)
+    try:
+        assert prepared(kubelet.register(), a).error == ""
+    finally:
+        kubelet.close()
+    assert region_limits(dra, "split") == limits
+
+
+def gpu_config(source: str, requests: list[str], **parameters: Any) -> dict[str, Any]:
+    """An opaque configuration of the allocation, as the scheduler copies it there."""
+    parameters |= {"apiVersion": "gpu.vgpu.io/v1alpha1", "kind": "GpuConfig"}
+    opaque = {"driver": "gpu.vgpu.io", "parameters": parameters}
+    return {"source": source, "requests": requests, "opaque": opaque}
+
+
+@pytest.mark.parametrize("claims_for", [[], ["gpu"]], ids=["every-request", "the-request"])
+def test_the_claims_parameters_win_over_the_classs(
+    dra: DraNode, plugin: Plugin, claims_for: list[str]
+) -> None:
+    """kube-scheduler copies the class's configuration into the allocation naming the request
+    it served (``requests: [gpu]``), then the claim's. Before, a class configuration that named
+    the request was applied again after a claim's for every request, and won: the claim's
+    burst of 80 % gave way to the class's 60."""
+    pod = dra.add_pod("tuned")
+    config = [
+        gpu_config("FromClass", ["gpu"], burst=60, qos="low"),
+        gpu_config("FromClaim", claims_for, burst=80),
+    ]
+    share = {"device": "gpu-0", "consumedCapacity": {"memory": "1Gi", "compute": "30"}}
+    claim = dra.add_claim("tuned", pod, [share], config=config)
+    assert prepared(plugin, claim).error == ""
+    (limits,) = region_limits(dra, "tuned").values()
+    assert limits == GpuLimits(memory=GiB, compute=3000, burst=8000)
+    assert dra.node.store.get(NAMESPACE, "tuned").qos == 0  # low: the class's, not overridden
+
+
+def test_a_claim_of_two_requests_on_one_gpu_has_a_valid_cdi_spec(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot
+) -> None:
+    """Two requests of one claim (a shared device may be allocated to each) placed on GPU 0.
+    Before, the spec listed the device ``{uid}-gpu-0`` twice, and CDI refuses a whole spec that
+    names a device twice ("invalid spec, multiple device"): the pod's containers did not start."""
+    pod = dra.add_pod("twice")
+    shares = [
+        {"request": request, "device": "gpu-0", "consumedCapacity": {"memory": m, "compute": c}}
+        for request, m, c in (("train", "2Gi", "20"), ("serve", "1Gi", "10"))
+    ]
+    claim = dra.add_claim("twice", pod, shares)
+    answer = prepared(plugin, claim)
+    assert answer.error == ""
+    uid = claim["metadata"]["uid"]
+    ids = [f"gpu.vgpu.io/claim={uid}", f"gpu.vgpu.io/claim={uid}-gpu-0"]
+    assert [(list(d.request_names), list(d.cdi_device_ids)) for d in answer.devices] == [
+        (["train"], ids),
+        (["serve"], ids),
+    ]
+    names = [device["name"] for device in spec_of(dra, claim)["devices"]]
+    assert names == [uid, f"{uid}-gpu-0"]
+    uuid = str(snapshot.devices[0].uuid)
+    assert region_limits(dra, "twice") == {uuid: GpuLimits(memory=3 * GiB, compute=3000)}

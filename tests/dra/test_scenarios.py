@@ -262,3 +262,25 @@ def test_claims_are_released_as_the_claim_controller_does_when_pods_end(
     assert scheduler.release_claims() == [own["metadata"]["name"]]
     assert shared_status() == {}
     assert [c["metadata"]["name"] for c in objects(api, CLAIMS, NAMESPACE)] == ["shared"]
+
+
+def test_a_claim_of_two_requests_placed_on_one_gpu_is_prepared_with_a_valid_spec(
+    cluster: Cluster, plugin: Plugin, facts: NodeFacts
+) -> None:
+    """The scheduler may give two requests of one claim the same shared GPU. Before, the
+    claim's CDI spec named that GPU's device twice, which CDI refuses whole."""
+    requests = [gpu_request("train", memory="2Gi", compute="20"),
+                gpu_request("serve", memory="1Gi", compute="10")]  # fmt: skip
+    cluster.template("two-requests", requests)
+    cluster.pod("duo", "two-requests")
+    assert cluster.scheduler.schedule(NAMESPACE, "duo") == NODE
+    (claim,) = cluster.claims_of("duo")
+    assert [device for device, _ in placed(claim)] == ["gpu-0", "gpu-0"]
+    (answer,) = prepare_pod(plugin, cluster, "duo")
+    assert sorted(r for d in answer.devices for r in d.request_names) == ["serve", "train"]
+    spec = cluster.dra.cdi_dir / f"gpu.vgpu.io-claim_{claim['metadata']['uid']}.json"
+    names = [device["name"] for device in yaml.safe_load(spec.read_text())["devices"]]
+    assert len(names) == len(set(names)) == 2
+    assert region_limits(cluster.dra, "duo") == {
+        facts.gpus[0].uuid: GpuLimits(memory=3 * GiB, compute=3000)
+    }

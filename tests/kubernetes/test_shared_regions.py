@@ -16,6 +16,7 @@ from vgpu_hypervisor.device_plugin.allocation import LIBRARIES, Layout
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.dra.claims import DRIVER
 from vgpu_hypervisor.dra.prepare import NodeConfig, Preparer
+from vgpu_hypervisor.dra.quota import RELEASED
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.pod_source import PodSource, share_regions
@@ -32,22 +33,29 @@ NODE = "node-a"
 
 class Claims:
     """The API server as the driver's Prepare reads it: the claim ``{pod}-gpu`` allocated
-    2 GiB and 20 % of GPU 1 and reserved for its pod, and the pods the pod source knows."""
+    2 GiB and 20 % of GPU 1 (``{pod}-gpu0``: 1 GiB and 10 % of GPU 0, UID ``claim0-…``) and
+    reserved for its pod, and the pods the pod source knows."""
 
     def __init__(self, source: PodSource) -> None:
         self.source = source
 
     def claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        pod = self.pod(namespace, name.removesuffix("-gpu"))
+        on_first = name.endswith("-gpu0")
+        pod = self.pod(namespace, name.removesuffix("-gpu0" if on_first else "-gpu"))
         result = {
             "request": "gpu",
             "driver": DRIVER,
             "pool": NODE,
-            "device": "gpu-1",
-            "consumedCapacity": {"memory": "2Gi", "compute": "20"},
+            "device": "gpu-0" if on_first else "gpu-1",
+            "consumedCapacity": (
+                {"memory": "1Gi", "compute": "10"}
+                if on_first
+                else {"memory": "2Gi", "compute": "20"}
+            ),
         }
+        uid = f"claim0-{pod.uid}" if on_first else f"claim-{pod.uid}"
         return {
-            "metadata": {"namespace": namespace, "name": name, "uid": f"claim-{pod.uid}"},
+            "metadata": {"namespace": namespace, "name": name, "uid": uid},
             "status": {
                 "allocation": {"devices": {"results": [result]}},
                 "reservedFor": [{"resource": "pods", "name": pod.name, "uid": pod.uid}],
@@ -305,4 +313,62 @@ def test_an_old_pods_claim_unprepared_after_its_namesake_was_made_leaves_its_reg
                 assert not has_region(store, "db-0")
 
     asyncio.run(scenario())
+    store.close()
+
+
+@pytest.mark.parametrize("plugin_gpu", [0, 1])
+def test_a_claim_that_leaves_releases_its_gpu_but_not_the_plugins(
+    api: ApiServer, tmp_path: Path, plugin_gpu: int
+) -> None:
+    """A pod given a GPU by the device plugin (60 GiB by its annotation), with a claim on GPU 1
+    (2 GiB) and one on GPU 0 (1 GiB); the claim on GPU 0 unprepared while the other stays.
+    Before, GPU 0 kept the departed claim's 1 GiB until the pod's last claim went. Now a GPU a
+    claim leaves holds nothing, unless the plugin gave it to the pod: then it gets the pod's
+    limits back; the plugin's GPU that a claim still holds is left as it is."""
+    store = PodStore(tmp_path / "shm")
+    uid = put_pod_of_both(api, "both", {"tensor-fusion.ai/vram-limit": "60Gi"})
+    given: dict[str, tuple[str, ...]] = {}
+
+    async def scenario() -> None:
+        async with following(api, tmp_path, store, given) as (source, driver):
+            await until(lambda: source.by_key("default", "both") is not None)
+            allocate(store, source, "both", UUIDS[plugin_gpu])
+            given[uid] = (UUIDS[plugin_gpu],)
+            for claim, claim_uid in (("both-gpu", f"claim-{uid}"), ("both-gpu0", f"claim0-{uid}")):
+                await asyncio.to_thread(driver.prepare, "default", claim, claim_uid)
+            assert memory(store, "both") == {UUIDS[0]: GiB, UUIDS[1]: 2 * GiB}
+            await asyncio.to_thread(driver.unprepare, "default", "both-gpu0", f"claim0-{uid}")
+            limits = {d.uuid: d.limits.value for d in store.get("default", "both").devices}
+            gpu0 = GpuLimits(60 * GiB) if plugin_gpu == 0 else RELEASED
+            assert limits == {UUIDS[0]: gpu0, UUIDS[1]: GpuLimits(2 * GiB, 2000)}
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_a_pod_made_again_while_the_daemon_was_away_does_not_keep_its_namesakes_gpu(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """A StatefulSet's pod given GPU 0, deleted and made again under its name (given GPU 1)
+    while the daemon was away (a restart, or a watch that expired: both list the pods afresh).
+    Before, the list found a pod of that name and applied the new pod over the old one's
+    region: it kept GPU 0 at the old pod's 80 GiB beside its own GPU 1."""
+    store = PodStore(tmp_path / "shm")
+    given: dict[str, tuple[str, ...]] = {}
+    old_uid = str(api.put_pod("web-0", resources={"vgpu.io/gpu": "1"})["metadata"]["uid"])
+
+    async def follow(check: Any) -> None:
+        source = plugin_source(api, tmp_path, store)
+        share_regions(source, lambda uid: given.get(uid, ()), None)
+        async with running(source):
+            await until(lambda: source.synced.is_set() and check())
+
+    asyncio.run(follow(lambda: True))
+    given[old_uid] = (UUIDS[0],)
+    asyncio.run(follow(lambda: memory(store, "web-0") == {UUIDS[0]: 80 * GiB}))
+    api.delete_pod("web-0")
+    new_uid = str(api.put_pod("web-0", resources={"vgpu.io/gpu": "1"})["metadata"]["uid"])
+    given[new_uid] = (UUIDS[1],)
+    asyncio.run(follow(lambda: has_region(store, "web-0")))
+    assert memory(store, "web-0") == {UUIDS[1]: 80 * GiB}
     store.close()

@@ -114,6 +114,9 @@ def claim_spec(
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The spec, and the CDI device IDs of each GPU (by device name); ``nvidia``: the devices
     of NVIDIA's CDI specs on the node (nvidia_devices)."""
+    # Each GPU once: two requests of a claim may share one GPU, and CDI refuses a whole spec
+    # that names a device twice ("invalid spec, multiple device"), so no container started.
+    gpus = list({gpu.name: gpu for gpu in gpus}.values())
     folder = layout.container_base / namespace / pod
     try:
         environment, shared = preload(layout, folder)

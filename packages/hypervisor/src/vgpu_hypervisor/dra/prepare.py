@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from vgpu_common.limits import Qos
+from vgpu_common.limits import GpuLimits, Qos
 
 from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.dra import cdi
 from vgpu_hypervisor.dra.checkpoint import Checkpoint, Prepared
 from vgpu_hypervisor.dra.claims import Claim, ClaimError, Share, parse_claim
-from vgpu_hypervisor.dra.quota import device_name, gpu_of, pod_quota
+from vgpu_hypervisor.dra.quota import RELEASED, device_name, gpu_of, pod_quota
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod
 from vgpu_hypervisor.kubernetes.resolver import region_owner
@@ -72,6 +72,11 @@ class Preparer:
         # Set by the daemon when a pod source runs: the UID of the pod it made the region of a
         # namespace and name for (a device-plugin pod's), None where it made none.
         self.region_made_for: Callable[[str, str], str | None] = lambda namespace, name: None
+        # Set by the daemon when a pod source runs: called with a pod's UID, outside the lock,
+        # after one of its claims left while others stay, so that the source writes its
+        # limits again on a GPU the device plugin gave the pod too, which the claim's release
+        # (RELEASED) took from it.
+        self.claim_left: Callable[[str], object] = lambda pod_uid: None
 
     def prepared(self) -> dict[str, Claim]:
         with self._lock:
@@ -173,9 +178,12 @@ class Preparer:
         ``joining``."""
         claims = self._claims_of(pod_uid, leaving) + ([joining] if joining else [])
         quota = pod_quota(claims, self.config.pool, self._gpus)
+        limits = dict(quota.limits)
+        if leaving is not None:
+            limits |= self._released(one.claim, quota.limits)
         namespace, pod = one.claim.namespace, one.claim.pod
         try:
-            self._store.update(namespace, pod, quota.limits, by_admin=False)
+            self._store.update(namespace, pod, limits, by_admin=False)
         except PodNotFound:
             owner = one.owner
             self._store.create(namespace, pod, quota.limits, owner=owner.user, group=owner.group)
@@ -184,8 +192,17 @@ class Preparer:
         qos = Qos.MEDIUM if quota.qos is None else quota.qos
         self._store.set_policy(namespace, pod, qos, quota.weight or 0)
 
+    def _released(self, leaving: Claim, kept: Mapping[str, GpuLimits]) -> dict[str, GpuLimits]:
+        """RELEASED for each GPU of the claim that leaves that the pod's other claims do not
+        hold. Before, its entry kept the claim's limits until the pod's last claim went: the
+        pod went on using a GPU it no longer held, and the daemon weighed it there. Only the
+        claim's own GPUs: a pod of the device plugin too has the plugin's GPUs in its region."""
+        gone = {gpu.uuid for s in leaving.shares if (gpu := self._gpus.get(s.device)) is not None}
+        return {uuid: RELEASED for uuid in gone - set(kept)}
+
     def unprepare(self, namespace: str, name: str, uid: str) -> None:
         """What Prepare made for the claim removed; PodConflict while processes use it."""
+        lowered = None  # the pod whose quota was lowered to its other claims
         with self._lock:
             known = self._checkpoint.claims.get(uid)
             if known is not None:
@@ -205,6 +222,7 @@ class Preparer:
                     )
                 elif self._claims_of(claim.pod_uid, leaving=uid):
                     self._apply(claim.pod_uid, known, leaving=uid)
+                    lowered = claim.pod_uid
                 else:
                     with contextlib.suppress(PodNotFound):
                         self._store.delete(claim.namespace, claim.pod)
@@ -212,3 +230,5 @@ class Preparer:
                 self._checkpoint.save()
                 log.info("claim %s/%s of pod %s unprepared", namespace, name, claim.pod)
             cdi.remove_spec(self.config.cdi_dir, uid)
+        if lowered is not None:
+            self.claim_left(lowered)

@@ -18,6 +18,12 @@ from vgpu_hypervisor.dra.config import GpuConfig, merge, parse_config
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 
 DEVICE_PREFIX: Final = "gpu-"
+# What a GPU no claim of the pod holds any more is given: its entry cannot leave the region
+# (the limiter keeps to the GPUs a region lists, and entries are never removed), so it is held
+# to the least the region can say, short of "no limit" (0): one byte of memory, so any
+# allocation there is refused, and 0.01 % of the time, which the daemon's scheduler then weighs
+# as next to nothing. Written as limits the daemon holds, a tenant's raise is set back.
+RELEASED: Final = GpuLimits(memory=1, compute=1)
 
 
 def device_name(gpu: NodeGpu) -> str:
@@ -50,9 +56,16 @@ def share_configs(claim: Claim) -> dict[str, GpuConfig]:
     configs: dict[str, GpuConfig] = {}
     for share in claim.shares:
         parent = share.request.split("/", 1)[0]  # a subrequest takes its request's config
+        # In the allocation's order, the class's before the claim's: the scheduler names the
+        # request served in a class's configuration, so a configuration naming the request
+        # is no more specific than one for every request. Before, those naming it were
+        # merged last, and a class's burst won over the claim's.
         configs[share.request] = merge(
-            [found for requests, found in parsed if not requests or parent in requests]
-            + [found for requests, found in parsed if share.request in requests]
+            [
+                found
+                for requests, found in parsed
+                if not requests or parent in requests or share.request in requests
+            ]
         )
     return configs
 

@@ -274,6 +274,14 @@ class PodSource:
         if pod is not None:
             self._handle("MODIFIED", pod)
 
+    def claim_left(self, uid: str) -> None:
+        """One of the pod's ResourceClaims was unprepared while others stay: its GPUs are
+        released in the region, a GPU the device plugin gave the pod too among them; the
+        pod's limits are written again on the plugin's GPUs (blocking; thread-safe)."""
+        pod = self._pods.get(uid)
+        if pod is not None:
+            self._handle("MODIFIED", pod)
+
     # The loop
 
     async def run(self) -> None:
@@ -365,11 +373,33 @@ class PodSource:
         with self._lock:
             present = {(pod.namespace, pod.name): pod for pod in pods}
             for pod in present.values():
+                self._drop_namesakes(pod)
                 self._apply(pod)
             for namespace, name in self._book.pods():
                 if (namespace, name) not in present:
                     self._delete(namespace, name, why="no longer on this node")
         self._changed()
+
+    def _drop_namesakes(self, pod: KubePod) -> None:
+        """Delete the region made for an earlier pod of this pod's name (a StatefulSet's pod
+        deleted and made again while no watch followed), so that this pod's is made afresh.
+        Before, the list applied the new pod over it: the old pod's GPUs stayed in the new
+        pod's region with their limits. Left as it is while processes use it (the new pod's,
+        bound meanwhile, or the old pod's still), or where the pod's claims hold GPUs in it
+        (the DRA driver's region: its Unprepare sees to the old claims)."""
+        entry = self._book.get(pod.namespace, pod.name)
+        if entry is None or entry.uid == pod.uid or self.claim_gpus(pod.uid):
+            return
+        try:
+            self._store.delete(pod.namespace, pod.name)
+        except PodNotFound:
+            pass
+        except PodError as error:  # live workers: the region stays, taken over as before
+            log.info("pod %s: the region of its namesake (UID %s) stays: %s", pod.key, entry.uid,
+                     error)  # fmt: skip
+            return
+        self._book.remove(pod.namespace, pod.name)
+        log.info("pod %s: region of its namesake (UID %s) deleted", pod.key, entry.uid)
 
     def _apply(self, pod: KubePod) -> None:
         if pod.deleting or pod.phase in _FINISHED:
@@ -689,3 +719,4 @@ def share_regions(
     if preparer is not None:
         source.claim_gpus = preparer.pod_gpus
         preparer.region_made_for = source.region_made_for
+        preparer.claim_left = source.claim_left
