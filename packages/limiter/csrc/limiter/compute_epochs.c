@@ -71,6 +71,21 @@ struct paced_device *vgpu_paced_device(int ordinal) {
     return &devices[ordinal];
 }
 
+/* A forked child is another process: its pacing starts afresh, as this process's did. What it
+ * inherited is its parent's: a lock another thread held at the fork (waiting for its kernels or
+ * the lease, as a paced launch does) stays held for good in the child, where every launch, a
+ * stream's destruction or a context's release then hung for ever; and an epoch open at the fork
+ * is the parent's, which a child that released its context (a runtime's exit handler does)
+ * closed and charged to the pod a second time, on the parent's events. The device's lease is
+ * kept: a child takes a token and a connection to the arbiter of its own before it uses it
+ * (lease.c), which also sets right a handle that a thread of the parent was changing. */
+void vgpu_paced_forget_in_child(void) {
+    for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        devices[i] = (struct paced_device){.lock = VGPU_LOCK_INITIALIZER,
+                                           .lease = devices[i].lease};
+    }
+}
+
 void vgpu_paced_each_device(void (*visit)(struct paced_device *, const void *),
                             const void *handle) {
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {

@@ -88,6 +88,9 @@ struct paced_device {
 
 /* The pacing of a CUDA ordinal (0 .. VGPU_MAX_ORDINALS - 1). */
 struct paced_device *vgpu_paced_device(int ordinal);
+/* In a forked child (core.c's fork handler, the child's only thread): every device's pacing as
+ * at the start, its lease kept. */
+void vgpu_paced_forget_in_child(void);
 /* Run `visit` on every device's pacing, each under its lock. */
 void vgpu_paced_each_device(void (*visit)(struct paced_device *, const void *),
                             const void *handle);

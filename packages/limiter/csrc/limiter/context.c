@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +19,17 @@
 static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned primary_retains[VGPU_MAX_ORDINALS];
 static CUcontext primary_context[VGPU_MAX_ORDINALS];
+
+/* The primary contexts retained are the parent's, as are their charges (the child's ledger has
+ * none); and a thread of the parent that held the lock at the fork (retaining one: a real
+ * driver makes the context meanwhile) left it held for good in the child, whose retains and
+ * releases then hung. */
+void vgpu_contexts_forget_in_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    primary_lock = fresh;
+    memset(primary_retains, 0, sizeof primary_retains);
+    memset(primary_context, 0, sizeof primary_context);
+}
 
 CUresult cuInit(unsigned int Flags) {
     CUresult result = vgpu_cuda_ready();

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compute_epochs.h"
 #include "ledger.h"
 #include "log.h"
 #include "region.h"
@@ -25,9 +26,17 @@ static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult map_result = CUDA_SUCCESS;
 
 static void forget_in_child(void) {
-    /* A forked child is another process: its own slot, none of the parent's allocations. */
+    /* A forked child is another process: its own slot, none of the parent's allocations, its
+     * own pacing. It has one thread, so no lock that a thread of its parent held at the fork
+     * can ever be let go there: each is made afresh. */
     vgpu_region_forget_self();
     vgpu_ledger_clear();
+    vgpu_paced_forget_in_child();
+    vgpu_pools_forget_in_child();
+    vgpu_contexts_forget_in_child();
+    vgpu_limits_forget_in_child();
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    map_lock = fresh; /* a thread mapping the devices: the child maps them again if not done */
 }
 
 /* Without SHM_PATH or POD_NAME: a region private to this process tree. Children started from

@@ -84,6 +84,13 @@ int vgpu_entry_at(const CUmemLocation *location);
 uint64_t vgpu_memory_limit(int entry);
 uint64_t vgpu_memory_used(int entry);
 
+/* What a forked child forgets of its parent, in core.c's fork handler (the child's only thread
+ * then): the locks of stream-ordered allocation (pool.c), of the primary contexts with what
+ * they were retained (context.c), and of cuCtxSetLimit (limits.c). */
+void vgpu_pools_forget_in_child(void);
+void vgpu_contexts_forget_in_child(void);
+void vgpu_limits_forget_in_child(void);
+
 /* Charge or give back device memory of this process to the pod. A charge refused at the limit
  * is counted in the region as a refused allocation; vgpu_try_charge is for callers that have
  * a way on when it does not fit (host-backed memory, a later resync), so nothing is counted. */

@@ -15,6 +15,13 @@
 /* One change at a time, so that two threads changing a limit agree on what is charged. */
 static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A thread of the parent that held the lock at the fork left it held for good in the child. The
+ * records it guards are the ledger's, which the child clears. */
+void vgpu_limits_forget_in_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    limit_lock = fresh;
+}
+
 /* Contexts are aligned heap objects and no device address shares a host address, so
  * context + 1 + limit is the key of no other record. */
 static uint64_t limit_key(CUcontext context, CUlimit limit) {

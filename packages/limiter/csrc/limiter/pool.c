@@ -15,6 +15,15 @@
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint pools_known; /* synchronizes cost nothing until a pool is used */
 
+/* The child's ledger has none of its parent's pools; and a thread of the parent that held the
+ * lock at the fork (allocating from a pool) left it held for good in the child, whose every
+ * synchronize then hung. */
+void vgpu_pools_forget_in_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pool_lock = fresh;
+    atomic_store(&pools_known, 0);
+}
+
 static uint64_t pool_attribute(CUmemoryPool pool, CUmemPool_attribute attribute) {
     cuuint64_t value = 0;
     return VGPU_REAL(cuMemPoolGetAttribute, pool, attribute, &value) == CUDA_SUCCESS ? value : 0;
