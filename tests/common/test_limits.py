@@ -160,17 +160,6 @@ def test_no_limit_is_none_in_every_request_value() -> None:
     assert "bytes" in one_line_error(parse_memory_limit, "lots")
 
 
-@given(st.integers(1, 1 << 53))
-def test_a_whole_number_of_bytes_written_as_a_float_is_that_size(size: int) -> None:
-    """JSON has one kind of number: a client may write 4 GiB as 4294967296.0."""
-    assert parse_size(float(size)) == parse_size(str(float(size))) == size
-
-
-@pytest.mark.parametrize("value", [1.5, 0.0, -4096.0, math.inf, math.nan, 2.0**64])
-def test_a_float_that_is_no_size_is_refused(value: float) -> None:
-    assert "bytes" in one_line_error(parse_size, value)
-
-
 # --- switches, quantities, classes, GPU keys --------------------------------------------------
 
 

@@ -49,13 +49,9 @@ _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 def parse_size(value: object) -> int:
     """Bytes from an int or a size string ("64MiB", "1.5 GiB", "4GB"). Must be a whole number
-    of bytes from 1 to 2**64 - 1 (the C parser's grammar); ValueError (one line) otherwise.
-    A float that is a whole number is one: JSON has one kind of number, and many clients write
-    4 GiB as 4294967296.0 (the string "4294967296.0" was taken, the number refused)."""
+    of bytes from 1 to 2**64 - 1 (the C parser's grammar); ValueError (one line) otherwise."""
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        size = int(value)
     elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
         factor = _SIZE_UNITS.get(match[2].lower())
         # Exact arithmetic: a size is a whole number of bytes, whatever its number of digits.

@@ -4,6 +4,7 @@ Units: memory in bytes, utilization and compute limits in percent, times in Unix
 A value the driver could not give is null.
 """
 
+import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -42,6 +43,15 @@ def _limit(parse: Callable[[object], int | None]) -> Callable[[object], Limit]:
     return value
 
 
+def _whole(given: object) -> object:
+    """A float that is a whole number as that number: JSON has one kind of number, and clients
+    write a computed size as 4294967296.0 (the schema's integer allows it). Settings files,
+    whose TOML tells floats from integers, still refuse one."""
+    if isinstance(given, float) and math.isfinite(given) and given.is_integer():
+        return int(given)
+    return given
+
+
 def _boolean(given: object) -> bool | Unchanged:
     if given is None:
         return UNCHANGED
@@ -57,7 +67,7 @@ def _schema(*kinds: dict[str, Any], description: str) -> WithJsonSchema:
 _NUMBER_OR_TEXT = ({"type": "number"}, {"type": "string"})
 MemoryField = Annotated[
     Limit,
-    BeforeValidator(_limit(parse_memory_limit)),
+    BeforeValidator(_limit(lambda given: parse_memory_limit(_whole(given)))),
     _schema(
         {"type": "integer", "minimum": 0},
         {"type": "string"},

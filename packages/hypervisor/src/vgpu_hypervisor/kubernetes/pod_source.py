@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lightkube import ALL_NS, AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -53,9 +53,6 @@ from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod, UserGroup
 from vgpu_hypervisor.kubernetes.pod_book import Entry, PodBook, Written, forget_old_marker
 from vgpu_hypervisor.kubernetes.requests import effective_requests
 from vgpu_hypervisor.kubernetes.resolver import Ceiling, GpuCeiling, Resolution, resolve
-
-if TYPE_CHECKING:  # the DRA driver loads only with --dra
-    from vgpu_hypervisor.dra.prepare import Preparer
 
 log = logging.getLogger("vgpu_hypervisor.kubernetes")
 # What set a ceiling, in refusals ("…, the ceiling from {source}") and the book.
@@ -703,10 +700,20 @@ def _describe(found: Resolution) -> str:
     return "; ".join(parts)
 
 
+class ClaimDriver(Protocol):
+    """What the pod source and the DRA driver (dra/prepare.py's Preparer, a layer above) tell
+    each other about the regions they share."""
+
+    region_made_for: Callable[[str, str], str | None]
+    claim_left: Callable[[str], object]
+
+    def pod_gpus(self, pod_uid: str) -> set[str]: ...
+
+
 def share_regions(
     source: PodSource,
     plugin_gpus: Callable[[str], Sequence[str]] | None,
-    preparer: Preparer | None,
+    preparer: ClaimDriver | None,
 ) -> None:
     """Wire the pod source, the device plugin's bindings and the DRA driver, which may each
     hold a part of one pod's region, before the source's first list: the source knows a pod's
