@@ -199,6 +199,7 @@ def sanitize(session: nox.Session) -> None:
         "pytest",
         "tests/limiter/test_compute_limits.py",
         "tests/limiter/test_memory_limits.py",
+        "tests/limiter/test_nvml_processes.py",
         "tests/limiter/test_stress.py",
         "tests/limiter/test_lease_files.py",
         "tests/limiter/test_lease_adversary.py",

@@ -170,6 +170,27 @@ typedef struct nvmlProcessInfo_v2_st {
     unsigned int computeInstanceId;
 } nvmlProcessInfo_v2_t, nvmlProcessInfo_t;
 
+/* nvmlDeviceGetRunningProcessDetailList (R550 on): the list nvidia-smi reads. */
+typedef struct nvmlProcessDetail_v1_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+
+typedef struct nvmlProcessDetailList_v1_st {
+    unsigned int version;
+    unsigned int mode; /* NVML_PROCESS_MODE_* */
+    unsigned int numProcArrayEntries;
+    nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t, nvmlProcessDetailList_t;
+
+#define nvmlProcessDetailList_v1 NVML_STRUCT_VERSION(ProcessDetailList, 1)
+#define NVML_PROCESS_MODE_COMPUTE 0U
+#define NVML_PROCESS_MODE_GRAPHICS 1U
+#define NVML_PROCESS_MODE_MPS 2U
+
 typedef struct nvmlProcessUtilizationSample_st {
     unsigned int pid;
     unsigned long long timeStamp; /* CPU time in microseconds (wall clock) */
@@ -190,6 +211,9 @@ _Static_assert(nvmlMemory_v2 == 0x02000028U, "nvmlMemory_v2");
 _Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
 _Static_assert(sizeof(nvmlProcessInfo_v2_t) == 24, "nvmlProcessInfo_v2_t");
 _Static_assert(offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16, "gpuInstanceId");
+_Static_assert(sizeof(nvmlProcessDetail_v1_t) == 32, "nvmlProcessDetail_v1_t");
+_Static_assert(sizeof(nvmlProcessDetailList_v1_t) == 24, "nvmlProcessDetailList_v1_t");
+_Static_assert(nvmlProcessDetailList_v1 == 0x01000018U, "nvmlProcessDetailList_v1");
 _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t");
 _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "smUtil");
 
@@ -246,6 +270,8 @@ _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "smUtil")
       (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
     X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlReturn_t, \
       (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetRunningProcessDetailList, nvmlReturn_t, \
+      (nvmlDevice_t device, nvmlProcessDetailList_t *plist), (device, plist)) \
     X(nvmlDeviceGetUtilizationRates, nvmlReturn_t, (nvmlDevice_t device, nvmlUtilization_t *utilization), \
       (device, utilization)) \
     X(nvmlDeviceGetProcessUtilization, nvmlReturn_t, \

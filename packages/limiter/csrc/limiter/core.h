@@ -80,6 +80,9 @@ int vgpu_current_entry(void);
  * vgpu_entry_of; -1 for memory elsewhere (the host) or none named. */
 int vgpu_entry_at(const CUmemLocation *location);
 
+/* Region entry of an NVML device, or -1 (view.c); needs vgpu_ready and NVML loaded. */
+int vgpu_nvml_entry(nvmlDevice_t device);
+
 /* The memory limit of an entry (0 = none) and what the pod holds there. */
 uint64_t vgpu_memory_limit(int entry);
 uint64_t vgpu_memory_used(int entry);

@@ -133,7 +133,15 @@
     X(nvmlDeviceGetHandleByIndex_v2) \
     X(nvmlDeviceGetIndex) \
     X(nvmlDeviceGetMemoryInfo) \
-    X(nvmlDeviceGetMemoryInfo_v2)
+    X(nvmlDeviceGetMemoryInfo_v2) \
+    X(nvmlDeviceGetComputeRunningProcesses) \
+    X(nvmlDeviceGetComputeRunningProcesses_v2) \
+    X(nvmlDeviceGetComputeRunningProcesses_v3) \
+    X(nvmlDeviceGetGraphicsRunningProcesses) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v3) \
+    X(nvmlDeviceGetRunningProcessDetailList)
 
 /* NVML entry points the limiter calls without wrapping them. */
 #define VGPU_NVML_CALLS(X) X(nvmlDeviceGetUUID)

@@ -89,7 +89,7 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
 
 /* The region entry of an NVML device, or -1. A process that only uses NVML (nvidia-smi) maps
  * the devices through the driver first when its limits are keyed by index. */
-static int nvml_entry(nvmlDevice_t device) {
+int vgpu_nvml_entry(nvmlDevice_t device) {
     char uuid[96];
     if (vgpu_real.nvmlDeviceGetUUID == NULL ||
         vgpu_real.nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS) {
@@ -112,7 +112,7 @@ static nvmlReturn_t nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *us
     if (!vgpu_load_nvml()) {
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     }
-    int entry = nvml_entry(device);
+    int entry = vgpu_nvml_entry(device);
     if (entry >= 0) {
         *limit = vgpu_memory_limit(entry);
         *used = vgpu_memory_used(entry);

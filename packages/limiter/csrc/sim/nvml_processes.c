@@ -4,14 +4,18 @@
  * Size protocol of the real API: *infoCount smaller than the list (0 with infos NULL to ask)
  * gives NVML_ERROR_INSUFFICIENT_SIZE and the needed count; an empty list is NVML_SUCCESS. */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <string.h>
 
 #include "nvml_sim.h"
 
 #define NO_INSTANCE 0xFFFFFFFFU /* gpuInstanceId / computeInstanceId outside MIG */
+_Static_assert(offsetof(nvmlProcessDetail_v1_t, computeInstanceId) ==
+                   offsetof(nvmlProcessInfo_v2_t, computeInstanceId),
+               "a detail entry begins as a v2 one");
 
 enum process_kind { COMPUTE, NONE };
-enum info_layout { INFO_V1, INFO_V2 };
+enum info_layout { INFO_V1, INFO_V2, INFO_DETAIL };
 
 struct process_entry {
     int32_t pid;
@@ -56,19 +60,19 @@ static nvmlReturn_t list_processes(nvmlDevice_t device, unsigned int *infoCount,
     if (infos == NULL && count > 0) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
+    size_t size = layout == INFO_V1       ? sizeof(nvmlProcessInfo_v1_t)
+                  : layout == INFO_DETAIL ? sizeof(nvmlProcessDetail_v1_t)
+                                          : sizeof(nvmlProcessInfo_v2_t);
     for (unsigned i = 0; i < count; i++) {
+        unsigned char *out = (unsigned char *)infos + (size_t)i * size;
+        memset(out, 0, size);
         if (layout == INFO_V1) {
-            nvmlProcessInfo_v1_t *info = (nvmlProcessInfo_v1_t *)infos + i;
-            memset(info, 0, sizeof *info);
-            info->pid = (unsigned)entries[i].pid;
-            info->usedGpuMemory = entries[i].memory;
-        } else {
-            nvmlProcessInfo_v2_t *info = (nvmlProcessInfo_v2_t *)infos + i;
-            memset(info, 0, sizeof *info);
-            info->pid = (unsigned)entries[i].pid;
-            info->usedGpuMemory = entries[i].memory;
-            info->gpuInstanceId = NO_INSTANCE;
-            info->computeInstanceId = NO_INSTANCE;
+            nvmlProcessInfo_v1_t info = {(unsigned)entries[i].pid, entries[i].memory};
+            memcpy(out, &info, sizeof info);
+        } else { /* a detail entry begins as a v2 one; the rest (protected memory) is 0 */
+            nvmlProcessInfo_v2_t info = {(unsigned)entries[i].pid, entries[i].memory, NO_INSTANCE,
+                                         NO_INSTANCE};
+            memcpy(out, &info, sizeof info);
         }
     }
     *infoCount = count;
@@ -109,4 +113,20 @@ nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
                                                         unsigned int *infoCount,
                                                         nvmlProcessInfo_t *infos) {
     return list_processes(device, infoCount, infos, NONE, INFO_V2);
+}
+
+/* The list nvidia-smi reads (R550 on): one call for every mode, a struct of its own versioned. */
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device,
+                                                   nvmlProcessDetailList_t *plist) {
+    if (plist == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (plist->version != nvmlProcessDetailList_v1) {
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    }
+    enum process_kind kind = plist->mode == NVML_PROCESS_MODE_COMPUTE ? COMPUTE : NONE;
+    unsigned room = plist->procArray == NULL ? 0 : plist->numProcArrayEntries;
+    nvmlReturn_t result = list_processes(device, &room, plist->procArray, kind, INFO_DETAIL);
+    plist->numProcArrayEntries = room;
+    return result;
 }
