@@ -23,6 +23,8 @@ QUERIES = {
     "nvmlDeviceGetGraphicsRunningProcesses": 1,
     "nvmlDeviceGetGraphicsRunningProcesses_v2": 2,
     "nvmlDeviceGetGraphicsRunningProcesses_v3": 2,
+    "nvmlDeviceGetMPSComputeRunningProcesses": 1,
+    "nvmlDeviceGetMPSComputeRunningProcesses_v2": 2,
     "nvmlDeviceGetMPSComputeRunningProcesses_v3": 2,
 }
 

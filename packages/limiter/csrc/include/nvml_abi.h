@@ -268,6 +268,10 @@ _Static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16, "smUtil")
       (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos), (device, infoCount, infos)) \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlReturn_t, \
       (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlReturn_t, \
+      (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos), (device, infoCount, infos)) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlReturn_t, \
+      (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos), (device, infoCount, infos)) \
     X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlReturn_t, \
       (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos), (device, infoCount, infos)) \
     X(nvmlDeviceGetRunningProcessDetailList, nvmlReturn_t, \

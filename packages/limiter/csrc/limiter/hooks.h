@@ -140,6 +140,8 @@
     X(nvmlDeviceGetGraphicsRunningProcesses) \
     X(nvmlDeviceGetGraphicsRunningProcesses_v2) \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v2) \
     X(nvmlDeviceGetMPSComputeRunningProcesses_v3) \
     X(nvmlDeviceGetRunningProcessDetailList)
 

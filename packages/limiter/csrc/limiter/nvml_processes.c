@@ -32,6 +32,8 @@
     X(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t) \
     X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t) \
     X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t) \
+    X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t) \
     X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 
 /* Every layout starts with the pid: entries are filtered by size, whatever their version. */
