@@ -104,7 +104,7 @@ class PodStore:
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
     _foreign_said: set[tuple[tuple[str, str], int]] = field(default_factory=set)  # logged
-    _deleted_said: set[tuple[str, str]] = field(default_factory=set)  # deleted marks cleared
+    _deleted_said: set[tuple[tuple[str, str], str]] = field(default_factory=set)  # logged, what
     # The pods deleted while workers still charge their file, by its identity: a mark a process
     # of the pod clears is set again (undeleted, the pod came back with the words its tenant
     # wrote, held as a new pod's).
@@ -203,8 +203,8 @@ class PodStore:
 
     def _say_deleted_mark(self, key: PodKey, what: str, done: str) -> None:
         """Log once per pod that a process of the pod wrote its deleted mark."""
-        if key not in self._deleted_said:
-            self._deleted_said.add(key)
+        if (key, done) not in self._deleted_said:
+            self._deleted_said.add((key, done))
             log.warning("pod %s/%s: %s (a process of the pod wrote it): mark %s", *key, what, done)
 
     def get(self, namespace: str, name: str) -> PodRecord:

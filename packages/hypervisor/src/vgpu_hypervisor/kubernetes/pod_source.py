@@ -267,14 +267,13 @@ class PodSource:
             # asking for fewer GPUs than the file lists.
             known = self._assigned.get(uid, ())
             self._assigned[uid] = (*known, *(gpu for gpu in gpus if gpu not in known))
-        pod = self._pods.get(uid)
-        if pod is not None:
-            self._handle("MODIFIED", pod)
+        self.claim_left(uid)
 
     def claim_left(self, uid: str) -> None:
-        """One of the pod's ResourceClaims was unprepared while others stay: its GPUs are
-        released in the region, a GPU the device plugin gave the pod too among them; the
-        pod's limits are written again on the plugin's GPUs (blocking; thread-safe)."""
+        """Apply the pod again (blocking; thread-safe). Called too when one of its
+        ResourceClaims was unprepared while others stay: the claim's GPUs are released in the
+        region, a GPU the device plugin gave the pod too among them, whose limits this writes
+        again."""
         pod = self._pods.get(uid)
         if pod is not None:
             self._handle("MODIFIED", pod)
