@@ -1,5 +1,6 @@
 """A real `tf-hypervisor daemon` on a fresh simulated node, and workloads run in its pods."""
 
+import logging
 import os
 import signal
 import socket
@@ -223,3 +224,15 @@ def workloads() -> Iterator[list[subprocess.Popen[str]]]:
         if process.poll() is None:
             process.kill()
         process.communicate(timeout=10)
+
+
+class Said(logging.Handler):
+    """What the daemon logs, whatever its logger's settings (a daemon run in this process
+    stops its propagation)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())

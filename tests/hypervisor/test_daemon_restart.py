@@ -12,7 +12,7 @@ import pytest
 from vgpu_hypervisor.daemon.private_file import PrivateFile
 from vgpu_limiter.region import open_region
 
-from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.conftest import Daemon, Said, wait_for
 from tests.hypervisor.test_scheduling_api import clear_freeze_until_seen
 
 GiB = 1 << 30
@@ -88,7 +88,7 @@ def test_a_full_disk_leaves_the_daemons_file_as_it_was(small_disk: Path) -> None
     finally:
         os.close(fd)
     os.truncate(filler, filler.stat().st_size - 8192)  # two pages left: less than the file
-    said = _Said()
+    said = Said()
     logging.getLogger("vgpu_hypervisor").addHandler(said)
     try:
         book.save([{"name": "a" * 40000}])
@@ -99,18 +99,6 @@ def test_a_full_disk_leaves_the_daemons_file_as_it_was(small_disk: Path) -> None
     assert any("cannot write: No space left on device" in line for line in said.lines)
 
 
-class _Said(logging.Handler):
-    """What the daemon logs, whatever its logger's settings (a daemon run in this process
-    stops its propagation)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.mark.parametrize("content", ["null", "{"])
 def test_a_damaged_file_of_the_daemons_is_said_and_read_as_none(
     tmp_path: Path, content: str
@@ -119,7 +107,7 @@ def test_a_damaged_file_of_the_daemons_is_said_and_read_as_none(
     folder = tmp_path / ".daemon"
     folder.mkdir(mode=0o700)
     (folder / "limits.json").write_text(content)
-    said = _Said()
+    said = Said()
     logging.getLogger("vgpu_hypervisor").addHandler(said)
     try:
         assert PrivateFile(folder, "limits.json").load() is None

@@ -18,7 +18,7 @@ from vgpu_hypervisor.daemon.pods import POLICY_FOLDER, PodStore
 from vgpu_limiter import region as regions
 from vgpu_limiter.region import Region, open_region
 
-from tests.hypervisor.conftest import Daemon, wait_for
+from tests.hypervisor.conftest import Daemon, Said, wait_for
 from tests.hypervisor.test_boost import SIM_GPU0
 
 GPUS = [SIM_GPU0, SIM_GPU0[:-1] + "2"]
@@ -120,15 +120,6 @@ def test_a_restarted_daemon_holds_the_freeze_a_tenant_cleared_while_it_was_down(
     assert "frozen again" in daemon.log_file.read_text()
 
 
-class _Said(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.mark.parametrize(
     "document",
     [
@@ -144,7 +135,7 @@ def test_a_damaged_freezes_file_is_said_and_holds_none(tmp_path: Path, document:
     folder = tmp_path / POLICY_FOLDER
     folder.mkdir(mode=0o700)
     (folder / FREEZES_FILE).write_text(json.dumps(document))
-    said = _Said()
+    said = Said()
     logging.getLogger("vgpu_hypervisor").addHandler(said)
     try:
         held = HeldFreezes(folder)

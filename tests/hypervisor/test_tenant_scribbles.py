@@ -142,6 +142,46 @@ def test_a_pod_deleted_while_its_worker_runs_stays_deleted_when_its_tenant_clear
         assert not region.flags & FLAG_DELETED
 
 
+def test_a_deleted_pod_stays_deleted_when_its_tenant_clears_the_mark_while_no_daemon_runs(
+    store: PodStore,
+) -> None:
+    """The admin deleted a pod whose worker still ran; the daemon stopped (an upgrade), and
+    meanwhile the tenant wrote 99.99 % and the critical class and cleared the mark. The next
+    daemon, which held the deleted pods in memory alone, adopted the pod with its tenant's
+    words as a new pod's."""
+    store.create("default", "tenant", {SIM_GPU0: GpuLimits(memory=2 * GiB, compute=3000)})
+    path = regions.region_path(store.base, "default", "tenant")
+    _live_worker(path)
+    _node(store).refresh()
+    store.delete("default", "tenant", force=True)
+    store.close()  # the daemon stops
+    with open_region(path) as region:
+        region.set_limits(SIM_GPU0, 64 * GiB, 9999)
+        region.set_policy(int(Qos.CRITICAL), MAX_WEIGHT)
+        region.change_flags(clear=FLAG_DELETED)
+    after = PodStore(store.base)  # the next daemon
+    try:
+        node = _node(after)
+        node.refresh()
+        assert node.view.pod("default", "tenant") is None
+        with pytest.raises(PodNotFound):
+            after.get("default", "tenant")
+        with open_region(path) as region:
+            assert region.flags & FLAG_DELETED
+        after.create("default", "tenant", {SIM_GPU0: GpuLimits(memory=2 * GiB, compute=3000)})
+        node.refresh()
+        with open_region(path) as region:  # made again by the admin: the mark stays cleared
+            assert not region.flags & FLAG_DELETED
+            assert region.devices[0].limits == DeviceLimits(2 * GiB, 3000, 0, 0)
+    finally:
+        after.close()
+    third = PodStore(store.base)  # and the daemon after that holds it as the admin made it
+    try:
+        third.get("default", "tenant")
+    finally:
+        third.close()
+
+
 def test_a_region_gone_between_the_scan_and_the_reap_stops_no_pass(
     store: PodStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,6 +1,8 @@
 """The node's pods: their region files under the base path.
 
-The region files are the whole state: the daemon keeps nothing a restart could lose. A scan
+The region files hold the pods. What the daemon holds them to, which their tenants could
+rewrite there (limits, class and weight, freezes, deletions), it keeps in its own folder,
+``{base}/.daemon`` (private_file.py), so that a restart loses none of it. A scan
 finds every ``{base}/{namespace}/{pod}/shm``, the daemon's own and those a limiter created
 alone (adopted as they are). A file that cannot be read is reported as that pod's error and
 the scan goes on with the others.
@@ -40,6 +42,7 @@ from vgpu_limiter.region import (
     RegionError,
 )
 
+from vgpu_hypervisor.daemon.deleted_pods import DeletedPods
 from vgpu_hypervisor.daemon.held_freezes import HeldFreezes
 from vgpu_hypervisor.daemon.held_limits import HeldLimits
 from vgpu_hypervisor.daemon.private_file import PrivateFile, pod_entries
@@ -107,8 +110,8 @@ class PodStore:
     _deleted_said: set[tuple[tuple[str, str], str]] = field(default_factory=set)  # logged, what
     # The pods deleted while workers still charge their file, by its identity: a mark a process
     # of the pod clears is set again (undeleted, the pod came back with the words its tenant
-    # wrote, held as a new pod's).
-    _deleting: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # wrote, held as a new pod's). Kept across the daemon's restarts (deleted_pods.py).
+    _deleting: DeletedPods | None = None
     # The freezes the daemon made or found, by pod, kept across its restarts (held_freezes.py).
     _held_freezes: HeldFreezes | None = None
     _freezes_said: set[tuple[str, str]] = field(default_factory=set)  # cleared ones logged
@@ -133,6 +136,7 @@ class PodStore:
             self._policy = _decode_policies(self._policy_file.load())
         self._held_limits = HeldLimits(self.base / POLICY_FOLDER)
         self._held_freezes = HeldFreezes(self.base / POLICY_FOLDER)
+        self._deleting = DeletedPods(self.base / POLICY_FOLDER)
 
     def _held(self) -> HeldLimits:
         assert self._held_limits is not None
@@ -141,6 +145,10 @@ class PodStore:
     def _freezes(self) -> HeldFreezes:
         assert self._held_freezes is not None
         return self._held_freezes
+
+    def _deleted_pods(self) -> DeletedPods:
+        assert self._deleting is not None
+        return self._deleting
 
     def _remember_policies(
         self, before: dict[tuple[str, str], tuple[tuple[int, int], int, int]]
@@ -154,6 +162,7 @@ class PodStore:
         """Every pod under the base path, sorted by namespace and name."""
         with self._lock:
             found = sorted(self._region_files())
+            self._deleted_pods().keep_only((namespace, name) for namespace, name, _ in found)
             for path in set(self._open) - {path for _, _, path in found}:
                 self._close(path)
             records = [self._record(namespace, name, path) for namespace, name, path in found]
@@ -169,7 +178,7 @@ class PodStore:
             self.reap(record)
             if not self._region(record.path).processes:
                 self._remove(record.path)
-                self._deleting.pop(record.key, None)
+                self._deleted_pods().forget(record.key)
         except (RegionError, PodError):
             pass  # a file gone bad meanwhile: removed by a later scan, or deleted again
         return True
@@ -193,7 +202,7 @@ class PodStore:
     def _mark_again(self, key: PodKey, identity: tuple[int, int], region: Region) -> bool:
         """Set again the deleted mark of a pod the daemon deleted that a process of the pod
         cleared; whether it did."""
-        if self._deleting.get(key) != identity:
+        if not self._deleted_pods().deleted(key, identity):
             return False
         region.change_flags(set=FLAG_DELETED)
         self._say_deleted_mark(
@@ -378,7 +387,7 @@ class PodStore:
         except RegionError as error:
             raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
         self._policy.pop((namespace, name), None)
-        self._deleting.pop((namespace, name), None)
+        self._deleted_pods().forget((namespace, name))
         return True
 
     def update(
@@ -457,10 +466,10 @@ class PodStore:
                     region.change_flags(set=FLAG_DELETED)
                 except RegionError as error:  # the file's state (cut short under us): a conflict
                     raise PodConflict(f"pod {namespace}/{name}: {_one_line(error)}") from None
-                self._deleting[(namespace, name)] = self._open[region.path].identity
+                self._deleted_pods().hold((namespace, name), self._open[region.path].identity)
                 return record
             self._remove(record.path)
-            self._deleting.pop((namespace, name), None)
+            self._deleted_pods().forget((namespace, name))
             return record
 
     def _remove(self, path: Path) -> None:
