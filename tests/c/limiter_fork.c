@@ -14,10 +14,28 @@
  *               forks a child that releases the primary context and exits, then launches
  *               once more and releases it itself. Prints {"child": exit status}; the pod's
  *               GPU time charged is read from its region by the test.
+ *   writers     asks NVML for the GPUs (the limiter opens the pod's region and maps no device),
+ *               takes the region's writers' lock on the limiter's own descriptor of it, as a
+ *               thread of this process inside the writers' section holds it, and forks a child
+ *               that calls cuInit (the limiter maps the devices, seeding each entry under the
+ *               writers' lock). After 500 ms it tries the lock from a descriptor of its own,
+ *               as another process of the pod or the daemon would, then lets go. Prints
+ *               {"child": exit status, "entered": whether the child was through the writers'
+ *               section within the 500 ms, "kept": whether the lock still kept others out}.
+ *   orphan      a process asks NVML for the GPUs, forks a worker that lives on, takes the
+ *               writers' lock on the limiter's descriptor and is killed. Prints {"held":
+ *               whether the lock is still held, tried from a descriptor of its own}.
+ *   exec        asks NVML for the GPUs, then runs this program again (fork and exec) as
+ *               `limiter_fork open`, which prints {"open": whether it has the pod's region
+ *               open}, passed through.
  *
- * Usage: limiter_fork busy MODE FORKS | limiter_fork charge */
+ * Usage: limiter_fork busy MODE FORKS | limiter_fork charge | limiter_fork writers |
+ *        limiter_fork orphan | limiter_fork exec */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -25,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -217,6 +236,160 @@ static int charge(void) {
     return 0;
 }
 
+/* NVML's count of GPUs: the limiter sets itself up (opens the pod's region) and maps no device. */
+static void ask_nvml(void) {
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    nvmlReturn_t (*init)(void) = nvml ? (nvmlReturn_t(*)(void))dlsym(nvml, "nvmlInit_v2") : NULL;
+    nvmlReturn_t (*count_of)(unsigned *) =
+        nvml ? (nvmlReturn_t(*)(unsigned *))dlsym(nvml, "nvmlDeviceGetCount_v2") : NULL;
+    unsigned count;
+    if (init == NULL || count_of == NULL || init() != NVML_SUCCESS ||
+        count_of(&count) != NVML_SUCCESS) {
+        fail("asking NVML for the GPUs");
+    }
+}
+
+/* The pod's region file, $SHM_PATH/shm, as /proc shows the files a process has open. */
+static void region_path(char *path) {
+    char given[PATH_MAX];
+    const char *folder = getenv("SHM_PATH");
+    snprintf(given, sizeof given, "%s/shm", folder != NULL ? folder : "");
+    if (realpath(given, path) == NULL) {
+        fail("realpath of $SHM_PATH/shm");
+    }
+}
+
+/* The limiter's descriptor of the pod's region in this process; -1 when it has none open. */
+static int region_descriptor(void) {
+    char path[PATH_MAX], entry[64], target[PATH_MAX];
+    region_path(path);
+    DIR *folder = opendir("/proc/self/fd");
+    if (folder == NULL) {
+        fail("opendir /proc/self/fd");
+    }
+    int found = -1;
+    for (struct dirent *name; found < 0 && (name = readdir(folder)) != NULL;) {
+        snprintf(entry, sizeof entry, "/proc/self/fd/%.40s", name->d_name);
+        ssize_t length = readlink(entry, target, sizeof target - 1);
+        if (length > 0) {
+            target[length] = '\0';
+            found = strcmp(target, path) == 0 ? atoi(name->d_name) : -1;
+        }
+    }
+    closedir(folder);
+    return found;
+}
+
+/* Whether the writers' lock keeps out a description of the region of its own (another process
+ * of the pod, the daemon). */
+static bool others_kept_out(void) {
+    char path[PATH_MAX];
+    region_path(path);
+    int other = open(path, O_RDWR | O_CLOEXEC);
+    if (other < 0) {
+        fail("opening the region");
+    }
+    bool kept = flock(other, LOCK_EX | LOCK_NB) != 0;
+    close(other);
+    return kept;
+}
+
+static int writers(void) {
+    ask_nvml();
+    int region = region_descriptor();
+    if (region < 0 || flock(region, LOCK_EX) != 0) {
+        fail("taking the writers' lock on the limiter's descriptor");
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(CHILD_SECONDS);
+        _exit(cuInit(0) == CUDA_SUCCESS ? 0 : 1);
+    }
+    if (pid < 0) {
+        fail("fork");
+    }
+    int status = 0;
+    bool entered = false;
+    for (int waited = 0; waited < 500 && !entered; waited += 10) {
+        pause_ms(10);
+        entered = waitpid(pid, &status, WNOHANG) == pid;
+    }
+    bool kept = others_kept_out();
+    flock(region, LOCK_UN);
+    if (!entered) {
+        waitpid(pid, &status, 0);
+    }
+    printf("{\"child\":%d,\"entered\":%s,\"kept\":%s}\n",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1, entered ? "true" : "false",
+           kept ? "true" : "false");
+    return 0;
+}
+
+static int orphan(void) {
+    /* The worker's pid, and whether it is running (its fork returned: the limiter is done with
+     * it), shared with this process. */
+    _Atomic pid_t *worker =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (worker == MAP_FAILED) {
+        fail("mmap");
+    }
+    pid_t parent = fork();
+    if (parent == 0) {
+        ask_nvml();
+        int region = region_descriptor();
+        if (region < 0) {
+            fail("finding the limiter's descriptor");
+        }
+        pid_t pid = fork();
+        if (pid == 0) { /* a data loader's worker: it lives on with what it was forked with */
+            alarm(CHILD_SECONDS);
+            atomic_store(&worker[1], 1);
+            for (;;) {
+                pause();
+            }
+        }
+        if (pid < 0) {
+            fail("fork");
+        }
+        atomic_store(&worker[0], pid);
+        while (atomic_load(&worker[1]) == 0) {
+            pause_ms(1);
+        }
+        if (flock(region, LOCK_EX) != 0) {
+            fail("taking the writers' lock");
+        }
+        raise(SIGKILL); /* killed inside the writers' section */
+    }
+    if (parent < 0) {
+        fail("fork");
+    }
+    int status;
+    waitpid(parent, &status, 0);
+    if (!WIFSIGNALED(status) || atomic_load(&worker[0]) <= 0) {
+        fail("the parent");
+    }
+    bool held = others_kept_out();
+    kill(atomic_load(&worker[0]), SIGKILL);
+    printf("{\"held\":%s}\n", held ? "true" : "false");
+    return 0;
+}
+
+static int run_again(const char *program) {
+    ask_nvml();
+    if (region_descriptor() < 0) {
+        fail("finding the limiter's descriptor");
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(program, program, "open", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "busy") == 0 && atoi(argv[3]) > 0) {
         return busy(argv[2], atoi(argv[3]));
@@ -224,7 +397,20 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "charge") == 0) {
         return charge();
     }
+    if (argc == 2 && strcmp(argv[1], "writers") == 0) {
+        return writers();
+    }
+    if (argc == 2 && strcmp(argv[1], "orphan") == 0) {
+        return orphan();
+    }
+    if (argc == 2 && strcmp(argv[1], "exec") == 0) {
+        return run_again(argv[0]);
+    }
+    if (argc == 2 && strcmp(argv[1], "open") == 0) {
+        printf("{\"open\":%s}\n", region_descriptor() >= 0 ? "true" : "false");
+        return 0;
+    }
     fprintf(stderr, "usage: limiter_fork busy launch|pool|primary|limit FORKS | "
-                    "limiter_fork charge\n");
+                    "limiter_fork charge | limiter_fork writers|orphan|exec\n");
     return 2;
 }

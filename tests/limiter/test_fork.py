@@ -68,3 +68,42 @@ def test_a_child_never_charges_its_parents_epoch(compute_env: LimitedEnv, tmp_pa
     with open_region(tmp_path / "pod" / "shm") as region:
         charged = region.devices[0].gpu_ns
     assert 18 * MS <= charged <= 30 * MS, charged / MS
+
+
+def test_a_child_waits_for_the_writers_lock_its_parent_holds(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """flock belongs to the open file description, which fork shares: a child that took the
+    region's writers' lock on the descriptor it inherited was let in while its parent was
+    inside the writers' section, and its unlock let go of the parent's lock, for every other
+    process of the pod and the daemon. A child has a description of its own: it waits until the
+    parent lets go, and the parent's lock holds meanwhile."""
+    program = build_program("limiter_fork", tmp_path)
+    result = run([str(program), "writers"], limited_env('{"0": "4GiB"}'))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"child": 0, "entered": False, "kept": True}, result.stderr
+
+
+def test_a_process_killed_in_the_writers_section_leaves_no_lock_to_its_children(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """A process forks a worker that lives on, then is killed while it holds the writers' lock.
+    The kernel lets go of the lock with the dead process: the worker, which inherited the
+    region's descriptor, does not keep it held for the pod's other processes (which waited for
+    it, in cuInit, for as long as the worker lived) and the daemon."""
+    program = build_program("limiter_fork", tmp_path)
+    result = run([str(program), "orphan"], limited_env('{"0": "4GiB"}'))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"held": False}, result.stderr
+
+
+def test_a_program_a_limited_process_runs_has_no_region_open(
+    limited_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """A program run from a process that has the pod's region open (fork and exec) does not
+    inherit it (O_CLOEXEC): a shell or a tool that is no CUDA program holds no descriptor of the
+    pod's region, and no lock with it."""
+    program = build_program("limiter_fork", tmp_path)
+    result = run([str(program), "exec"], limited_env('{"0": "4GiB"}'))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"open": False}, result.stderr

@@ -29,7 +29,7 @@ static void forget_in_child(void) {
     /* A forked child is another process: its own slot, none of the parent's allocations, its
      * own pacing. It has one thread, so no lock that a thread of its parent held at the fork
      * can ever be let go there: each is made afresh. */
-    vgpu_region_forget_self();
+    vgpu_region_forget_in_child();
     vgpu_ledger_clear();
     vgpu_paced_forget_in_child();
     vgpu_pools_forget_in_child();
@@ -170,7 +170,11 @@ static bool seed(int ordinal, const char *uuid, bool confined, int *entry_out) {
         return true;
     }
     if (entry < 0) {
-        vgpu_log(VGPU_LOG_ERROR, "the pod region has no room for %s", uuid);
+        vgpu_log(VGPU_LOG_ERROR,
+                 entry == VGPU_REGION_FULL
+                     ? "the pod region has no room for %s"
+                     : "cannot add %s to the pod region: its writers' lock cannot be taken",
+                 uuid);
         return limits.memory_limit == 0 && limits.compute_limit == 0;
     }
     struct vgpu_region_limits wanted = {

@@ -1,6 +1,7 @@
 /* See vgpu_region.h for the layout and the lock-free protocols implemented here. Structural
  * changes (creating the file, adding a device entry) are rare and take flock on the file,
- * which the kernel releases if the holder dies. */
+ * which the kernel releases if the holder dies. flock belongs to the open file description,
+ * which fork shares, so a forked child opens the file afresh (vgpu_region_forget_in_child). */
 #define _GNU_SOURCE
 #include "region.h"
 
@@ -25,10 +26,33 @@ static int region_fd = -1;
 static struct vgpu_region_process *self_slot;
 static int32_t self_pid;
 
-/* The writers' lock; retried on EINTR so that no writer ever runs without it. */
-static void lock_writers(void) {
-    while (flock(region_fd, LOCK_EX) != 0 && errno == EINTR) {
+/* A description of its own of the file open at `fd` (the same file, whatever its name is now):
+ * /proc/self/fd opens it anew where dup would share the description. The path is put together
+ * by hand, as only async-signal-safe calls may follow a fork. */
+static int open_again(int fd) {
+    static const char prefix[] = "/proc/self/fd/";
+    char path[sizeof prefix + 10], digits[10];
+    size_t at = sizeof prefix - 1, length = 0;
+    memcpy(path, prefix, at);
+    for (unsigned value = (unsigned)fd; length == 0 || value != 0; value /= 10) {
+        digits[length++] = (char)('0' + value % 10);
     }
+    while (length > 0) {
+        path[at++] = digits[--length];
+    }
+    path[at] = '\0';
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
+/* The writers' lock; retried on EINTR so that no writer ever runs without it. False where it
+ * cannot be taken (a child that could not open the file afresh): the caller writes nothing. */
+static bool lock_writers(void) {
+    while (flock(region_fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            return false;
+        }
+    }
+    return true;
 }
 
 static void unlock_writers(void) {
@@ -77,6 +101,15 @@ struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespa
                  strerror(errno));
         close(fd);
         return NULL;
+    }
+    /* The writers' flock goes on a description that no mapping holds: a mapping keeps its
+     * file's description, and a flock on it, for as long as it lasts, in every child forked
+     * with it, whatever descriptors the child closes. Where /proc cannot open the file again,
+     * the lock goes on the mapped one. */
+    int lock_fd = open_again(fd);
+    if (lock_fd >= 0) {
+        close(fd);
+        fd = lock_fd;
     }
     region_fd = fd; /* kept for flock */
     return region;
@@ -127,13 +160,15 @@ int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create
     }
     struct vgpu_region_limits none = {0};
     snprintf(none.uuid, sizeof none.uuid, "%s", uuid);
-    lock_writers();
+    if (!lock_writers()) {
+        return VGPU_REGION_ERROR;
+    }
     found = vgpu_region_add_device(region, &none);
     if (found == VGPU_REGION_EXISTS) {
         found = find_device(region, uuid);
     }
     unlock_writers();
-    return found < 0 ? -1 : found;
+    return found == VGPU_REGION_FULL ? found : found < 0 ? VGPU_REGION_ERROR : found;
 }
 
 /* A reader retries while a change is being written. A writer preempted in the middle of one (a
@@ -209,7 +244,9 @@ void vgpu_region_store_limits(struct vgpu_region *region, unsigned entry,
 
 void vgpu_region_seed_limits(struct vgpu_region *region, int entry,
                              const struct vgpu_region_limits *seed) {
-    lock_writers(); /* one writer at a time, as the seqlock needs */
+    if (!lock_writers()) { /* one writer at a time, as the seqlock needs */
+        return;
+    }
     struct vgpu_region_limits now;
     vgpu_region_read_limits(region, entry, &now);
     struct vgpu_region_limits next = now;
@@ -224,8 +261,20 @@ void vgpu_region_seed_limits(struct vgpu_region *region, int entry,
     unlock_writers();
 }
 
-void vgpu_region_forget_self(void) {
+void vgpu_region_forget_in_child(void) {
     self_slot = NULL;
+    if (region_fd >= 0) {
+        /* The descriptor inherited shares the parent's description, and with it the writers'
+         * flock: the child got in while its parent (or a sibling) was inside, its unlock let go
+         * of the parent's lock, and a parent killed inside left the lock held for as long as a
+         * child forked before lived. Closing the inherited copy lets go of nothing: the parent
+         * has its own. Where the file cannot be opened again, the child has no writers' lock
+         * and writes nothing that needs it (a GPU the environment limits and the region has no
+         * entry for then fails vgpu_map_devices: closed, as for a full region). */
+        int fresh = open_again(region_fd);
+        close(region_fd);
+        region_fd = fresh;
+    }
 }
 
 struct vgpu_region_process *vgpu_region_self(struct vgpu_region *region) {

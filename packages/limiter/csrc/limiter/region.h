@@ -20,7 +20,8 @@ struct vgpu_region *vgpu_region_open(const char *folder, const char *pod_namespa
  * to 200 ms; holds no lock. False with a one-line reason in `error` when it did not come. */
 bool vgpu_region_await(const char *folder, unsigned wait_s, char *error, size_t error_size);
 
-/* The entry of a GPU (lower-case UUID), added when `create`; -1 when absent or full. */
+/* The entry of a GPU (lower-case UUID), added when `create`; VGPU_REGION_FULL when it would be
+ * added and all entries are in use, -1 when absent or the writers' lock cannot be taken. */
 int vgpu_region_device(struct vgpu_region *region, const char *uuid, bool create);
 
 /* Set a device's limits where the region has none yet (the environment seeds, the region is
@@ -96,7 +97,8 @@ void vgpu_region_format(struct vgpu_region *region, const char *pod_namespace,
                         const char *pod_name, const struct vgpu_region_limits *devices,
                         unsigned device_count);
 
-/* Forget the slot in a forked child. */
-void vgpu_region_forget_self(void);
+/* In a forked child: forget the slot, and open the region's file afresh, so that the writers'
+ * flock is the child's own and not its parent's (pthread_atfork's child handler). */
+void vgpu_region_forget_in_child(void);
 
 #endif
