@@ -25,7 +25,7 @@ from vgpu_limiter.region import CONSTANTS, ffi
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv
 from tests.limiter.test_compute_limits import SIM_GPU0, TOLERANCE_PP, concurrent, limit
-from tests.support.arbiter import ACTIVITY, GRANTED, SEAT_SIZE, Client
+from tests.support.arbiter import ACTIVITY, GRANTED, MESSAGE_SIZE, SEAT_SIZE, Client, _message
 from tests.support.tenant import readable_folder
 
 FORK = get_context("fork")
@@ -133,6 +133,38 @@ def test_the_arbiter_grants_in_turn_and_takes_the_lease_back(base: Path) -> None
         finally:
             first.close()
             second.close()
+
+
+def _hello_again(path: Path, results: Any) -> None:
+    """As a tenant: take the lease, then say HELLO again on the same connection."""
+    try:
+        _become_tenant(path.parent.parent / ".devices")
+        client = Client(path, pod=99)
+        client.acquire(1)
+        granted = client.granted(1, 5)
+        client.socket.send(_message("HELLO", value=99, uuid=SIM_GPU0))
+        closed = client.socket.recv(MESSAGE_SIZE) == b""
+        results.put([f"granted {granted}", f"closed {closed}"])
+    except Exception as error:  # reported to the test, whatever it is
+        results.put([f"{type(error).__name__}: {error}"])
+
+
+def test_a_second_hello_from_a_holder_ends_its_hold_and_the_daemon_goes_on(base: Path) -> None:
+    """A HELLO on a connection that had one forgot the client's GPU before dropping it: the lease
+    stayed with the freed slot, and the next judgement read its seat (NULL): the daemon died of
+    SIGSEGV as soon as another process asked for the GPU."""
+    with broker(base) as leases:
+        other = Client(leases.path, pod=2)  # connected first: the freed slot is not its own
+        try:
+            outcomes = _as_tenant(_hello_again, leases.path)
+            assert outcomes == ["granted True", "closed True"]
+            other.acquire(7)
+            assert other.granted(7, 5)  # at once: the hold ended with the connection
+            assert other.word(GRANTED) == 7
+            stats = leases.stats()
+            assert stats.refused == 1 and stats.clients == 1
+        finally:
+            other.close()
 
 
 def _hog(path: Path, seconds: float, results: Any) -> None:

@@ -260,7 +260,13 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
         char uuid[VGPU_REGION_UUID_SIZE];
         memcpy(uuid, message->uuid, sizeof uuid);
         uuid[sizeof uuid - 1] = '\0';
-        client->gpu = client->gpu < 0 ? gpu_named(arbiter, uuid) : -1;
+        if (client->gpu >= 0) {
+            /* A second HELLO is dropped with its GPU still named, so that drop() ends its hold:
+             * it used to forget the GPU first, and the lease stayed with a freed slot whose seat
+             * the next judgement read (the daemon died of SIGSEGV). */
+            return false;
+        }
+        client->gpu = gpu_named(arbiter, uuid);
         client->pod = message->value;
         return client->gpu >= 0 && seat(arbiter, client);
     }
