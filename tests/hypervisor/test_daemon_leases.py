@@ -1,11 +1,15 @@
 """The daemon arbitrates every GPU's lease: its paced pods take their leases from it, a truncated
 lease file kills nobody, and a daemon started again arbitrates anew, running processes with it."""
 
+import dataclasses
+import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from vgpu_hypervisor.daemon import leases
+from vgpu_hypervisor.gpu import backend
 from vgpu_limiter.lease import DeviceLease, lease_path
 from vgpu_limiter.lease_broker import SOCKET_NAME
 
@@ -99,3 +103,24 @@ def test_the_daemon_publishes_its_context_charge_in_every_node_file(daemon: Daem
     for uuid in (SIM_GPU0, "GPU-5157a1e0-0000-4000-8000-000000000002"):
         with DeviceLease.open(daemon.base, uuid) as reader:
             assert reader.context_charge() == 512 << 20  # the test daemon's --context-charge
+
+
+def test_each_real_gpus_lease_is_tied_to_its_device_and_a_simulated_ones_to_none() -> None:
+    """The daemon ties each GPU's lease to the GPU's /dev/nvidiaN (arbiter: a process is served
+    only while it holds it open); the simulated GPU has no device file, so its leases are
+    served to any process that connects."""
+    info = backend.start(simulate=True)
+    try:
+        simulated = leases.gpu_devices(info)
+        real = leases.gpu_devices(dataclasses.replace(info, backend="nvml"))
+    finally:
+        backend.stop()
+    assert simulated and set(simulated.values()) == {None}
+    assert list(real) == list(simulated)
+    for device in real.values():  # the driver's major; the minor as NVML says
+        assert device is not None and os.major(device) == leases.NVIDIA_MAJOR
+
+
+def test_a_gpus_device_number_is_its_files_where_the_daemon_sees_it() -> None:
+    node = Path("/dev/nvidia7")
+    assert leases.device_number(7) == (node.stat().st_rdev if node.exists() else os.makedev(195, 7))

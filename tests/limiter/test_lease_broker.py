@@ -167,6 +167,42 @@ def test_a_second_hello_from_a_holder_ends_its_hold_and_the_daemon_goes_on(base:
             other.close()
 
 
+def _hello_from_a_stranger(path: Path, results: Any) -> None:
+    """As a tenant whose container was not given the GPU: no descriptor of its device."""
+    try:
+        _become_tenant(path.parent.parent / ".devices")
+        stranger = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stranger.settimeout(10)
+        stranger.connect(str(path))
+        stranger.send(_message("HELLO", value=99, uuid=SIM_GPU0))
+        results.put([f"closed {stranger.recv(MESSAGE_SIZE) == b''}"])
+    except Exception as error:  # reported to the test, whatever it is
+        results.put([f"{type(error).__name__}: {error}"])
+
+
+def test_a_process_without_the_gpus_device_open_is_not_served_its_lease(base: Path) -> None:
+    """Any local process could say HELLO for any GPU of the node and take turns of its lease,
+    idle, from the pods the GPU was given to (75 % of the lease time beside a client of
+    another user). A GPU's lease is now served only to a process that holds the GPU's device
+    open, as every process with a context there does; /dev/full stands in for /dev/nvidiaN."""
+    device = Path("/dev/full").stat().st_rdev
+    leases = LeaseBroker(base, [SIM_GPU0], devices={SIM_GPU0: device})
+    leases.start()
+    try:
+        assert _as_tenant(_hello_from_a_stranger, leases.path) == ["closed True"]
+        assert leases.stats().strangers == 1
+        with Path("/dev/full").open("rb"):  # a process of the pod: its driver holds the device open
+            holder = Client(leases.path, pod=2)
+        try:
+            holder.acquire(3)
+            assert holder.granted(3, 5)
+            assert leases.stats().strangers == 1
+        finally:
+            holder.close()
+    finally:
+        leases.close()
+
+
 def _hog(path: Path, seconds: float, results: Any) -> None:
     """As a tenant: take the lease over and over and keep it, writing fresh activity into its
     own seats, never releasing, over several connections made again whenever one is dropped;

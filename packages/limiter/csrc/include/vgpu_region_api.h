@@ -151,9 +151,13 @@ VGPU_REGION_API struct vgpu_arbiter *vgpu_arbiter_new(int listener, uint64_t ins
                                                       char *error, size_t error_size);
 /* Arbitrate the lease of GPU `uuid`, keeping in `lease_fd` (a memfd of the daemon's own, the
  * size of a vgpu_device_lease) the words the daemon reads: activity, epochs, waiters, busy time.
+ * `device`: the device number (st_rdev) of the GPU's character device (/dev/nvidiaN); a process
+ * is served that GPU's lease only while it holds that device open, as every process with a
+ * context on the GPU does. 0: anyone connected is (a simulated GPU has no device file).
  * Before vgpu_arbiter_start only; 0, or VGPU_REGION_ERROR with `error`. */
 VGPU_REGION_API int vgpu_arbiter_add_gpu(struct vgpu_arbiter *arbiter, const char *uuid,
-                                         int lease_fd, char *error, size_t error_size);
+                                         int lease_fd, uint64_t device, char *error,
+                                         size_t error_size);
 VGPU_REGION_API int vgpu_arbiter_start(struct vgpu_arbiter *arbiter, char *error,
                                        size_t error_size);
 /* Stop serving (every client then sees its connection end) and free everything. */
@@ -162,6 +166,7 @@ VGPU_REGION_API void vgpu_arbiter_stop(struct vgpu_arbiter *arbiter);
 struct vgpu_arbiter_stats {
     uint64_t clients;    /* connected now */
     uint64_t refused;    /* connections refused (over a limit) or dropped (a broken message) */
+    uint64_t strangers;  /* HELLOs for a GPU whose device the process does not hold open */
     uint64_t grants;
     uint64_t taken_back; /* grants taken back from a stale, idle or overrunning holder */
     uint64_t overruns;   /* of them, holders that kept the lease past VGPU_LEASE_HOLD_NS */

@@ -9,6 +9,7 @@
  * malformed or whose socket is full is dropped (its hold ends), connections are limited per
  * party (one user in one pid namespace: a Kubernetes pod) and in all. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -79,7 +80,7 @@ struct vgpu_arbiter *vgpu_arbiter_new(int listener, uint64_t instance, char *err
 }
 
 int vgpu_arbiter_add_gpu(struct vgpu_arbiter *arbiter, const char *uuid, int lease_fd,
-                         char *error, size_t error_size) {
+                         uint64_t device, char *error, size_t error_size) {
     if (arbiter->started || arbiter->gpu_count == MAX_GPUS ||
         strlen(uuid) >= VGPU_REGION_UUID_SIZE) {
         snprintf(error, error_size, "lease arbiter: cannot add GPU %.60s", uuid);
@@ -94,7 +95,41 @@ int vgpu_arbiter_add_gpu(struct vgpu_arbiter *arbiter, const char *uuid, int lea
     snprintf(gpu->uuid, sizeof gpu->uuid, "%s", uuid);
     gpu->words = words;
     gpu->holder = -1;
+    gpu->device = device;
     return 0;
+}
+
+/* The most descriptors of a process looked through for a GPU's device: a driver opens its
+ * devices at its start, among its first descriptors; the bound keeps a process of many open
+ * files from holding up the thread that hands the leases over. */
+#define DESCRIPTORS_LOOKED_AT 1024
+
+/* Whether process `pid` holds the character device `device` open: every process with a context
+ * on a GPU does (the driver works through /dev/nvidiaN), and a container is given only its own
+ * GPUs' devices. Before, any local process could say HELLO for any GPU of the node and take
+ * turns of its lease, idle, from the pods that GPU was given to. */
+static bool holds_device(pid_t pid, uint64_t device) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    int folder = pid > 0 ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    DIR *entries = folder >= 0 ? fdopendir(folder) : NULL;
+    if (entries == NULL) {
+        if (folder >= 0) {
+            close(folder);
+        }
+        return false; /* gone, or not in this pid namespace (SO_PEERCRED said 0) */
+    }
+    bool found = false;
+    struct dirent *entry;
+    for (int looked = 0; !found && looked < DESCRIPTORS_LOOKED_AT &&
+                         (entry = readdir(entries)) != NULL;
+         looked++) {
+        struct stat info;
+        found = entry->d_name[0] != '.' && fstatat(folder, entry->d_name, &info, 0) == 0 &&
+                S_ISCHR(info.st_mode) && (uint64_t)info.st_rdev == device;
+    }
+    closedir(entries);
+    return found;
 }
 
 /* The pid namespace of `pid` (its inode), 0 when it cannot be read (then the user alone is the
@@ -164,7 +199,8 @@ static void accept_clients(struct vgpu_arbiter *arbiter, uint64_t now) {
         }
         arbiter->parties[party].clients++;
         arbiter->clients[slot] =
-            (struct client){.fd = fd, .gpu = -1, .party = party, .connected_ns = now};
+            (struct client){.fd = fd, .gpu = -1, .party = party, .pid = peer.pid,
+                            .connected_ns = now};
         atomic_fetch_add(&arbiter->connected, 1);
     }
 }
@@ -266,7 +302,13 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
              * the next judgement read (the daemon died of SIGSEGV). */
             return false;
         }
-        client->gpu = gpu_named(arbiter, uuid);
+        int gpu = gpu_named(arbiter, uuid);
+        if (gpu >= 0 && arbiter->gpus[gpu].device != 0 &&
+            !holds_device(client->pid, arbiter->gpus[gpu].device)) {
+            atomic_fetch_add(&arbiter->strangers, 1);
+            return false;
+        }
+        client->gpu = gpu;
         client->pod = message->value;
         return client->gpu >= 0 && seat(arbiter, client);
     }
@@ -471,6 +513,7 @@ void vgpu_arbiter_stop(struct vgpu_arbiter *arbiter) {
 void vgpu_arbiter_read_stats(struct vgpu_arbiter *arbiter, struct vgpu_arbiter_stats *stats) {
     stats->clients = atomic_load(&arbiter->connected);
     stats->refused = atomic_load(&arbiter->refused);
+    stats->strangers = atomic_load(&arbiter->strangers);
     stats->grants = atomic_load(&arbiter->grants);
     stats->taken_back = atomic_load(&arbiter->taken_back);
     stats->overruns = atomic_load(&arbiter->overruns);

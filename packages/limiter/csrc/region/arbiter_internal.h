@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "vgpu_region_api.h"
 
@@ -41,6 +42,7 @@ struct client {
     int fd; /* -1: a free slot */
     int gpu;   /* -1 until its HELLO */
     int party;
+    pid_t pid;             /* the process that connected (SO_PEERCRED), in the daemon's view */
     uint64_t connected_ns; /* when it was accepted: its HELLO is due within HELLO_WITHIN_NS */
     uint64_t pod; /* what it says its pod is: only its own view of "other pods" depends on it */
     struct vgpu_lease_seat *seat;
@@ -55,6 +57,7 @@ struct gpu {
     struct vgpu_device_lease *words; /* the daemon's own: read by its boost estimate */
     int holder;                      /* a client, or -1 */
     uint64_t held_since_ns;
+    uint64_t device; /* st_rdev of its /dev/nvidiaN, which a client must hold open; 0: none */
 };
 
 struct vgpu_arbiter {
@@ -72,7 +75,7 @@ struct vgpu_arbiter {
     int polled_client[MAX_CLIENTS + 2]; /* the client of each polled descriptor past the two */
     uint64_t pods[MAX_CLIENTS];          /* scratch: the pods of a GPU's waiters */
     uint64_t tickets;
-    _Atomic uint64_t connected, refused, grants, taken_back, overruns;
+    _Atomic uint64_t connected, refused, strangers, grants, taken_back, overruns;
     uint64_t (*clock)(void); /* CLOCK_MONOTONIC in ns (a test's own clock in the C tests) */
 };
 

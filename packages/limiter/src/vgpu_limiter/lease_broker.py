@@ -26,7 +26,7 @@ import secrets
 import socket
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -93,13 +93,15 @@ def _answers(address: str) -> bool:
 @dataclass(frozen=True)
 class ArbiterStats:
     """What the arbiter counted: connections now, refused or dropped ones, grants, and grants
-    taken back (of them, ``overruns`` from holders past the hold)."""
+    taken back (of them, ``overruns`` from holders past the hold); ``strangers``: HELLOs for a
+    GPU whose device the process did not hold open (not served)."""
 
     clients: int
     refused: int
     grants: int
     taken_back: int
     overruns: int
+    strangers: int = 0
 
 
 class LeaseBroker:
@@ -107,12 +109,20 @@ class LeaseBroker:
     thread, with the GPUs' node files naming the arbiter. ``start`` once, ``close`` once."""
 
     def __init__(
-        self, base: str | os.PathLike[str], uuids: Sequence[str], context_charge: int = 0
+        self,
+        base: str | os.PathLike[str],
+        uuids: Sequence[str],
+        context_charge: int = 0,
+        devices: Mapping[str, int] | None = None,
     ) -> None:
         """``context_charge``: the device memory each CUDA context is charged, published in
-        every GPU's node file (0: none; processes then charge their own setting)."""
+        every GPU's node file (0: none; processes then charge their own setting). ``devices``:
+        each GPU's character device number (``st_rdev`` of its /dev/nvidiaN) by UUID: a process
+        is served a GPU's lease only while it holds that device open (a GPU not named: any
+        process that connects is, as for a simulated GPU, which has no device file)."""
         self.base = Path(base)
         self.context_charge = context_charge
+        self._devices = {normalize_uuid(uuid): rdev for uuid, rdev in (devices or {}).items()}
         self.instance = secrets.randbits(63) | 1
         self._leases = [
             ArbitratedLease(uuid, self.instance)
@@ -140,7 +150,7 @@ class LeaseBroker:
         when the node folder or the socket cannot be made, or another daemon arbitrates there."""
         listener = self._listen()
         try:
-            self._arbiter = _start_arbiter(listener, self.instance, self._leases)
+            self._arbiter = _start_arbiter(listener, self.instance, self._leases, self._devices)
         finally:
             listener.close()  # the arbiter holds its own descriptor
         for lease in self._leases:
@@ -155,7 +165,12 @@ class LeaseBroker:
         counts: Any = ffi.new("struct vgpu_arbiter_stats *")
         native_library().vgpu_arbiter_read_stats(self._arbiter, counts)
         return ArbiterStats(
-            counts.clients, counts.refused, counts.grants, counts.taken_back, counts.overruns
+            counts.clients,
+            counts.refused,
+            counts.grants,
+            counts.taken_back,
+            counts.overruns,
+            counts.strangers,
         )
 
     def _listen(self) -> socket.socket:
@@ -209,7 +224,10 @@ def _said(error: Any) -> str:
 
 
 def _start_arbiter(
-    listener: socket.socket, instance: int, leases: Sequence[ArbitratedLease]
+    listener: socket.socket,
+    instance: int,
+    leases: Sequence[ArbitratedLease],
+    devices: Mapping[str, int],
 ) -> Any:
     library = native_library()
     error = ffi.new("char[]", _ERROR_SIZE)
@@ -219,7 +237,12 @@ def _start_arbiter(
     try:
         for lease in leases:
             if library.vgpu_arbiter_add_gpu(
-                arbiter, lease.uuid.encode(), lease.fd, error, _ERROR_SIZE
+                arbiter,
+                lease.uuid.encode(),
+                lease.fd,
+                devices.get(lease.uuid, 0),
+                error,
+                _ERROR_SIZE,
             ):
                 raise RegionError(_said(error))
         if library.vgpu_arbiter_start(arbiter, error, _ERROR_SIZE):

@@ -1,10 +1,17 @@
 """The node's device leases, arbitrated by the daemon (vgpu_limiter.lease_broker): every paced
 process connects to the node folder's socket and gets each GPU's lease from the daemon's arbiter,
-sharing no writable word with another pod. Without it (no memfd, a node folder the daemon cannot
-use) paced processes fall back to the lease files, which the daemon says once."""
+sharing no writable word with another pod. A process is served a GPU's lease only while it holds
+that GPU's device file open, as every process with a context there does: a container is given
+its own GPUs' devices alone, so no pod takes turns on a GPU it was not given. Without the
+arbiter (no memfd, a node folder the daemon cannot use) paced processes fall back to the lease
+files, which the daemon says once."""
 
+import contextlib
 import logging
+import os
+import stat
 from pathlib import Path
+from typing import Final
 
 from vgpu_limiter.lease_broker import LeaseBroker
 from vgpu_limiter.region import RegionError
@@ -13,26 +20,54 @@ from vgpu_hypervisor.gpu import NOT_AVAILABLE, nvml
 from vgpu_hypervisor.gpu.backend import BackendInfo
 
 log = logging.getLogger(__name__)
+NVIDIA_MAJOR: Final = 195  # the character devices /dev/nvidia0, /dev/nvidia1, …
 
 
-def gpu_uuids(backend: BackendInfo) -> list[str]:
-    """The UUIDs of the node's GPUs that NVML names (one whose UUID cannot be read is not
-    arbitrated: its pods pace with the lease file)."""
-    uuids = []
+def gpu_devices(backend: BackendInfo) -> dict[str, int | None]:
+    """The node's GPUs that NVML names, by UUID, each with its character device's number (the
+    ``st_rdev`` of its /dev/nvidiaN; None on the simulated GPU, or where NVML gives no minor
+    number). A GPU whose UUID cannot be read is not arbitrated: its pods pace with the lease
+    file."""
+    devices: dict[str, int | None] = {}
     with nvml.LOCK:
         for index in range(backend.device_count):
             handle = nvml.device_handle(index)
-            uuid = nvml.device_uuid(handle) if handle is not NOT_AVAILABLE else NOT_AVAILABLE
+            if handle is NOT_AVAILABLE:
+                continue
+            uuid = nvml.device_uuid(handle)
+            minor = nvml.device_minor_number(handle) if backend.backend != "simulated" else None
             if isinstance(uuid, str):
-                uuids.append(uuid)
-    return uuids
+                devices[uuid] = device_number(minor) if isinstance(minor, int) else None
+    return devices
+
+
+def device_number(minor: int) -> int:
+    """The device number of /dev/nvidia{minor}: as the file says where the daemon sees it, else
+    the driver's (its character devices' major is 195, fixed by the driver)."""
+    with contextlib.suppress(OSError):
+        info = Path(f"/dev/nvidia{minor}").stat()
+        if stat.S_ISCHR(info.st_mode):
+            return info.st_rdev
+    return os.makedev(NVIDIA_MAJOR, minor)
 
 
 def start_lease_broker(base: Path, backend: BackendInfo, context_charge: int) -> LeaseBroker | None:
     """The arbiter of every GPU's lease, serving from now on, with the node's context charge
     published; None (and a warning) when it cannot be started."""
+    devices = gpu_devices(backend)
+    untied = [uuid for uuid, device in devices.items() if device is None]
+    if untied and backend.backend != "simulated":
+        log.warning(
+            "GPU %s: no device number from NVML: any local process may take turns of its lease",
+            ", ".join(untied),
+        )
     try:
-        broker = LeaseBroker(base, gpu_uuids(backend), context_charge)
+        broker = LeaseBroker(
+            base,
+            list(devices),
+            context_charge,
+            {uuid: device for uuid, device in devices.items() if device is not None},
+        )
     except (OSError, ValueError) as error:
         log.warning("no device lease arbiter (%s): paced pods use the lease files", error)
         return None
