@@ -11,11 +11,14 @@ from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.dra.quota import RELEASED
 from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_limiter import sim
+from vgpu_limiter.region import FLAG_DELETED, open_region
 
 from tests.device_plugin.test_device_plugin import run_workload
 from tests.dra.conftest import CLAIMS, NAMESPACE, DraNode, GiB
 from tests.dra.kubelet import DraKubelet, Plugin
 from tests.hypervisor.conftest import clean_environment, wait_for
+from tests.limiter.test_region import claim as fill_slot
+from tests.limiter.test_region import raw
 from tests.support.apiserver.kinds import POD
 
 
@@ -452,6 +455,72 @@ def test_a_claim_unprepared_while_another_stays_leaves_its_gpu_granting_nothing(
     finally:
         kubelet.close()
     assert region_limits(dra, "split") == limits
+
+
+@pytest.mark.parametrize(
+    "gpus", [[0], [0, 1], [0, 0]], ids=["one-claim", "two-claims", "two-claims-one-gpu"]
+)
+@pytest.mark.parametrize("worker", [False, True], ids=["no-worker", "forced-with-a-worker"])
+def test_a_region_deleted_through_the_api_before_unprepare_is_not_made_again(
+    dra: DraNode, plugin: Plugin, snapshot: NodeSnapshot, gpus: list[int], worker: bool
+) -> None:
+    """A pod with one or two claims prepared, its region deleted through the daemon's API
+    (``DELETE /pods/team/gone``, with force while a worker of the pod still runs: the file
+    stays, marked deleted), then the kubelet unprepares its claims one by one. Before, the
+    first of two claims' Unprepare made the region again with the other claim's quota (revived
+    the file marked deleted, limits written into it, and the last claim's Unprepare then
+    failed for as long as the worker ran; on two GPUs, the first Unprepare failed instead,
+    the file listing a GPU the other claim does not hold). Now each Unprepare succeeds and
+    makes nothing; what the claims left goes (specs, checkpoint), and a new pod of the name
+    is prepared."""
+    pod = dra.add_pod("gone")
+    share = {"consumedCapacity": {"memory": "1Gi", "compute": "10"}}
+    made = [
+        dra.add_claim(f"gone-{index}", pod, [{"device": f"gpu-{gpu}", **share}])
+        for index, gpu in enumerate(gpus)
+    ]
+    assert [prepared(plugin, one).error for one in made] == [""] * len(made)
+    path = dra.node.store.get(NAMESPACE, "gone").path
+    if worker:
+        with raw(path) as pointer:
+            fill_slot(pointer, 0, 4242, [GiB] * len(set(gpus)))  # a worker, judged alive
+    dra.node.store.delete(NAMESPACE, "gone", force=worker)  # what the API's delete does
+
+    def left_behind() -> Any:
+        """The deleted file's flags and limits while the worker runs, else whether the
+        pod's folder is there."""
+        if not worker:
+            return path.parent.exists()
+        region = open_region(path, writable=False)
+        try:
+            return region.flags & FLAG_DELETED, [d.limits for d in region.devices]
+        finally:
+            region.close()
+
+    deleted = left_behind()
+    assert deleted is False or deleted[0]
+    for one in made:
+        assert unprepared(plugin, one) == ""
+        assert dra.node.store.scan() == []  # no region made again
+        assert left_behind() == deleted  # nor the deleted file revived, nor limits written
+    assert unprepared(plugin, made[0]) == ""  # the kubelet's retry: nothing to do
+    assert dra.driver is not None and dra.driver.preparer.prepared() == {}
+    checkpoint = json.loads((dra.node.store.base / ".daemon" / "dra-claims.json").read_text())
+    assert checkpoint["claims"] == {}
+    assert list(dra.cdi_dir.iterdir()) == []
+
+    # A new pod of the name (on the GPUs the old file lists, which it takes over while the
+    # old worker runs) is prepared as any.
+    dra.api.store.delete(POD, NAMESPACE, "gone", grace=0)
+    again = dra.add_pod("gone")
+    assert again["metadata"]["uid"] != pod["metadata"]["uid"]
+    share = {"consumedCapacity": {"memory": "2Gi", "compute": "20"}}
+    new = dra.add_claim("gone-new", again, [{"device": f"gpu-{gpu}", **share} for gpu in set(gpus)])
+    assert prepared(plugin, new).error == ""
+    assert region_limits(dra, "gone") == {
+        str(snapshot.devices[gpu].uuid): GpuLimits(memory=2 * GiB, compute=2000)
+        for gpu in set(gpus)
+    }
 
 
 def gpu_config(source: str, requests: list[str], **parameters: Any) -> dict[str, Any]:

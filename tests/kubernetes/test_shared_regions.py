@@ -24,6 +24,7 @@ from vgpu_hypervisor.kubernetes.pod_source import PodSource, share_regions
 from tests.kubernetes.test_pod_cache import has_region, node_source, running, until
 from tests.limiter.test_region import claim, raw
 from tests.support.apiserver import ApiServer
+from tests.support.apiserver.kinds import POD
 
 UUIDS = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
 GiB = 1 << 30
@@ -371,4 +372,44 @@ def test_a_pod_made_again_while_the_daemon_was_away_does_not_keep_its_namesakes_
     given[new_uid] = (UUIDS[1],)
     asyncio.run(follow(lambda: has_region(store, "web-0")))
     assert memory(store, "web-0") == {UUIDS[1]: 80 * GiB}
+    store.close()
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["no-worker", "a-worker-still-runs"])
+def test_claims_unprepared_after_the_pod_source_deleted_the_region_make_none(
+    api: ApiServer, tmp_path: Path, worker: bool
+) -> None:
+    """A pod of both paths (GPU 0 from the device plugin, a claim on GPU 1 and one on GPU 0)
+    being deleted: the pod source deletes its region as the pod terminates (kept, marked
+    deleted, while a worker still runs), before the kubelet unprepares the claims. Before, the
+    first claim's Unprepare made the region again with the other claim's quota, or, over the
+    file kept for the worker, failed (it lists GPU 0, which the other claim does not hold) for
+    as long as the worker ran. Now neither Unprepare makes a region, nor revives the file."""
+    store = PodStore(tmp_path / "shm")
+    uid = put_pod_of_both(api, "both", {"tensor-fusion.ai/vram-limit": "60Gi"})
+    given: dict[str, tuple[str, ...]] = {}
+
+    async def scenario() -> None:
+        async with following(api, tmp_path, store, given) as (source, driver):
+            await until(lambda: source.by_key("default", "both") is not None)
+            allocate(store, source, "both", UUIDS[0])
+            given[uid] = (UUIDS[0],)
+            claims = (("both-gpu", f"claim-{uid}"), ("both-gpu0", f"claim0-{uid}"))
+            for name, claim_uid in claims:
+                await asyncio.to_thread(driver.prepare, "default", name, claim_uid)
+            path = store.get("default", "both").path
+            if worker:
+                with raw(path) as pointer:
+                    claim(pointer, 0, 4242, [GiB, GiB])  # a worker of the pod, judged alive
+            api.store.delete(POD, "default", "both")  # terminating: the pod source deletes
+            await until(lambda: not has_region(store, "both"))
+            for name, claim_uid in reversed(claims):
+                await asyncio.to_thread(driver.unprepare, "default", name, claim_uid)
+                assert not has_region(store, "both")
+                assert path.exists() == worker  # the file kept for the worker only
+            assert driver.prepared() == {}
+            await asyncio.sleep(0.3)  # the pod's last events: still none
+            assert not has_region(store, "both")
+
+    asyncio.run(scenario())
     store.close()

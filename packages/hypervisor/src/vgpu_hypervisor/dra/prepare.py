@@ -9,7 +9,8 @@ checkpoint, its region and spec made again where they went missing.
 
 Unprepare lowers the pod's quota to its other claims, or, for its last one, deletes the region,
 refusing while a process still uses it (the kubelet asks again); then the spec and the record
-go. A claim not prepared here is unprepared already.
+go. A region deleted already (through the API, or by the pod source) is not made again. A claim
+not prepared here is unprepared already.
 """
 
 import contextlib
@@ -173,9 +174,9 @@ class Preparer:
         one: Prepared,
         leaving: str | None = None,
         joining: Claim | None = None,
-    ) -> None:
+    ) -> bool:
         """The pod's region holds the quota of its recorded claims (but ``leaving``) and
-        ``joining``."""
+        ``joining``; whether there is one (a claim that leaves makes none)."""
         claims = self._claims_of(pod_uid, leaving) + ([joining] if joining else [])
         quota = pod_quota(claims, self.config.pool, self._gpus)
         limits = dict(quota.limits)
@@ -185,12 +186,20 @@ class Preparer:
         try:
             self._store.update(namespace, pod, limits, by_admin=False)
         except PodNotFound:
+            if leaving is not None:
+                # The region was deleted before the kubelet unprepared the pod's claims
+                # (through the daemon's API, say): there is no quota left to lower. Before, the
+                # first of two claims' Unprepare made it again with the other's quota, or took
+                # over the file a forced delete kept, marked deleted, for the pod's workers (or
+                # failed for as long as they ran, where the file listed the leaving claim's GPU).
+                return False
             owner = one.owner
             self._store.create(namespace, pod, quota.limits, owner=owner.user, group=owner.group)
         # Its claims' class and weight, or the defaults where none gives one: a claim that left
         # takes its own with it.
         qos = Qos.MEDIUM if quota.qos is None else quota.qos
         self._store.set_policy(namespace, pod, qos, quota.weight or 0)
+        return True
 
     def _released(self, leaving: Claim, kept: Mapping[str, GpuLimits]) -> dict[str, GpuLimits]:
         """RELEASED for each GPU of the claim that leaves that the pod's other claims do not
@@ -221,8 +230,8 @@ class Preparer:
                         claim.pod_uid,
                     )
                 elif self._claims_of(claim.pod_uid, leaving=uid):
-                    self._apply(claim.pod_uid, known, leaving=uid)
-                    lowered = claim.pod_uid
+                    if self._apply(claim.pod_uid, known, leaving=uid):
+                        lowered = claim.pod_uid  # (no region: nothing for the source to write)
                 else:
                     with contextlib.suppress(PodNotFound):
                         self._store.delete(claim.namespace, claim.pod)
