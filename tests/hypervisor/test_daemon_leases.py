@@ -1,7 +1,9 @@
 """The daemon arbitrates every GPU's lease: its paced pods take their leases from it, a truncated
 lease file kills nobody, and a daemon started again arbitrates anew, running processes with it."""
 
+import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -12,9 +14,9 @@ import pytest
 from vgpu_hypervisor.daemon import leases
 from vgpu_hypervisor.gpu import backend
 from vgpu_limiter.lease import DeviceLease, lease_path
-from vgpu_limiter.lease_broker import SOCKET_NAME
+from vgpu_limiter.lease_broker import SOCKET_NAME, LeaseBroker
 
-from tests.hypervisor.conftest import Daemon
+from tests.hypervisor.conftest import Daemon, Said
 from tests.limiter.conftest import WORKLOAD
 from tests.support.arbiter import OTHER_POD_HOLDS, SIM_GPU0, Client
 
@@ -130,3 +132,24 @@ def test_each_real_gpus_lease_is_tied_to_its_device_and_a_simulated_ones_to_none
 def test_a_gpus_device_number_is_its_files_where_the_daemon_sees_it() -> None:
     node = Path("/dev/nvidia7")
     assert leases.device_number(7) == (node.stat().st_rdev if node.exists() else os.makedev(195, 7))
+
+
+def test_processes_refused_a_gpus_lease_are_said_once_each(tmp_path: Path) -> None:
+    """The daemon says how many processes were refused since it last said (a tenant trying a
+    GPU its pod was not given, or a daemon that cannot read their /proc/PID/fd), and no more."""
+    broker = LeaseBroker(tmp_path, [SIM_GPU0], devices={SIM_GPU0: Path("/dev/full").stat().st_rdev})
+    broker.start()
+    said = Said()
+    logging.getLogger("vgpu_hypervisor").addHandler(said)
+    try:
+        watch = leases.StrangerWatch(broker)
+        for _ in range(2):
+            with contextlib.suppress(AssertionError):  # told, then dropped: no seat
+                Client(broker.path)
+        watch.tick()
+        watch.tick()
+    finally:
+        logging.getLogger("vgpu_hypervisor").removeHandler(said)
+        broker.close()
+    refused = [line for line in said.lines if "without holding the GPU's device file" in line]
+    assert len(refused) == 1 and refused[0].startswith("2 process(es)"), said.lines

@@ -25,7 +25,15 @@ from vgpu_limiter.region import CONSTANTS, ffi
 
 from tests.limiter.conftest import WORKLOAD, LimitedEnv
 from tests.limiter.test_compute_limits import SIM_GPU0, TOLERANCE_PP, concurrent, limit
-from tests.support.arbiter import ACTIVITY, GRANTED, MESSAGE_SIZE, SEAT_SIZE, Client, _message
+from tests.support.arbiter import (
+    ACTIVITY,
+    GRANTED,
+    MESSAGE,
+    MESSAGE_SIZE,
+    SEAT_SIZE,
+    Client,
+    _message,
+)
 from tests.support.tenant import readable_folder
 
 FORK = get_context("fork")
@@ -175,7 +183,9 @@ def _hello_from_a_stranger(path: Path, results: Any) -> None:
         stranger.settimeout(10)
         stranger.connect(str(path))
         stranger.send(_message("HELLO", value=99, uuid=SIM_GPU0))
-        results.put([f"closed {stranger.recv(MESSAGE_SIZE) == b''}"])
+        answer: Any = ffi.from_buffer(MESSAGE + " *", stranger.recv(MESSAGE_SIZE))
+        told = answer.kind == CONSTANTS["VGPU_ARBITER_STRANGER"]
+        results.put([f"told {told}", f"closed {stranger.recv(MESSAGE_SIZE) == b''}"])
     except Exception as error:  # reported to the test, whatever it is
         results.put([f"{type(error).__name__}: {error}"])
 
@@ -189,7 +199,7 @@ def test_a_process_without_the_gpus_device_open_is_not_served_its_lease(base: Pa
     leases = LeaseBroker(base, [SIM_GPU0], devices={SIM_GPU0: device})
     leases.start()
     try:
-        assert _as_tenant(_hello_from_a_stranger, leases.path) == ["closed True"]
+        assert _as_tenant(_hello_from_a_stranger, leases.path) == ["told True", "closed True"]
         assert leases.stats().strangers == 1
         with Path("/dev/full").open("rb"):  # a process of the pod: its driver holds the device open
             holder = Client(leases.path, pod=2)
@@ -314,6 +324,29 @@ def test_a_paced_process_takes_the_lease_of_a_daemon_that_starts_later(
         _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert err.count("the daemon's, instance") == 2, err
+
+
+def test_a_paced_process_not_served_a_gpus_lease_says_why(
+    base: Path, pods: Callable[[str], dict[str, str]], tmp_path: Path
+) -> None:
+    """A paced process that holds no descriptor of the GPU's device (on the simulated GPU none
+    does; /dev/full stands in) is told so, and says it, then paces with a lease of its own."""
+    leases = LeaseBroker(base, [SIM_GPU0], devices={SIM_GPU0: Path("/dev/full").stat().st_rdev})
+    leases.start()
+    try:
+        done = subprocess.run(
+            [WORKLOAD, "--kernels", "200", "--kernel-us", "500"],
+            env=limit(pods("a"), 50) | {"TMPDIR": str(tmp_path), "TF_LOG_LEVEL": "info"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert leases.stats().strangers >= 1
+    finally:
+        leases.close()
+    assert done.returncode == 0, done.stderr
+    assert "only to processes that hold its device file open" in done.stderr, done.stderr
 
 
 def _paced_beside_a_flooded_daemon(

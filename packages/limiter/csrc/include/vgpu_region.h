@@ -249,6 +249,9 @@ struct vgpu_device_node {
 #define VGPU_ARBITER_RELEASE 3
 #define VGPU_ARBITER_WELCOME 4
 #define VGPU_ARBITER_GRANT 5
+/* The answer to a HELLO from a process that does not hold the GPU's device file open (every
+ * process with a context on the GPU does): it is not served that GPU's lease. */
+#define VGPU_ARBITER_STRANGER 6
 /* An ACQUIRE's value: the process's pod has used less than its share lately (its bucket holds
  * at least half of what it may save), so it waits with work of a short burst, an inference
  * request say: the holder of another party is asked to end its epoch now (yield_request), on

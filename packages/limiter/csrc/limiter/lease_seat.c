@@ -204,6 +204,12 @@ static struct vgpu_lease_seat *take_seat(int socket_fd, const char *uuid, uint64
     struct vgpu_lease_seat *seat = NULL;
     if (got == 0) {
         say(why, why_size, VGPU_LEASE_SOCKET ": %s", "no answer in time");
+    } else if (got > 0 && welcome.kind == VGPU_ARBITER_STRANGER) {
+        snprintf(why, why_size,
+                 "the daemon serves the lease of %.60s only to processes that hold its device "
+                 "file open, and found none held by this one (it reads /proc/PID/fd: a daemon "
+                 "without the host's /proc or CAP_SYS_PTRACE cannot)",
+                 uuid);
     } else if (got < 0 || welcome.kind != VGPU_ARBITER_WELCOME || welcome.request == 0) {
         snprintf(why, why_size, "the daemon arbitrates no lease for %.60s", uuid);
     } else {

@@ -306,6 +306,7 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
         if (gpu >= 0 && arbiter->gpus[gpu].device != 0 &&
             !holds_device(client->pid, arbiter->gpus[gpu].device)) {
             atomic_fetch_add(&arbiter->strangers, 1);
+            send_message(client->fd, VGPU_ARBITER_STRANGER, 0, -1); /* said, then dropped */
             return false;
         }
         client->gpu = gpu;

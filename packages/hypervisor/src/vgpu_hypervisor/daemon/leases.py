@@ -79,3 +79,28 @@ def start_lease_broker(base: Path, backend: BackendInfo, context_charge: int) ->
         return None
     log.info("device leases of %d GPU(s) arbitrated on %s", len(broker.uuids), broker.path)
     return broker
+
+
+STRANGERS_EVERY_S: Final = 10.0
+
+
+class StrangerWatch:
+    """Says, at most every STRANGERS_EVERY_S, how many processes asked for a GPU's lease without
+    holding the GPU's device open since it last said (the arbiter counts them): a tenant trying
+    a GPU its pod was not given, or a daemon that cannot read other users' /proc/PID/fd, which
+    an operator must hear of, as its pods then pace with leases of their own."""
+
+    def __init__(self, broker: LeaseBroker) -> None:
+        self.broker = broker
+        self.said = 0
+
+    def tick(self) -> None:
+        strangers = self.broker.stats().strangers
+        if strangers > self.said:
+            log.warning(
+                "%d process(es) asked for a GPU's lease without holding the GPU's device file "
+                "open: not served (a process of a pod not given that GPU, or this daemon cannot "
+                "read their /proc/PID/fd: it needs the host's /proc and CAP_SYS_PTRACE)",
+                strangers - self.said,
+            )
+            self.said = strangers

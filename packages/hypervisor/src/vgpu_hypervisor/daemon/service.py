@@ -44,7 +44,7 @@ from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.demand import FIRST_USE_WINDOW_NS
 from vgpu_hypervisor.daemon.idle_settings import idle_settings
-from vgpu_hypervisor.daemon.leases import start_lease_broker
+from vgpu_hypervisor.daemon.leases import STRANGERS_EVERY_S, StrangerWatch, start_lease_broker
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
@@ -308,6 +308,15 @@ class Daemon:
                 asyncio.create_task(
                     self._supervise(
                         "boost correction", lambda: _every(READ_INTERVAL_S, publisher.tick)
+                    )
+                )
+            )
+        if leases is not None:
+            strangers = StrangerWatch(leases)
+            tasks.append(
+                asyncio.create_task(
+                    self._supervise(
+                        "lease strangers", lambda: _every(STRANGERS_EVERY_S, strangers.tick)
                     )
                 )
             )
