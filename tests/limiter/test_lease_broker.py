@@ -213,6 +213,80 @@ def test_a_process_without_the_gpus_device_open_is_not_served_its_lease(base: Pa
         leases.close()
 
 
+def _hello_holding_a_path_only(path: Path, results: Any) -> None:
+    """As a tenant whose container was not given the GPU but holds an O_PATH descriptor of a
+    node of the GPU's device number (a container's root may mknod one, an image may carry one:
+    the device cgroup refuses it a real open, not an O_PATH one)."""
+    try:
+        _become_tenant(path.parent.parent / ".devices")
+        node = os.open("/dev/full", os.O_PATH)
+        try:
+            stranger = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            stranger.settimeout(10)
+            stranger.connect(str(path))
+            stranger.send(_message("HELLO", value=99, uuid=SIM_GPU0))
+            answer: Any = ffi.from_buffer(MESSAGE + " *", stranger.recv(MESSAGE_SIZE))
+            results.put([f"told {answer.kind == CONSTANTS['VGPU_ARBITER_STRANGER']}"])
+        finally:
+            os.close(node)
+    except Exception as error:  # reported to the test, whatever it is
+        results.put([f"{type(error).__name__}: {error}"])
+
+
+def test_a_process_holding_the_gpus_device_by_path_only_is_not_served_its_lease(
+    base: Path,
+) -> None:
+    """An O_PATH descriptor opens nothing, yet /proc/PID/fd showed it as the character device
+    it names: a tenant with a node of its own making (mknod, a default capability of a
+    container's root) took turns of a GPU its pod was not given. Only a descriptor open for
+    reading or writing counts."""
+    leases = LeaseBroker(base, [SIM_GPU0], devices={SIM_GPU0: Path("/dev/full").stat().st_rdev})
+    leases.start()
+    try:
+        assert _as_tenant(_hello_holding_a_path_only, leases.path) == ["told True"]
+        assert leases.stats().strangers == 1
+    finally:
+        leases.close()
+
+
+def _hello_kind(path: Path) -> str:
+    """Say HELLO on a new connection: the kind of the answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+        connection.settimeout(10)
+        connection.connect(str(path))
+        connection.send(_message("HELLO", value=99, uuid=SIM_GPU0))
+        data, _, _, _ = socket.recv_fds(connection, MESSAGE_SIZE, 1)
+        answer: Any = ffi.from_buffer(MESSAGE + " *", data)
+        return "stranger" if answer.kind == CONSTANTS["VGPU_ARBITER_STRANGER"] else "welcome"
+
+
+def _hello_in_a_loop(path: Path, results: Any) -> None:
+    """As a tenant: HELLO without the device, then at once with it, then a second later."""
+    try:
+        _become_tenant(path.parent.parent / ".devices")
+        kinds = [_hello_kind(path)]
+        with Path("/dev/full").open("rb"):
+            kinds.append(_hello_kind(path))
+            time.sleep(1.2)
+            kinds.append(_hello_kind(path))
+        results.put(kinds)
+    except Exception as error:  # reported to the test, whatever it is
+        results.put([f"{type(error).__name__}: {error}"])
+
+
+def test_a_party_refused_a_gpus_lease_is_not_looked_at_again_for_a_second(base: Path) -> None:
+    """Each HELLO read up to 1,024 of the process's descriptors (milliseconds for a process of
+    many), so a tenant saying HELLO in a loop kept busy the thread that hands every lease over.
+    A party refused is refused again without a look for a second; then it is looked at again."""
+    leases = LeaseBroker(base, [SIM_GPU0], devices={SIM_GPU0: Path("/dev/full").stat().st_rdev})
+    leases.start()
+    try:
+        assert _as_tenant(_hello_in_a_loop, leases.path) == ["stranger", "stranger", "welcome"]
+        assert leases.stats().strangers == 2
+    finally:
+        leases.close()
+
+
 def _hog(path: Path, seconds: float, results: Any) -> None:
     """As a tenant: take the lease over and over and keep it, writing fresh activity into its
     own seats, never releasing, over several connections made again whenever one is dropped;

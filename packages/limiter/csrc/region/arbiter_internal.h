@@ -36,6 +36,7 @@ struct party { /* a user in a pid namespace: one pod, as far as the kernel can t
     uint64_t penalty_until_ns;
     uint64_t penalty_ns;
     uint64_t urgent_ns[2]; /* when its last two urgent requests were honoured, older first */
+    uint64_t stranger_until_ns; /* its HELLOs are refused unlooked until then (arbiter.c) */
 };
 
 struct client {
