@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from vgpu_common.limits import MAX_WEIGHT, Qos, parse_percent, parse_qos, parse_switch
+from vgpu_common.limits import (
+    HUNDREDTHS_PER_PERCENT,
+    MAX_WEIGHT,
+    Qos,
+    parse_percent,
+    parse_qos,
+    parse_switch,
+)
 
 API_VERSION: Final = "gpu.vgpu.io/v1alpha1"
 KIND: Final = "GpuConfig"
@@ -55,6 +62,29 @@ def parse_config(parameters: Mapping[str, Any], where: str) -> dict[str, object]
         except (ValueError, TypeError) as error:
             raise ConfigError(f"{where}: {key} {value!r}: {error}") from None
     return found
+
+
+def canonical(parameters: Mapping[str, Any], where: str) -> dict[str, object]:
+    """``parameters`` as the driver keeps them (its checkpoint): the keys they set, each as
+    the driver writes it, which ``parse_config`` reads back to the same values; ConfigError
+    as parse_config.
+
+    The tenant writes a claim's parameters, up to what the API server lets through (10 KiB
+    each, 32 a claim): a qos of "high" after 5,000 NEL characters (blanks to ``strip``, 2
+    bytes each there, 6 in the checkpoint's JSON) is one. Kept as written, 18 claims took
+    the checkpoint past what the daemon reads back (16 MiB): a restarted daemon forgot every
+    claim of the node, whoever's, and their Unprepare left their regions as they were."""
+    found = parse_config(parameters, where)
+    kept: dict[str, object] = {"apiVersion": API_VERSION, "kind": KIND}
+    for key, value in found.items():
+        if isinstance(value, Qos):
+            kept[key] = value.label
+        elif key == "burst":
+            assert isinstance(value, int)  # hundredths of a percent
+            kept[key] = f"{value // HUNDREDTHS_PER_PERCENT}.{value % HUNDREDTHS_PER_PERCENT:02d}"
+        else:  # weight (an int), oversubscribe (a bool)
+            kept[key] = value
+    return kept
 
 
 def _parse(key: str, value: object) -> object:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.dra import cdi
 from vgpu_hypervisor.dra.checkpoint import Checkpoint, Prepared
 from vgpu_hypervisor.dra.claims import Claim, ClaimError, Share, parse_claim
+from vgpu_hypervisor.dra.config import canonical
 from vgpu_hypervisor.dra.quota import RELEASED, device_name, gpu_of, pod_quota
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
 from vgpu_hypervisor.kubernetes.model import KubePod
@@ -136,7 +137,12 @@ class Preparer:
                 f"{claim.pod_uid}, but that pod is UID {pod.uid}"
             )
         pod_quota([*self._claims_of(claim.pod_uid), claim], self.config.pool, self._gpus)
-        return Prepared(claim, region_owner(pod))
+        # Kept (the checkpoint) as the driver reads them, not as the tenant wrote them: padded
+        # to the API server's bounds, a few claims' parameters made the checkpoint too large
+        # to read back, and a restarted daemon forgot every claim (config.canonical).
+        where = f"claim {claim.namespace}/{claim.name}"
+        parameters = tuple((requests, canonical(p, where)) for requests, p in claim.parameters)
+        return Prepared(replace(claim, parameters=parameters), region_owner(pod))
 
     def _record(self, prepared: Prepared) -> None:
         claim = prepared.claim
