@@ -814,3 +814,108 @@ def test_config_show_warns_of_unknown_variables(cli: typer.Typer) -> None:
         "(did you mean TF_HYPERVISOR_LOG_LEVEL?)\n"
     )
     assert json.loads(result.stdout)["warnings"]
+
+
+# --- found by the settings audit ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["notk8s.io/gpu", "myk8s.io/gpu", "example.com/k8s.io"])
+def test_a_resource_domain_that_merely_ends_in_k8s_io_is_not_reserved(name: str) -> None:
+    assert resolve({"gpu_resource": name}).settings.gpu_resource == name
+
+
+@pytest.mark.parametrize(
+    "name", ["k8s.io/gpu", "a.k8s.io/gpu", "kubernetes.io/gpu", "node.kubernetes.io/gpu"]
+)
+def test_the_reserved_resource_domains_and_their_subdomains_are_refused(name: str) -> None:
+    assert error_of({"gpu_resource": name}) == (
+        f"--gpu-resource={name}: the kubernetes.io and k8s.io domains are reserved"
+    )
+
+
+@pytest.mark.parametrize("text", ["1_0", "+5", "\u0665", "5.0", "0x5", "5 5"])
+def test_gpu_shares_are_ascii_digits(text: str) -> None:
+    # int() reads all of these; the setting took them silently (1_0 as 10, U+0665 as 5).
+    message = error_of({"gpu_shares": text})
+    assert message.startswith("--gpu-shares=")
+    assert message.endswith(": expected a whole number from 1 to 1000")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("5", 5), (" 7 ", 7), ("010", 10), (1000, 1000)])
+def test_gpu_shares_in_their_forms(text: object, expected: int) -> None:
+    assert resolve({"gpu_shares": text}).settings.gpu_shares == expected
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"KUBECONFIG": "kc.yaml"},  # kubectl's, relative: the daemon's check refuses it
+        {"NODE_NAME": "Worker_1"},
+        {"TF_LOG_LEVEL": "trace"},
+        {"SHM_BASE_PATH": "shm"},
+    ],
+)
+def test_a_client_command_does_not_check_shared_variables_it_does_not_read(
+    tmp_path: Path, environment: dict[str, str]
+) -> None:
+    from vgpu_hypervisor import cli
+
+    names = [name for names in ENV_NAMES.values() for name in names]
+    clean: dict[str, str | None] = dict.fromkeys(names)
+    flags = ["--config", "", "--listen", "127.0.0.1:1", "--token-file", str(tmp_path / "token")]
+    result = CliRunner().invoke(cli.app, ["status", *flags], env={**clean, **environment})
+    # No daemon there, no token: the one error is about reaching it, not the variable.
+    assert result.exit_code == 1, result.stderr
+    assert next(iter(environment)) not in result.stderr
+    # The daemon's own names are checked by every command, as config show says.
+    result = CliRunner().invoke(
+        cli.app, ["status", *flags], env={**clean, "TF_HYPERVISOR_KUBECONFIG": "kc.yaml"}
+    )
+    assert result.exit_code == 2
+    assert result.stderr == "error: TF_HYPERVISOR_KUBECONFIG=kc.yaml: must be an absolute path\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "end"),
+    [
+        (None, ": is a folder"),  # a folder: lightkube said "Configuration file ... not found"
+        (
+            "apiVersion: v1\nkind: Config\nclusters: []\n",
+            ": no 'contexts' in it",
+        ),  # was "'contexts'"
+    ],
+)
+def test_a_kubeconfig_that_cannot_be_read_is_said_in_words(
+    tmp_path: Path, text: str | None, end: str
+) -> None:
+    pytest.importorskip("lightkube")
+    from vgpu_hypervisor.kubernetes.setup import KubernetesSetupError, open_client
+
+    path = tmp_path / "kubeconfig"
+    if text is None:
+        path.mkdir()
+    else:
+        path.write_text(text)
+    with pytest.raises(KubernetesSetupError) as raised:
+        open_client(Settings(kubeconfig=path))
+    assert str(raised.value) == f"cannot read the Kubernetes config {path}{end}"
+
+
+def test_a_file_where_the_base_path_or_the_logs_folder_should_be_is_named(tmp_path: Path) -> None:
+    from vgpu_hypervisor.daemon.service import DaemonError, _prepare_files, setup_logging
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    # Each said "File exists", as if the folder were there.
+    settings = Settings(shm_base_path=blocked, token_file=tmp_path / "token")
+    with pytest.raises(DaemonError) as raised:
+        _prepare_files(settings)
+    assert (
+        str(raised.value)
+        == f"cannot create the base path {blocked}: {blocked} is a file, not a folder"
+    )
+    with pytest.raises(DaemonError) as raised:
+        setup_logging(Settings(log_path=blocked / "daemon.log"))
+    assert str(raised.value) == (
+        f"cannot open log file {blocked / 'daemon.log'}: {blocked} is a file, not a folder"
+    )

@@ -38,7 +38,14 @@ from vgpu_hypervisor.client.output import (
     DocumentOutputOption,
     OutputOption,
 )
-from vgpu_hypervisor.settings import Settings, SettingsError, load_settings, resolve_settings
+from vgpu_hypervisor.settings import (
+    ENV_NAMES,
+    ENV_PREFIX,
+    Settings,
+    SettingsError,
+    load_settings,
+    resolve_settings,
+)
 from vgpu_hypervisor.settings_cli import (
     CLIENT_SETTINGS,
     JsonFlag,
@@ -62,8 +69,20 @@ shm_app = sub_app("Pod region files, read directly (no daemon needed).")
 
 
 def _settings(flags: Mapping[str, object]) -> Settings:
+    """The settings of a client command, whose ``flags`` name the settings it reads."""
+    # A shared variable (KUBECONFIG=kc.yaml for kubectl, NODE_NAME) is checked only where it is
+    # used (docs/configuration.md): a client reads just its own settings, and failed on such a
+    # variable meant for another tool. The daemon's own TF_HYPERVISOR_* names are still checked.
+    unread = {
+        variable
+        for name, variables in ENV_NAMES.items()
+        if name not in flags
+        for variable in variables
+        if not variable.startswith(ENV_PREFIX)
+    }
+    environ = {name: value for name, value in os.environ.items() if name not in unread}
     try:
-        return load_settings(flags)
+        return load_settings(flags, environ)
     except SettingsError as error:
         fail(str(error))
 

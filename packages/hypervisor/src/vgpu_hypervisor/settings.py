@@ -16,7 +16,8 @@ config-file keys are always checked, even when a higher source overrides them: t
 daemon alone, and a mistake there would otherwise surface the day the override goes away.
 
 An empty variable counts as unset (as the limiter reads them), except for the settings that can
-be off (`config_file`, `gpu_metrics_file`, `log_path`), where it turns them off.
+be off (`config_file`, `gpu_metrics_file`, `log_path`), where it turns them off, and
+`kubeconfig`, where it means the default search (it too is declared off_when_empty).
 
 Each setting is declared once, as a field of Settings with its `Setting` (flag, shared variables,
 help, what None means, how it is shown); FLAGS, ENV_NAMES, the typer options of settings_cli and
@@ -178,18 +179,23 @@ def _resource_name(value: object) -> str:
     if not isinstance(value, str) or not _RESOURCE_NAME.fullmatch(value):
         raise ValueError("expected an extended resource name DOMAIN/NAME, e.g. vgpu.io/gpu")
     domain = value.split("/", 1)[0]
-    if domain == "kubernetes.io" or domain.endswith((".kubernetes.io", "k8s.io")):
+    # The reserved domains and their subdomains only: a bare endswith("k8s.io") also refused
+    # names of other domains that merely end so (notk8s.io/gpu).
+    if domain in ("kubernetes.io", "k8s.io") or domain.endswith((".kubernetes.io", ".k8s.io")):
         raise ValueError("the kubernetes.io and k8s.io domains are reserved")
     return value
+
+
+_WHOLE_NUMBER = re.compile(r"\s*[0-9]+\s*", re.ASCII)
 
 
 def _shares(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError("expected a whole number from 1 to 1000")
-    try:
-        shares = int(value)
-    except ValueError:
-        raise ValueError("expected a whole number from 1 to 1000") from None
+    if isinstance(value, str) and not _WHOLE_NUMBER.fullmatch(value):
+        # int() also reads "1_0", "+5" and other scripts' digits (U+0665): taken silently before.
+        raise ValueError("expected a whole number from 1 to 1000")
+    shares = int(value)
     if not 1 <= shares <= 1000:
         raise ValueError("expected a whole number from 1 to 1000")
     return shares

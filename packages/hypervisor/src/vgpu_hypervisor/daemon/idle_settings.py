@@ -51,7 +51,8 @@ _read_by(
 _read_by(("token_review_url", "token_review_allow"), "--token-review", lambda s, _: s.token_review)
 _read_by(
     ("metrics_rotate_bytes",),
-    "a metrics file (--gpu-metrics-file)",
+    # The flag's real name: this said --gpu-metrics-file, which no command takes.
+    "a metrics file (--metrics-file)",
     lambda s, _: s.gpu_metrics_file is not None,
 )
 

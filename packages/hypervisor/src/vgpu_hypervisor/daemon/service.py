@@ -77,6 +77,14 @@ class DaemonError(Exception):
     """The daemon cannot start; one line."""
 
 
+def _os_error(error: OSError) -> str:
+    """An OSError in words. mkdir(exist_ok=True) of a file says "File exists", which reads as
+    if the folder were there: the base path or the log's folder was a file."""
+    if isinstance(error, FileExistsError) and error.filename is not None:
+        return f"{error.filename} is a file, not a folder"
+    return str(error.strerror or error)
+
+
 def setup_logging(settings: Settings) -> None:
     handler: logging.Handler
     if settings.log_path is not None:
@@ -87,7 +95,7 @@ def setup_logging(settings: Settings) -> None:
             handler = logging.FileHandler(settings.log_path)
         except OSError as error:
             raise DaemonError(
-                f"cannot open log file {settings.log_path}: {error.strerror}"
+                f"cannot open log file {settings.log_path}: {_os_error(error)}"
             ) from None
     else:
         handler = logging.StreamHandler(sys.stderr)
@@ -168,7 +176,7 @@ def _prepare_files(settings: Settings) -> str:
         settings.shm_base_path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DaemonError(
-            f"cannot create the base path {settings.shm_base_path}: {error.strerror}"
+            f"cannot create the base path {settings.shm_base_path}: {_os_error(error)}"
         ) from None
     return token
 
@@ -238,6 +246,14 @@ class Daemon:
             raise DaemonError(f"{said} with --simulate)" if cluster else str(error)) from None
         with observer:
             log.info("%s", observer.backend.describe())
+            if settings.sim_state is not None and observer.backend.backend != "simulated":
+                # Given (--sim-state, VGPU_SIM_STATE) and never read on the driver: said, as
+                # idle_settings says the others; it can be known only once the backend runs.
+                log.warning(
+                    "sim_state (%s) takes effect only with the simulated GPU, and the NVIDIA "
+                    "driver runs: ignored",
+                    settings.sim_state,
+                )
             await self._serve(observer)
 
     async def _serve(self, observer: GpuObserver) -> None:

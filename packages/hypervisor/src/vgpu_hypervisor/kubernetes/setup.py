@@ -39,6 +39,11 @@ def open_client(settings: Settings) -> AsyncClient:
     from lightkube import AsyncClient, KubeConfig
     from lightkube.core.exceptions import ConfigError
 
+    where = settings.kubeconfig or "(service account or ~/.kube/config)"
+    # lightkube says "Configuration file X not found" of a folder too, and a missing key of the
+    # file as its bare repr ("'contexts'"): each said in words here.
+    if settings.kubeconfig is not None and settings.kubeconfig.is_dir():
+        raise KubernetesSetupError(f"cannot read the Kubernetes config {where}: is a folder")
     try:
         if settings.kubeconfig is not None:
             config = KubeConfig.from_file(settings.kubeconfig)
@@ -46,8 +51,9 @@ def open_client(settings: Settings) -> AsyncClient:
             config = KubeConfig.from_env()
         return AsyncClient(config, field_manager="tf-hypervisor")
     except (ConfigError, OSError, ValueError, KeyError) as error:
-        where = settings.kubeconfig or "(service account or ~/.kube/config)"
         message = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, KeyError):
+            message = f"no {message} in it"
         raise KubernetesSetupError(
             f"cannot read the Kubernetes config {where}: {message}"
         ) from None
