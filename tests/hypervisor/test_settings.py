@@ -901,6 +901,19 @@ def test_a_kubeconfig_that_cannot_be_read_is_said_in_words(
     assert str(raised.value) == f"cannot read the Kubernetes config {path}{end}"
 
 
+def test_a_kubeconfig_path_that_cannot_be_looked_at_is_said_in_words(tmp_path: Path) -> None:
+    # The folder check ran outside the handler: an OSError of the look itself (a name too
+    # long here; EACCES for a daemon that is not root) came out as a traceback.
+    pytest.importorskip("lightkube")
+    from vgpu_hypervisor.kubernetes.setup import KubernetesSetupError, open_client
+
+    path = tmp_path / ("k" * 300)
+    with pytest.raises(KubernetesSetupError) as raised:
+        open_client(Settings(kubeconfig=path))
+    assert str(raised.value).startswith(f"cannot read the Kubernetes config {path}: ")
+    assert "File name too long" in str(raised.value)
+
+
 def test_a_file_where_the_base_path_or_the_logs_folder_should_be_is_named(tmp_path: Path) -> None:
     from vgpu_hypervisor.daemon.service import DaemonError, _prepare_files, setup_logging
 

@@ -85,10 +85,11 @@ STRANGERS_EVERY_S: Final = 10.0
 
 
 class StrangerWatch:
-    """Says, at most every STRANGERS_EVERY_S, how many processes asked for a GPU's lease without
-    holding the GPU's device open since it last said (the arbiter counts them): a tenant trying
-    a GPU its pod was not given, or a daemon that cannot read other users' /proc/PID/fd, which
-    an operator must hear of, as its pods then pace with leases of their own."""
+    """Says, at most every STRANGERS_EVERY_S, how many HELLOs for a GPU's lease came from
+    processes that did not hold the GPU's device open since it last said (the arbiter counts
+    them): a tenant trying a GPU its pod was not given, or a daemon that cannot read other
+    users' /proc/PID/fd, which an operator must hear of, as its pods then pace with leases of
+    their own. Requests, not processes: a process refused asks again every second (lease.c)."""
 
     def __init__(self, broker: LeaseBroker) -> None:
         self.broker = broker
@@ -98,9 +99,10 @@ class StrangerWatch:
         strangers = self.broker.stats().strangers
         if strangers > self.said:
             log.warning(
-                "%d process(es) asked for a GPU's lease without holding the GPU's device file "
-                "open: not served (a process of a pod not given that GPU, or this daemon cannot "
-                "read their /proc/PID/fd: it needs the host's /proc and CAP_SYS_PTRACE)",
+                "%d request(s) for a GPU's lease without holding the GPU's device file open: "
+                "not served (a refused process asks again every second; a process of a pod not "
+                "given that GPU, or this daemon cannot read their /proc/PID/fd: it needs the "
+                "host's /proc and CAP_SYS_PTRACE)",
                 strangers - self.said,
             )
             self.said = strangers

@@ -40,11 +40,12 @@ def open_client(settings: Settings) -> AsyncClient:
     from lightkube.core.exceptions import ConfigError
 
     where = settings.kubeconfig or "(service account or ~/.kube/config)"
-    # lightkube says "Configuration file X not found" of a folder too, and a missing key of the
-    # file as its bare repr ("'contexts'"): each said in words here.
-    if settings.kubeconfig is not None and settings.kubeconfig.is_dir():
-        raise KubernetesSetupError(f"cannot read the Kubernetes config {where}: is a folder")
     try:
+        # lightkube says "Configuration file X not found" of a folder too, and a missing key
+        # of the file as its bare repr ("'contexts'"): each said in words here. The look is
+        # inside the handler: is_dir raises OSError of a path it cannot stat (EACCES).
+        if settings.kubeconfig is not None and settings.kubeconfig.is_dir():
+            raise KubernetesSetupError(f"cannot read the Kubernetes config {where}: is a folder")
         if settings.kubeconfig is not None:
             config = KubeConfig.from_file(settings.kubeconfig)
         else:
