@@ -261,15 +261,19 @@ def _hello_kind(path: Path) -> str:
 
 
 def _hello_in_a_loop(path: Path, results: Any) -> None:
-    """As a tenant: HELLO without the device, then at once with it, then a second later."""
+    """As a tenant: HELLO without the device, then at once with it, then a second later. The
+    second HELLO is refused unlooked only if it came within the second: on a machine so loaded
+    that it did not, it is looked at and served, which the test is told."""
     try:
         _become_tenant(path.parent.parent / ".devices")
+        started = time.monotonic()
         kinds = [_hello_kind(path)]
         with Path("/dev/full").open("rb"):
             kinds.append(_hello_kind(path))
+            within = time.monotonic() - started < 0.9
             time.sleep(1.2)
             kinds.append(_hello_kind(path))
-        results.put(kinds)
+        results.put([*kinds, f"within {within}"])
     except Exception as error:  # reported to the test, whatever it is
         results.put([f"{type(error).__name__}: {error}"])
 
@@ -281,8 +285,12 @@ def test_a_party_refused_a_gpus_lease_is_not_looked_at_again_for_a_second(base: 
     leases = LeaseBroker(base, [SIM_GPU0], devices={SIM_GPU0: Path("/dev/full").stat().st_rdev})
     leases.start()
     try:
-        assert _as_tenant(_hello_in_a_loop, leases.path) == ["stranger", "stranger", "welcome"]
-        assert leases.stats().strangers == 2
+        outcomes = _as_tenant(_hello_in_a_loop, leases.path)
+        if outcomes[-1] == "within True":
+            assert outcomes == ["stranger", "stranger", "welcome", "within True"]
+            assert leases.stats().strangers == 2
+        else:  # the machine took most of a second between two HELLOs: the pause may be over
+            assert outcomes[0] == "stranger" and outcomes[2:] == ["welcome", "within False"]
     finally:
         leases.close()
 
