@@ -263,17 +263,25 @@ static uint64_t namespace_of(pid_t pid) {
 
 static int party_of(struct vgpu_arbiter *arbiter, uint32_t uid, uint64_t inode, uint64_t now) {
     int free_slot = -1;
+    int paused_slot = -1; /* kept only for a refusal's pause: taken when none is free */
     for (int index = 0; index < MAX_CLIENTS; index++) {
         struct party *party = &arbiter->parties[index];
-        bool used = party->clients > 0 || party->penalty_until_ns > now ||
-                    party->stranger_until_ns > now;
+        bool held = party->clients > 0 || party->penalty_until_ns > now;
+        bool used = held || party->stranger_until_ns > now;
         if (used && party->uid == uid && party->namespace_inode == inode) {
             return index;
         }
         if (!used && free_slot < 0) {
             free_slot = index;
         }
+        if (used && !held && paused_slot < 0) {
+            paused_slot = index;
+        }
     }
+    /* A user that makes pid namespaces of its own, each saying one HELLO for a GPU it does not
+     * hold, would otherwise fill the table with paused parties of no connection, and every
+     * process that connected next was refused. */
+    free_slot = free_slot >= 0 ? free_slot : paused_slot;
     if (free_slot >= 0) {
         arbiter->parties[free_slot] = (struct party){.uid = uid, .namespace_inode = inode};
     }
