@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "arbiter_internal.h"
+#include "vgpu_proc.h"
 
 /* Older C libraries' headers lack memfd and the seals (Linux 3.17); the library must run on
  * glibc 2.17, so memfd_create is the system call itself. */
@@ -323,7 +324,7 @@ static void accept_clients(struct vgpu_arbiter *arbiter, uint64_t now) {
         arbiter->parties[party].clients++;
         arbiter->clients[slot] =
             (struct client){.fd = fd, .gpu = -1, .party = party, .pid = peer.pid,
-                            .connected_ns = now};
+                            .started = vgpu_process_start_time(peer.pid), .connected_ns = now};
         atomic_fetch_add(&arbiter->connected, 1);
     }
 }
@@ -421,7 +422,12 @@ static bool served(struct vgpu_arbiter *arbiter, struct client *client, int gpu,
     if (party->stranger_until_ns > now) {
         return false;
     }
-    if (holds_device(client->pid, arbiter->gpus[gpu].device)) {
+    /* The pid is the one that connected up to HELLO_WITHIN_NS before, and it may have passed the
+     * socket on and exited: its descriptors are read only while that same process holds the
+     * pid, before the look and after it, not those of a process the pid was given to since. */
+    if (client->started != 0 && vgpu_process_alive(client->pid, client->started) &&
+        holds_device(client->pid, arbiter->gpus[gpu].device) &&
+        vgpu_process_alive(client->pid, client->started)) {
         return true;
     }
     party->stranger_until_ns = now + STRANGER_PAUSE_NS;

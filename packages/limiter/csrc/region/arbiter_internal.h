@@ -44,6 +44,7 @@ struct client {
     int gpu;   /* -1 until its HELLO */
     int party;
     pid_t pid;             /* the process that connected (SO_PEERCRED), in the daemon's view */
+    uint64_t started;      /* its start time (vgpu_proc.h): the pid is that process's still */
     uint64_t connected_ns; /* when it was accepted: its HELLO is due within HELLO_WITHIN_NS */
     uint64_t pod; /* what it says its pod is: only its own view of "other pods" depends on it */
     struct vgpu_lease_seat *seat;
