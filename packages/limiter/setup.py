@@ -62,6 +62,7 @@ REGION_LIBRARY = NativeLibrary(
         "csrc/region/region_api.c",
         "csrc/region/arbiter.c",
         "csrc/region/arbiter_policy.c",
+        "csrc/region/arbiter_peer.c",
         "csrc/common/vgpu_proc.c",
         "csrc/common/vgpu_files.c",
     ],
