@@ -878,10 +878,10 @@ def test_a_client_command_does_not_check_shared_variables_it_does_not_read(
 @pytest.mark.parametrize(
     ("text", "end"),
     [
-        (None, ": is a folder"),  # a folder: lightkube said "Configuration file ... not found"
+        (None, " is a folder"),  # a folder: lightkube said "Configuration file ... not found"
         (
             "apiVersion: v1\nkind: Config\nclusters: []\n",
-            ": no 'contexts' in it",
+            ": No current context set and no default provided",
         ),  # was "'contexts'"
     ],
 )
@@ -898,7 +898,7 @@ def test_a_kubeconfig_that_cannot_be_read_is_said_in_words(
         path.write_text(text)
     with pytest.raises(KubernetesSetupError) as raised:
         open_client(Settings(kubeconfig=path))
-    assert str(raised.value) == f"cannot read the Kubernetes config {path}{end}"
+    assert str(raised.value) == f"cannot read the Kubernetes config: {path}{end}"
 
 
 def test_a_kubeconfig_path_that_cannot_be_looked_at_is_said_in_words(tmp_path: Path) -> None:
@@ -910,7 +910,7 @@ def test_a_kubeconfig_path_that_cannot_be_looked_at_is_said_in_words(tmp_path: P
     path = tmp_path / ("k" * 300)
     with pytest.raises(KubernetesSetupError) as raised:
         open_client(Settings(kubeconfig=path))
-    assert str(raised.value).startswith(f"cannot read the Kubernetes config {path}: ")
+    assert str(raised.value).startswith(f"cannot read the Kubernetes config: {path}: ")
     assert "File name too long" in str(raised.value)
 
 

@@ -246,7 +246,7 @@ def test_a_pod_without_vgpu_asks_gets_no_region_and_api_pods_are_left_alone(
     [
         (("--kubernetes",), "Kubernetes is on but NODE_NAME is not set"),
         (("--kubernetes", "--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"),
-         "cannot read the Kubernetes config /nonexistent/kubeconfig"),
+         "cannot read the Kubernetes config: /nonexistent/kubeconfig not found"),
         (("--node-name", "Bad_Name"), "--node-name=Bad_Name: expected a Kubernetes node name"),
         (("--gpu-memory-resource", "gpumem"), "gpu-memory-resource"),
     ],

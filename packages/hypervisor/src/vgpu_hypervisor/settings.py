@@ -491,7 +491,8 @@ class Settings(BaseSettings):
         Setting(
             "--kubeconfig",
             "FILE",
-            "Kubeconfig of the API server. Default: the pod's service account in a cluster.",
+            "Kubeconfig of the API server; FILE:FILE… are merged as kubectl merges them. "
+            "Default: the pod's service account in a cluster.",
             ("KUBECONFIG",),
             none_text="in-cluster service account, else ~/.kube/config",
             off_when_empty=True,

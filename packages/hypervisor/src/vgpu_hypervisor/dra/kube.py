@@ -7,12 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import httpx2
-from lightkube import ApiError, Client, KubeConfig
+from lightkube import ApiError, Client
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
 
 from vgpu_hypervisor.dra.claims import ClaimError
+from vgpu_hypervisor.kubernetes.kubeconfig import KubeConfigError, load
 from vgpu_hypervisor.kubernetes.model import KubePod
 from vgpu_hypervisor.kubernetes.pod_source import kube_pod
 
@@ -30,9 +31,8 @@ class KubeError(Exception):
 def open_client(kubeconfig: str | None) -> Client:
     """A client from ``kubeconfig``, else the pod's service account, else ~/.kube/config."""
     try:
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-        return Client(config, field_manager=FIELD_MANAGER)
-    except (ConfigError, OSError, ValueError, KeyError) as error:
+        return Client(load(kubeconfig), field_manager=FIELD_MANAGER)
+    except (KubeConfigError, ConfigError, OSError, ValueError) as error:
         message = " ".join(str(error).split()) or type(error).__name__
         raise KubeError(f"cannot read the Kubernetes config: {message}") from None
 

@@ -36,28 +36,16 @@ def enabled(settings: Settings, environ: Mapping[str, str] = os.environ) -> bool
 
 def open_client(settings: Settings) -> AsyncClient:
     """A client from --kubeconfig, else the pod's service account, else ~/.kube/config."""
-    from lightkube import AsyncClient, KubeConfig
+    from lightkube import AsyncClient
     from lightkube.core.exceptions import ConfigError
 
-    where = settings.kubeconfig or "(service account or ~/.kube/config)"
+    from vgpu_hypervisor.kubernetes.kubeconfig import KubeConfigError, load
+
     try:
-        # lightkube says "Configuration file X not found" of a folder too, and a missing key
-        # of the file as its bare repr ("'contexts'"): each said in words here. The look is
-        # inside the handler: is_dir raises OSError of a path it cannot stat (EACCES).
-        if settings.kubeconfig is not None and settings.kubeconfig.is_dir():
-            raise KubernetesSetupError(f"cannot read the Kubernetes config {where}: is a folder")
-        if settings.kubeconfig is not None:
-            config = KubeConfig.from_file(settings.kubeconfig)
-        else:
-            config = KubeConfig.from_env()
-        return AsyncClient(config, field_manager="tf-hypervisor")
-    except (ConfigError, OSError, ValueError, KeyError) as error:
+        return AsyncClient(load(settings.kubeconfig), field_manager="tf-hypervisor")
+    except (KubeConfigError, ConfigError, OSError, ValueError) as error:
         message = " ".join(str(error).split()) or type(error).__name__
-        if isinstance(error, KeyError):
-            message = f"no {message} in it"
-        raise KubernetesSetupError(
-            f"cannot read the Kubernetes config {where}: {message}"
-        ) from None
+        raise KubernetesSetupError(f"cannot read the Kubernetes config: {message}") from None
 
 
 def resource_names(settings: Settings) -> ResourceNames:
