@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube.config.kubeconfig import SingleConfig
 from vgpu_hypervisor.kubernetes.kubeconfig import KubeConfigError, load
 from vgpu_hypervisor.kubernetes.setup import KubernetesSetupError, open_client
 from vgpu_hypervisor.settings import Settings
 
 from tests.kubernetes.conftest import needs_kubectl, run_kubectl
 from tests.support.apiserver import ApiServer
-
-pytest.importorskip("lightkube")
 
 
 def cluster(name: str, server: str, **fields: str) -> dict[str, Any]:
@@ -40,6 +39,13 @@ def listed(*paths: Path) -> str:
     return os.pathsep.join(map(str, paths))
 
 
+def chosen(where: str | Path | None) -> SingleConfig:
+    """The configuration a client of `where` uses: its current context's."""
+    one = load(where).get()
+    assert one is not None
+    return one
+
+
 def test_the_first_file_to_name_an_entry_or_the_current_context_wins(tmp_path: Path) -> None:
     first = write(
         tmp_path / "first",
@@ -54,7 +60,7 @@ def test_the_first_file_to_name_an_entry_or_the_current_context_wins(tmp_path: P
         contexts=[context("work", "shared", "admin"), context("other", "only", "admin")],
     )
     third = write(tmp_path / "third", **{"current-context": "other"})
-    one = load(listed(first, tmp_path / "missing", second, third)).get()
+    one = chosen(listed(first, tmp_path / "missing", second, third))
     assert one.context_name == "work"
     assert one.cluster.server == "https://first:6443"
     assert one.user is not None and one.user.token == "first-token"
@@ -71,7 +77,7 @@ def test_relative_paths_are_relative_to_the_file_that_names_them(tmp_path: Path)
         users=[user("u", "t", **{"client-key": "keys/u.key"})],
         contexts=[context("x", "c", "u")],
     )
-    one = load(listed(second, first)).get()
+    one = chosen(listed(second, first))
     assert one.cluster.certificate_auth == str(tmp_path / "a" / "certs" / "ca.crt")
     assert one.user is not None and one.user.client_key == str(tmp_path / "b" / "keys" / "u.key")
 
@@ -95,8 +101,8 @@ def test_a_list_reaches_the_api_server_as_kubectl_does(tmp_path: Path, api: ApiS
     listed_pods = run_kubectl(Path(files), tmp_path, "get", "pods", "-A", "-o", "name")
     assert listed_pods.returncode == 0, listed_pods.stderr
 
-    settings = Settings(kubeconfig=files)
-    assert load(settings.kubeconfig).get().cluster.server == api.url
+    settings = Settings(kubeconfig=Path(files))
+    assert chosen(settings.kubeconfig).cluster.server == api.url
 
 
 @pytest.mark.parametrize(
