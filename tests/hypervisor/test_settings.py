@@ -932,3 +932,24 @@ def test_a_file_where_the_base_path_or_the_logs_folder_should_be_is_named(tmp_pa
     assert str(raised.value) == (
         f"cannot open log file {blocked / 'daemon.log'}: {blocked} is a file, not a folder"
     )
+
+
+def test_a_metrics_file_that_cannot_be_written_stops_the_daemon_at_start(tmp_path: Path) -> None:
+    # It was logged at every write while the daemon ran on without its metrics.
+    from vgpu_hypervisor.daemon.service import DaemonError, _prepare_files
+
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    for path, why in ((folder, "Is a directory"), (blocked / "m.log", f"{blocked} is a file")):
+        settings = Settings(
+            shm_base_path=tmp_path / "base", token_file=tmp_path / "token", gpu_metrics_file=path
+        )
+        with pytest.raises(DaemonError) as raised:
+            _prepare_files(settings)
+        assert str(raised.value).startswith(f"cannot open the metrics file {path}: {why}")
+    good = tmp_path / "new" / "gpu.metrics"
+    _prepare_files(Settings(shm_base_path=tmp_path / "base", token_file=tmp_path / "token",
+                            gpu_metrics_file=good))  # fmt: skip
+    assert good.exists() and good.stat().st_mode & 0o027 == 0  # 0640 at most, as the file says

@@ -178,6 +178,17 @@ def _prepare_files(settings: Settings) -> str:
         raise DaemonError(
             f"cannot create the base path {settings.shm_base_path}: {_os_error(error)}"
         ) from None
+    if settings.gpu_metrics_file is not None:
+        # Opened once here: a metrics file that cannot be written (a folder, a read-only
+        # place) was only logged at each write, while the daemon ran on without metrics.
+        try:
+            settings.gpu_metrics_file.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+            os.close(os.open(settings.gpu_metrics_file, flags, 0o640))
+        except OSError as error:
+            raise DaemonError(
+                f"cannot open the metrics file {settings.gpu_metrics_file}: {_os_error(error)}"
+            ) from None
     return token
 
 
