@@ -2,6 +2,7 @@
 API server, on the simulated GPU."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +320,13 @@ def test_an_older_kubelet_speaks_v1beta1(dra: DraNode, snapshot: NodeSnapshot) -
     assert region_limits(dra, "old") == {uuid: GpuLimits(memory=memory, compute=None)}
 
 
+def consumed(**capacity: str) -> Callable[[dict[str, Any]], None]:
+    """A change of a claim's status: its first device consumed ``capacity``."""
+    return lambda c: c["status"]["allocation"]["devices"]["results"][0].update(
+        consumedCapacity=capacity
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [
@@ -339,15 +347,22 @@ def test_an_older_kubelet_speaks_v1beta1(dra: DraNode, snapshot: NodeSnapshot) -
             lambda c: c["status"]["reservedFor"][0].update(uid="other"),
             "reserved for pod bad UID other, but that pod is UID",
         ),
-        (
-            lambda c: c["status"]["allocation"]["devices"]["results"][0].update(
-                consumedCapacity={"memory": "1.5", "compute": "30"}
-            ),
-            "device gpu-0: memory '1.5': expected a whole number",
-        ),
+        (consumed(memory="1.5", compute="30"),
+         "device gpu-0: memory '1.5': expected a whole number"),
+        # Below the slice's least (the scheduler rounds up to it): a compute of 0 was taken
+        # as the whole GPU, a memory of 0 failed as "ValueError: bad memory limit 0".
+        (consumed(memory="1Gi", compute="0"),
+         "device gpu-0: compute '0' is below the least a share consumes, 1"),
+        (consumed(memory="0", compute="10"),
+         "device gpu-0: memory '0' is below the least a share consumes, 1048576"),
+        (consumed(memory="1Ti", compute="10"),
+         "device gpu-0: memory 1099511627776 is more than the GPU has, "),
     ],
-    ids=["unallocated", "other-pool", "unknown-device", "no-pod", "pod-uid", "bad-memory"],
-)
+    ids=[
+        "unallocated", "other-pool", "unknown-device", "no-pod", "pod-uid", "bad-memory",
+        "no-compute", "no-memory", "more-memory-than-the-gpu",
+    ],
+)  # fmt: skip
 def test_a_claim_that_cannot_be_prepared_gets_a_one_line_error(
     dra: DraNode, plugin: Plugin, change: Any, error: str
 ) -> None:
@@ -386,6 +401,61 @@ def test_the_region_belongs_to_the_pods_user_or_group_as_with_the_device_plugin(
     info, folder = region.stat(), region.parent.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (*owner, 0o660)
     assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o755)  # the daemon's own
+
+
+@pytest.mark.parametrize(
+    "others",
+    [
+        # A mesh proxy as another user beside the GPU container.
+        {"containers": [{"name": "istio-proxy", "image": "envoy",
+                         "securityContext": {"runAsUser": 1337}}]},
+        # An init container as its image's user (root, often), and a sidecar of another claim.
+        {"initContainers": [{"name": "setup", "image": "busybox"},
+                            {"name": "nic", "image": "nic", "restartPolicy": "Always",
+                             "securityContext": {"runAsUser": 2000},
+                             "resources": {"claims": [{"name": "nic"}]}}],
+         "resourceClaims": [{"name": "nic", "resourceClaimName": "the-nic"}]},
+    ],
+    ids=["proxy", "init-and-other-claim"],
+)  # fmt: skip
+def test_the_region_belongs_to_the_user_of_the_containers_given_the_claim(
+    dra: DraNode, plugin: Plugin, others: dict[str, Any]
+) -> None:
+    # Before, every container of the pod counted: users that differ made the region root's,
+    # and the GPU container (user 1000) could not open it (TF_REGION_REQUIRED: cuInit failed).
+    pod = dra.add_pod("meshed")
+    spec = pod["spec"]
+    spec["resourceClaims"] = [{"name": "gpu"}, *others.pop("resourceClaims", [])]
+    spec["containers"] = [
+        {"name": "main", "image": "cuda", "securityContext": {"runAsUser": 1000},
+         "resources": {"claims": [{"name": "gpu"}]}},
+        *others.pop("containers", []),
+    ]  # fmt: skip
+    spec |= others
+    # The claim made from a template: the pod's status names it.
+    pod["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "meshed-gpu"}]}
+    pod = dra.api.store.put(POD, NAMESPACE, pod)
+    claim = dra.add_claim("meshed-gpu", pod, [{"device": "gpu-0"}])
+    assert prepared(plugin, claim).error == ""
+    region = dra.node.layout.host_base / NAMESPACE / "meshed" / "shm"
+    assert region.stat().st_uid == 1000
+
+
+def test_a_claim_allocated_for_a_subrequest_is_given_to_the_containers_of_its_request(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    # firstAvailable: the scheduler writes "gpu/small"; a container names "gpu", and the
+    # kubelet gives it only devices whose request names hold "gpu". Before, the answer said
+    # "gpu/small" and the container got none of the driver's (no limiter, no region).
+    pod = dra.add_pod("prioritized")
+    claim = dra.add_claim(
+        "prioritized",
+        pod,
+        [{"device": "gpu-0", "request": "gpu/small", "consumedCapacity": {"compute": "20"}}],
+    )
+    answer = prepared(plugin, claim)
+    assert answer.error == ""
+    assert [list(device.request_names) for device in answer.devices] == [["gpu"]]
 
 
 def test_two_claims_on_one_gpu_one_with_a_burst_are_both_prepared(

@@ -14,6 +14,9 @@ DRIVER: Final = "gpu.vgpu.io"
 MEMORY: Final = "memory"  # capacity names, as the ResourceSlice declares them
 COMPUTE: Final = "compute"
 _MOST_BYTES: Final = (1 << 64) - 1
+# The least of each capacity a share consumes (the slice's validRange.min): the scheduler
+# rounds a request up to it, so less is a status written by hand.
+LEAST: Final = {MEMORY: 1 << 20, COMPUTE: 1}
 
 
 class ClaimError(Exception):
@@ -96,6 +99,14 @@ def _share(where: str, result: Mapping[str, Any]) -> Share:
             values[capacity] = None if text is None else parse_quantity(str(text), most)
         except ValueError as error:
             raise ClaimError(f"{where}: device {device}: {capacity} {text!r}: {error}") from None
+        value = values[capacity]
+        if value is not None and value < LEAST[capacity]:
+            # Before, a compute of 0 was taken as the whole GPU, and a memory of 0 failed
+            # later as "ValueError: bad memory limit 0".
+            raise ClaimError(
+                f"{where}: device {device}: {capacity} {text!r} is below the least a share "
+                f"consumes, {LEAST[capacity]}"
+            )
     share_id = result.get("shareID")
     return Share(
         str(result.get("request", "")),

@@ -142,7 +142,7 @@ class Preparer:
         # to read back, and a restarted daemon forgot every claim (config.canonical).
         where = f"claim {claim.namespace}/{claim.name}"
         parameters = tuple((requests, canonical(p, where)) for requests, p in claim.parameters)
-        return Prepared(replace(claim, parameters=parameters), region_owner(pod))
+        return Prepared(replace(claim, parameters=parameters), region_owner(pod, claim=claim.name))
 
     def _record(self, prepared: Prepared) -> None:
         claim = prepared.claim

@@ -85,11 +85,16 @@ def pod_quota(claims: Sequence[Claim], pool: str, gpus: Mapping[str, NodeGpu]) -
             gpu = gpu_of(claim, share, pool, gpus)
             uuid = gpu.uuid
             config = configs[share.request]
+            total = gpu.memory_total
+            if share.memory is not None and total is not None and share.memory > total:
+                raise ClaimError(
+                    f"claim {claim.namespace}/{claim.name}: device {share.device}: memory "
+                    f"{share.memory} is more than the GPU has, {gpu.memory_total}"
+                )
             used = share.memory if share.memory is not None else gpu.memory_total
             known = memory.get(uuid, 0)
             memory[uuid] = None if used is None or known is None else known + used
-            percent = 100 if share.compute in (None, 0) else share.compute
-            assert percent is not None
+            percent = 100 if share.compute is None else share.compute
             compute[uuid] = compute.get(uuid, 0) + percent * HUNDREDTHS_PER_PERCENT
             if config.burst is not None:
                 if config.burst < percent * HUNDREDTHS_PER_PERCENT:

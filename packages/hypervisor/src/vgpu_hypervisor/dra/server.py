@@ -114,7 +114,11 @@ def _node_service(messages: ModuleType, base: type, with_share_id: bool) -> type
                 else:
                     for one in error:
                         device = messages.Device(
-                            request_names=[one.share.request],
+                            # The request a container names: a subrequest of firstAvailable
+                            # ("gpu/small") is named by its request ("gpu"), and the kubelet
+                            # gives a container only the devices of the requests it names.
+                            # Before, such a claim's containers got none of the driver's.
+                            request_names=[one.share.request.split("/", 1)[0]],
                             pool_name=one.share.pool,
                             device_name=one.share.device,
                             cdi_device_ids=list(one.cdi_ids),

@@ -17,7 +17,7 @@ device taints (the DRADeviceTaints feature gate), and left out of the slice othe
 import re
 from typing import Any, Final
 
-from vgpu_hypervisor.dra.claims import COMPUTE, DRIVER, MEMORY
+from vgpu_hypervisor.dra.claims import COMPUTE, DRIVER, LEAST, MEMORY
 from vgpu_hypervisor.dra.inventory import GpuFacts, NodeFacts
 from vgpu_hypervisor.dra.quota import DEVICE_PREFIX
 
@@ -66,14 +66,14 @@ def device(gpu: GpuFacts, facts: NodeFacts) -> dict[str, Any]:
                 "value": str(gpu.memory),
                 "requestPolicy": {
                     "default": str(most),
-                    "validRange": {"min": str(MiB), "max": str(most), "step": str(MiB)},
+                    "validRange": {"min": str(LEAST[MEMORY]), "max": str(most), "step": str(MiB)},
                 },
             },
             COMPUTE: {
                 "value": "100",
                 "requestPolicy": {
                     "default": "100",
-                    "validRange": {"min": "1", "max": "100", "step": "1"},
+                    "validRange": {"min": str(LEAST[COMPUTE]), "max": "100", "step": "1"},
                 },
             },
         },

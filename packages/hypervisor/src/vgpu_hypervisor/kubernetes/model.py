@@ -32,6 +32,8 @@ class KubeContainer:
     # sidecar is one with restartPolicy Always, which keeps running beside the others.
     init: bool = False
     sidecar: bool = False
+    # resources.claims: the names of the pod's claims (spec.resourceClaims) it uses.
+    claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class KubePod:
     # Its GPUs may come from DRA: it references ResourceClaims (spec.resourceClaims), or the
     # scheduler gave its extended resources through one (status.extendedResourceClaimStatus).
     dra_claims: bool = False
+    # The ResourceClaim each of the pod's claims names: spec.resourceClaims' resourceClaimName,
+    # else status.resourceClaimStatuses' (the claim made from a template for it).
+    claim_objects: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -97,7 +97,9 @@ def kube_pod(obj: Any) -> KubePod:
     ]
     for container, init in listed:
         resources: dict[str, str] = {}
+        claims: tuple[str, ...] = ()
         if container.resources is not None:
+            claims = tuple(c.name for c in container.resources.claims or [])
             resources |= {k: str(v) for k, v in (container.resources.requests or {}).items()}
             resources |= {k: str(v) for k, v in (container.resources.limits or {}).items()}
         state = statuses.get(container.name)
@@ -111,6 +113,7 @@ def kube_pod(obj: Any) -> KubePod:
                 run_as=_run_as(container.securityContext),
                 init=init,
                 sidecar=init and container.restartPolicy == "Always",
+                claims=claims,
             )
         )
     created = meta.creationTimestamp
@@ -130,7 +133,23 @@ def kube_pod(obj: Any) -> KubePod:
         fs_group=security.fsGroup if security is not None else None,
         dra_claims=bool(spec and spec.resourceClaims)
         or bool(status and status.extendedResourceClaimStatus),
+        claim_objects=_claim_objects(spec, status),
     )
+
+
+def _claim_objects(spec: Any, status: Any) -> dict[str, str]:
+    """Each pod claim's ResourceClaim: named in the spec, else made for it (the status)."""
+    named = {
+        c.name: c.resourceClaimName
+        for c in ((status.resourceClaimStatuses or []) if status else [])
+        if c.resourceClaimName
+    }
+    named |= {
+        c.name: c.resourceClaimName
+        for c in ((spec.resourceClaims or []) if spec else [])
+        if c.resourceClaimName
+    }
+    return named
 
 
 def _run_as(security: Any) -> UserGroup:

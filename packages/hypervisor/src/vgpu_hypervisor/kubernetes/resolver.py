@@ -216,11 +216,17 @@ def resolve(
     )
 
 
-def region_owner(pod: KubePod, names: ResourceNames = DEFAULT_NAMES) -> UserGroup:
+def region_owner(
+    pod: KubePod, names: ResourceNames = DEFAULT_NAMES, *, claim: str | None = None
+) -> UserGroup:
     """Who the pod's region file belongs to (the daemon keeps its folder: docs/security.md).
 
     Its users are the processes of the containers that use the region: those asking for a
-    vgpu resource, or every container of a pod with annotations alone. As in Kubernetes, a
+    vgpu resource, those given the ResourceClaim `claim` (DRA: a container that names one of
+    the pod's claims that is this one), or every container of a pod with neither. Before,
+    a DRA pod's counted every container, init containers and sidecars among them: a GPU
+    container running as a user beside a mesh proxy running as another (or an init container
+    as root) got a region of root's that it could not open. As in Kubernetes, a
     container's processes run as its own securityContext's runAsUser and runAsGroup where it
     sets them, else as the pod's, else as its image says (which the daemon cannot know), and
     carry the pod's fsGroup as a supplementary group. So:
@@ -233,7 +239,12 @@ def region_owner(pod: KubePod, names: ResourceNames = DEFAULT_NAMES) -> UserGrou
     Root (0) is no owner: such a region stays root's, as a pod without a security context's.
     """
     wanted = (names.gpu, names.memory, names.compute)
-    users = [c for c in pod.containers if any(name in c.resources for name in wanted)]
+    given = {name for name, named in pod.claim_objects.items() if named == claim}
+    users = [
+        c
+        for c in pod.containers
+        if any(name in c.resources for name in wanted) or given.intersection(c.claims)
+    ]
     users = users or list(pod.containers)
     user = _shared(users, pod, lambda ids: ids.user)
     group = pod.fs_group if pod.fs_group else _shared(users, pod, lambda ids: ids.group)
