@@ -332,12 +332,23 @@ def test_a_pod_that_waited_much_of_its_window_is_held_not_light() -> None:
         ({"train": (5000, 10000, 5000), "infer": (5000, 0, 4900)}, {"train": 0}),
         # Not yet measured: counted at its whole limit, of the 98 % a GPU pods take turns on gives.
         ({"train": (3000, 10000, None), "new": (4000, 0, None)}, {"train": 5800}),
-        # Two bursting pods share what is left by their room: 38 left (c is held at its limit),
-        # rooms 50 and 30.
+        # Two busy bursting pods share what is left by their room: 38 left (c is held at its
+        # limit), rooms 50 and 30.
         (
-            {"a": (2000, 7000, 0), "b": (2000, 5000, 0), "c": (2000, 0, 1800)},
+            {"a": (2000, 7000, None), "b": (2000, 5000, None), "c": (2000, 0, 1800)},
             {"a": 4375, "b": 3425},
         ),
+        # A bursting pod is counted at what it needs too: beside one that uses 20 % (its
+        # burst unused) the training pod takes the rest, 100 - 25. Before, each bursting pod
+        # was counted at its hard limit: 50, with the GPU a third idle.
+        ({"train": (5000, 10000, None), "infer": (5000, 10000, 2000)}, {"train": 7500, "infer": 0}),
+        # Two light bursting pods: what neither needs is still shared by room, as a ceiling.
+        (
+            {"a": (2000, 7000, 0), "b": (2000, 5000, 0), "c": (2000, 0, 1800)},
+            {"a": 6250, "b": 4550},
+        ),
+        # A light bursting pod needs less than its hard limit: a busy one takes the rest.
+        ({"a": (3000, 10000, 500), "b": (3000, 10000, None)}, {"a": 0, "b": 9000}),
         # Never past the soft limit: the rest stays.
         ({"a": (2000, 3000, 0), "c": (1000, 0, 0)}, {"a": 3000}),
         # Alone: no rate. Nothing the others leave was measured; the limiter bursts while it
@@ -509,16 +520,19 @@ def test_a_pod_that_uses_little_takes_only_that_from_a_busy_pair(
             region.close()
 
 
+@pytest.mark.parametrize("infer_flags", [(), ("--burst", "0=100")], ids=["plain", "bursting"])
 def test_a_training_pod_takes_what_a_bursty_pod_leaves_and_the_bursty_pod_waits_little(
-    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"], infer_flags: tuple[str, ...]
 ) -> None:
     """Before, a training pod (hard 50, burst 100) fell to 50 % whenever a bursty pod beside it
     (10 ms of work, then 40 ms idle: about 20 %) wanted the GPU at all; and each of the bursty
     pod's rounds waited for the rest of the training pod's epoch (p50/p99 14.8/44.9 ms against
-    10.2 alone). Now the training pod yields to it at once, with a short backlog."""
+    10.2 alone). Now the training pod yields to it at once, with a short backlog. With a burst
+    of its own, the bursty pod was counted at its whole hard limit: the training pod was held
+    to 50 % (a rate of 0 in every pass)."""
     for name, flags in (
         ("train", ["--compute", "0=50", "--burst", "0=100"]),
-        ("infer", ["--compute", "0=50"]),
+        ("infer", ["--compute", "0=50", *infer_flags]),
     ):
         created = daemon.cli("pods", "create", name, *flags)
         assert created.returncode == 0, created.stderr

@@ -133,17 +133,21 @@ def node_effective_limits(
 def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, int]:
     """The rates (hundredths) the pods with a soft limit may run at while others want the GPU,
     from each wanting pod's (hard limit, soft limit, use or None): their hard limit and what the
-    others leave. A pod without a soft limit is counted at what it needs: what it used and some
-    headroom, never more than its limit (a pod its limit holds back uses about all of it), and
-    its limit when not yet measured. What is left goes to the bursting pods in proportion to
-    their room above the hard limit, never past their soft limit; none left, or no other pod
+    others leave. Every pod is counted at what it needs (need_of): what it used and some
+    headroom, never more than its ceiling (its soft limit for a bursting pod, else its limit),
+    all of it when not yet measured or held back (it would use more). A bursting pod's need up
+    to its hard limit is its own; what is left goes first to the bursting pods that need more
+    than their hard limit, in proportion to their room above it, and what they do not need then
+    to every bursting pod the same way, never past its soft limit. None left, or no other pod
     wants the GPU: 0 (their hard limit holds while contended). A pod that needs more than it got
-    last pass gains the headroom each pass.
-    While another pod is counted at its whole limit (it uses all of it, or is not measured yet),
-    what is left is counted from what the GPU gives the pods (capacity_of), as their effective
-    limits are: from 100 % the 2 % kept back for hand-overs went to the bursting pod, 51 beside
-    another's 49. Beside pods under their limits it is counted from 100 %: their headroom leaves
-    room enough, and a smaller rate would leave the GPU idle."""
+    last pass gains the headroom each pass. Before, a bursting pod was counted at its whole
+    hard limit whatever it used: a training pod (50, burst 100) beside an inference pod (50,
+    burst 100) that used a fifth of the GPU was held to 50 with the GPU a third idle.
+    While a pod without a soft limit is counted at its whole limit (it uses all of it, or is not
+    measured yet), what is left is counted from what the GPU gives the pods (capacity_of), as
+    their effective limits are: from 100 % the 2 % kept back for hand-overs went to the bursting
+    pod, 51 beside another's 49. Beside pods under their limits it is counted from 100 %: their
+    headroom leaves room enough, and a smaller rate would leave the GPU idle."""
     bursting = {key: (hard, soft) for key, (hard, soft, _) in pods.items() if soft > hard}
     if len(pods) == 1:
         # Alone: nothing the others leave was measured. The limiter bursts while it sees no
@@ -151,34 +155,48 @@ def burst_rates(pods: Mapping[Key, tuple[int, int, int | None]]) -> dict[Key, in
         # it in. Published as its soft limit, the rate held a pod at 30 (burst 100) at 100
         # beside a 70 % pod that woke, which then got 43-58 % for five seconds.
         return dict.fromkeys(bursting, 0)
-    needed = sum(hard for hard, _ in bursting.values())
-    held = False  # another pod counted at its whole limit
-    for key, (hard, _, used) in pods.items():
+    needed = 0
+    held = False  # a pod without a soft limit counted at its whole limit
+    beyond: dict[Key, int] = {}  # what each bursting pod needs above its hard limit
+    for key, (hard, soft, used) in pods.items():
         if key in bursting:
+            need = need_of(min(soft, WHOLE), used)
+            needed += min(need, hard)
+            beyond[key] = max(0, need - hard)
             continue
         ceiling = hard if 0 < hard < WHOLE else WHOLE
         need = need_of(ceiling, used)
         needed += need
         held = held or need >= ceiling
     capacity = capacity_of(hard for hard, _, _ in pods.values()) if held else WHOLE
-    left = capacity - needed
-    result = dict.fromkeys(bursting, 0)
-    open_pods = {key: min(soft, WHOLE) - hard for key, (hard, soft) in bursting.items()}
+    room = {key: min(soft, WHOLE) - hard for key, (hard, soft) in bursting.items()}
+    extra = _share_by_room(capacity - needed, room, beyond)
+    left = capacity - needed - sum(extra.values())
+    more = _share_by_room(left, room, {key: room[key] - extra[key] for key in bursting})
+    return {
+        key: bursting[key][0] + extra[key] + more[key] if extra[key] + more[key] > 0 else 0
+        for key in bursting
+    }
+
+
+def _share_by_room(left: int, room: Mapping[Key, int], caps: Mapping[Key, int]) -> dict[Key, int]:
+    """``left`` (hundredths) given out in proportion to each pod's ``room``, none past its cap;
+    what a capped pod does not take goes to the others the same way."""
+    given = dict.fromkeys(caps, 0)
+    open_pods = {key: cap for key, cap in caps.items() if cap > 0 and room[key] > 0}
     while left > 0 and open_pods:
-        room = sum(open_pods.values())
-        if room <= 0:
-            break
-        given = {key: min(rest, left * rest // room) for key, rest in open_pods.items()}
-        for key, extra in given.items():
-            result[key] += extra
-            open_pods[key] -= extra
-        left -= sum(given.values())
+        total = sum(room[key] for key in open_pods)
+        step = {key: min(rest, left * room[key] // total) for key, rest in open_pods.items()}
+        for key, amount in step.items():
+            given[key] += amount
+            open_pods[key] -= amount
+        left -= sum(step.values())
         full = [key for key, rest in open_pods.items() if rest <= 0]
         for key in full:
             del open_pods[key]
         if not full:
             break
-    return {key: bursting[key][0] + extra if extra > 0 else 0 for key, extra in result.items()}
+    return given
 
 
 def node_burst_rates(
