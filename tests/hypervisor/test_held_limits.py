@@ -72,15 +72,20 @@ def test_raising_is_a_preorder(a: DeviceLimits, b: DeviceLimits, c: DeviceLimits
 
 def test_a_book_round_trips_and_one_of_the_wrong_shape_is_none(tmp_path: Path) -> None:
     book = {("ml", "a"): ((5, 7), {"gpu-0": HELD}), ("ml", "b"): ((5, 9), {})}
-    assert _decode(_encode(book), tmp_path) == book
+    entries = {("ml", "a"): {"gpu-0": 3}, ("ml", "b"): {}}
+    assert _decode(_encode(book, entries), tmp_path) == (book, entries)
+    # A book of a daemon before entries were kept: the limits, no entries known.
+    older = [{"namespace": "ml", "name": "a", "region": [5, 7], "gpus": {"gpu-0": [1, 2, 3, 0]}}]
+    assert _decode(older, tmp_path)[1] == {("ml", "a"): {}}
     for document in (
         {"not": "a list"},
         [{"namespace": "a"}],
         [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {"g": [1, 2, 3]}}],
         [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {"g": [1, -2, 3, 0]}}],
         [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {"g": [1, True, 3, 0]}}],
+        [{"namespace": "a", "name": "b", "region": [1, 2], "gpus": {}, "entries": {"g": "x"}}],
     ):
-        assert _decode(document, tmp_path) == {}
+        assert _decode(document, tmp_path) == ({}, {})
 
 
 def test_a_new_gpu_is_adopted_and_a_region_made_anew_is_another_pods(tmp_path: Path) -> None:

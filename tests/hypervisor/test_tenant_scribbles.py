@@ -230,3 +230,41 @@ def test_a_uuid_with_a_newline_writes_no_log_line_of_its_own(
     assert len(said) == 1
     text = TextFormatter().format(said[0])
     assert "\n" not in text and "\r" not in text and forged in text
+
+
+@pytest.mark.parametrize("hidden", ["renamed", "past-the-count"])
+def test_an_entry_a_tenant_renames_or_hides_is_put_back_with_its_limits(
+    tmp_path: Path, hidden: str
+) -> None:
+    """A pod's running processes read the entry they found their GPU in for as long as they
+    run. Before, a tenant that renamed that entry to another GPU (or lowered the count of
+    entries in use past it) and zeroed its limits ran unlimited: the daemon passed the entry
+    over as not the pod's, and set nothing back. Where the entry was is kept across restarts."""
+    base = tmp_path / "base"
+    path = regions.region_path(base, "default", "tenant")
+    for daemon in ("first", "restarted"):
+        store = PodStore(base)
+        try:
+            if daemon == "first":
+                store.create(
+                    "default", "tenant", {SIM_GPU0: GpuLimits(memory=2 * GiB, compute=3000)}
+                )
+            node = _node(store)
+            node.refresh()
+            with raw(path) as pointer:
+                if hidden == "renamed":
+                    pointer.devices[0].uuid = b"GPU-00000000-0000-0000-0000-0000000000ff"
+                else:
+                    pointer.device_count = 0
+                pointer.devices[0].memory_limit = 0
+                pointer.devices[0].compute_limit = 0
+            node.refresh()
+            with open_region(path) as region:
+                (device,) = region.devices
+                assert device.uuid.lower() == SIM_GPU0.lower(), daemon
+                assert device.limits == DeviceLimits(2 * GiB, 3000, 0, 0), daemon
+            node.refresh()
+            pod = node.view.pod("default", "tenant")
+            assert pod is not None and pod.gpus[0].compute_limit == 30
+        finally:
+            store.close()

@@ -104,6 +104,11 @@ VGPU_REGION_API int vgpu_region_safe_add_device(struct vgpu_region *region,
                                                 const struct vgpu_region_limits *device);
 VGPU_REGION_API int vgpu_region_safe_store_limits(struct vgpu_region *region, unsigned entry,
                                                   const struct vgpu_region_limits *limits);
+/* Put `uuid` back as the GPU of entry `entry`, and the entries in use back up to it: a tenant
+ * that renamed the entry its running processes read (or hid it past the count) took it out of
+ * what the daemon holds limits on. */
+VGPU_REGION_API int vgpu_region_safe_restore_entry(struct vgpu_region *region, unsigned entry,
+                                                   const char *uuid);
 VGPU_REGION_API int vgpu_region_safe_read_device(const struct vgpu_region *region, unsigned entry,
                                                  struct vgpu_region_device_view *view);
 VGPU_REGION_API int vgpu_region_safe_set_host_pid(struct vgpu_region *region, unsigned slot,

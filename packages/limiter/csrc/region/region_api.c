@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -76,6 +77,19 @@ int vgpu_region_safe_store_limits(struct vgpu_region *region, unsigned entry,
         return VGPU_REGION_ERROR;
     }
     GUARDED(vgpu_region_store_limits(region, entry, limits));
+    return 0;
+}
+
+int vgpu_region_safe_restore_entry(struct vgpu_region *region, unsigned entry, const char *uuid) {
+    if (entry >= VGPU_REGION_MAX_DEVICES) {
+        return VGPU_REGION_ERROR;
+    }
+    struct vgpu_region_device *device = &region->devices[entry];
+    GUARDED(snprintf(device->uuid, sizeof device->uuid, "%.*s", (int)sizeof device->uuid - 1,
+                     uuid);
+            if (atomic_load(&region->device_count) <= entry) {
+                atomic_store(&region->device_count, entry + 1);
+            });
     return 0;
 }
 

@@ -816,6 +816,15 @@ class Region:
             self._call(_library().vgpu_region_safe_store_limits(region, present.index, entry))
         return self._read_device(present.index)
 
+    def restore_entries(self, entries: Mapping[int, str]) -> None:
+        """Put each GPU (by UUID) back as the GPU of its entry (by index), the entries in use
+        back up to each, under the writers' lock: a pod's running processes read the entry
+        they found their GPU in, whatever a tenant renames it to since."""
+        with self._exclusive() as region:
+            for index, uuid in sorted(entries.items()):
+                canonical = normalize_uuid(uuid).encode()
+                self._call(_library().vgpu_region_safe_restore_entry(region, index, canonical))
+
     def change_limits(
         self,
         uuid: str,

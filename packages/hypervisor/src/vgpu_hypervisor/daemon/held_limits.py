@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from vgpu_limiter.region import COMPUTE_UNLIMITED, DeviceInfo, DeviceLimits
+from vgpu_limiter.region import COMPUTE_UNLIMITED, MAX_DEVICES, DeviceInfo, DeviceLimits
 
 from vgpu_hypervisor.daemon.private_file import PrivateFile, pod_entries
 
@@ -65,12 +65,15 @@ class HeldLimits:
     _held: dict[Key, tuple[Identity, dict[str, DeviceLimits]]] = field(default_factory=dict)
     _file: PrivateFile | None = None
     _said: set[tuple[Key, str]] = field(default_factory=set)  # raised words logged, by GPU
+    # The entry (index) of the region each held GPU is in, where known: the entry a pod's
+    # running processes read, which a tenant can rename (or hide past the count).
+    _entries: dict[Key, dict[str, int]] = field(default_factory=dict)
     _adopted_at: dict[Key, float] = field(default_factory=dict)  # first read, this daemon
 
     def __post_init__(self) -> None:
         self._file = PrivateFile(self.folder, LIMITS_FILE)
         if self.folder.is_dir():
-            self._held = _decode(self._file.load(), self._file.path)
+            self._held, self._entries = _decode(self._file.load(), self._file.path)
 
     def _gpus(self, key: Key, identity: Identity) -> dict[str, DeviceLimits] | None:
         """A copy of the limits held for the pod's region file ``identity``; None when none are
@@ -109,8 +112,16 @@ class HeldLimits:
             return None
         return set(by_gpu)
 
+    def entries(self, key: Key, identity: Identity) -> dict[str, int]:
+        """The entry (index) of each held GPU of the pod's region file ``identity`` that is
+        known (by UUID, lower case)."""
+        if self._gpus(key, identity) is None:
+            return {}
+        return dict(self._entries.get(key, {}))
+
     def forget(self, key: Key) -> None:
         self._adopted_at.pop(key, None)
+        self._entries.pop(key, None)
         if key in self._held:
             del self._held[key]
             self._save()
@@ -121,6 +132,7 @@ class HeldLimits:
         for key in gone:
             del self._held[key]
             self._adopted_at.pop(key, None)
+            self._entries.pop(key, None)
         if gone:
             self._save()
 
@@ -134,10 +146,16 @@ class HeldLimits:
         adopted = held_before is None
         if adopted:
             self._adopted_at[key] = time.monotonic()
+            self._entries.pop(key, None)  # a new pod, or its file made anew
+        entries = self._entries.setdefault(key, {})
+        learned = False
         raised: dict[str, DeviceLimits] = {}
         for device in devices:
             uuid = device.uuid.lower()
             held = by_gpu.get(uuid)
+            if uuid not in entries and (held is not None or adopted):
+                entries[uuid] = device.index
+                learned = True
             if held is None:
                 by_gpu[uuid] = device.limits
                 adopted = True
@@ -159,6 +177,8 @@ class HeldLimits:
                 self._said.discard((key, uuid))
         if adopted:
             self._change(key, (identity, by_gpu))
+        if learned:
+            self._save()
         return raised
 
     def _change(self, key: Key, value: tuple[Identity, dict[str, DeviceLimits]]) -> None:
@@ -168,14 +188,18 @@ class HeldLimits:
 
     def _save(self) -> None:
         if self._file is not None:
-            self._file.save(_encode(self._held))
+            self._file.save(_encode(self._held, self._entries))
 
 
 # {base}/.daemon/limits.json: [{"namespace", "name", "region": [st_dev, st_ino],
-#                               "gpus": {uuid: [memory, compute, soft, flags]}}]
+#                               "gpus": {uuid: [memory, compute, soft, flags]},
+#                               "entries": {uuid: index}}]  (entries: where known)
 
 
-def _encode(held: Mapping[Key, tuple[Identity, Mapping[str, DeviceLimits]]]) -> list[Any]:
+def _encode(
+    held: Mapping[Key, tuple[Identity, Mapping[str, DeviceLimits]]],
+    entries: Mapping[Key, Mapping[str, int]],
+) -> list[Any]:
     return [
         {
             "namespace": ns,
@@ -185,6 +209,7 @@ def _encode(held: Mapping[Key, tuple[Identity, Mapping[str, DeviceLimits]]]) -> 
                 uuid: [w.memory_limit, w.compute_limit, w.compute_soft_limit, w.device_flags]
                 for uuid, w in sorted(by_gpu.items())
             },
+            "entries": dict(sorted(entries.get((ns, name), {}).items())),
         }
         for (ns, name), (identity, by_gpu) in sorted(held.items())
     ]
@@ -196,11 +221,15 @@ def _word(value: Any) -> int:
     return value
 
 
-def _decode(document: Any, path: Path) -> dict[Key, tuple[Identity, dict[str, DeviceLimits]]]:
-    """The limits a file holds; none from one that is not a list of such entries (said)."""
+def _decode(
+    document: Any, path: Path
+) -> tuple[dict[Key, tuple[Identity, dict[str, DeviceLimits]]], dict[Key, dict[str, int]]]:
+    """The limits a file holds, and the entries where known; none from one that is not a list
+    of such entries (said). A file of a daemon before entries were kept has none."""
     held: dict[Key, tuple[Identity, dict[str, DeviceLimits]]] = {}
+    entries: dict[Key, dict[str, int]] = {}
     if document is None:
-        return held
+        return held, entries
     try:
         for key, identity, entry in pod_entries(document):
             by_gpu: dict[str, DeviceLimits] = {}
@@ -208,7 +237,9 @@ def _decode(document: Any, path: Path) -> dict[Key, tuple[Identity, dict[str, De
                 memory, compute, soft, flags = (_word(v) for v in words)
                 by_gpu[str(uuid).lower()] = DeviceLimits(memory, compute, soft, flags)
             held[key] = (identity, by_gpu)
+            indexes = {str(u).lower(): _word(i) for u, i in entry.get("entries", {}).items()}
+            entries[key] = {u: i for u, i in indexes.items() if u in by_gpu and i < MAX_DEVICES}
     except (TypeError, KeyError, ValueError, AttributeError) as error:
         log.warning("%s: cannot read: %s; starting afresh", path, error)
-        return {}
-    return held
+        return {}, {}
+    return held, entries

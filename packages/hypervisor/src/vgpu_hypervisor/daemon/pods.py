@@ -563,6 +563,7 @@ class PodStore:
         current = self._open.get(record.path)
         if record.error is not None or current is None:
             return record
+        record = self._entries_restored(held, record, current.region, current.identity)
         record = self._without_foreign(held, record, current.identity)
         raised = held.bound(record.key, current.identity, record.devices)
         if not raised:
@@ -591,6 +592,37 @@ class PodStore:
                 )
             )
         return replace(record, devices=tuple(devices))
+
+    def _entries_restored(
+        self, held: HeldLimits, record: PodRecord, region: Region, identity: tuple[int, int]
+    ) -> PodRecord:
+        """The record with each held GPU back in the entry it was held in. A pod's running
+        processes read the entry they found their GPU in for as long as they run: before, a
+        tenant that renamed that entry to another GPU (or lowered the count of entries in
+        use past it) and zeroed its limits ran unlimited, while the daemon passed the entry
+        over as foreign and set nothing back."""
+        by_index = {device.index: device.uuid.lower() for device in record.devices}
+        moved = {
+            index: uuid
+            for uuid, index in held.entries(record.key, identity).items()
+            if by_index.get(index) != uuid
+        }
+        if not moved:
+            return record
+        try:
+            region.restore_entries(moved)
+            devices = tuple(region.devices)
+        except (RegionError, ValueError):
+            return record
+        for index, uuid in sorted(moved.items()):
+            log.warning(
+                "pod %s/%s: entry %d of its region, GPU %s, was %s: put back",
+                *record.key,
+                index,
+                uuid,
+                "renamed " + by_index[index] if index in by_index else "hidden past the count",
+            )
+        return replace(record, devices=devices)
 
     def _without_foreign(
         self, held: HeldLimits, record: PodRecord, identity: tuple[int, int]
