@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -173,11 +174,18 @@ def test_the_node_s_policy_is_a_function_of_the_pods_and_their_held_policies() -
     }
 
 
-def _counted(name: str, gpu_ns: int, throttled_ns: int, live: bool = True) -> PodRecord:
+def _counted(
+    name: str, gpu_ns: int, throttled_ns: int, live: bool = True, **freeze: Any
+) -> PodRecord:
     device = DeviceInfo(0, "GPU-0", 0, 0, 5000, 0, gpu_ns=gpu_ns, throttled_ns=throttled_ns)
     process = ProcessInfo(0, 1, 1, 0, 0, 0)
     return PodRecord(
-        "ml", name, Path("/none") / name, devices=(device,), processes=(process,) if live else ()
+        "ml",
+        name,
+        Path("/none") / name,
+        devices=(device,),
+        processes=(process,) if live else (),
+        **freeze,
     )
 
 
@@ -214,6 +222,35 @@ def test_a_pod_wants_a_gpu_while_it_launches_or_waits_there() -> None:
     assert demand.observe([_counted("busy", 12, 4, live=False)]).wanting == set()
     bad = PodRecord("ml", "bad", Path("/none/bad"), error="truncated")
     assert demand.observe([bad]).wanting == set()
+
+
+@pytest.mark.parametrize(
+    "freeze", [{"frozen": True}, {"frozen": True, "frozen_gpus": ("gpu-0",)}], ids=["pod", "gpu"]
+)
+def test_a_frozen_pod_wants_nothing_from_the_pass_that_sees_it_frozen(
+    freeze: dict[str, Any],
+) -> None:
+    """Before, a frozen pod counted for up to a second after its freeze (its counters had
+    moved lately, and its backlog drained after it): a 60 % pod beside it was held to 49. A
+    freeze of another GPU leaves it wanting this one."""
+    now = [10**12]
+    demand = DemandTracker(clock=lambda: now[0])
+    key = (("ml", "b"), 0)
+    demand.observe([_counted("b", 0, 0)])  # first seen
+    for step in range(1, 4):
+        now[0] += 100 * MS
+        assert demand.observe([_counted("b", step * 60 * MS, 0)]).wanting == {key}
+    now[0] += 100 * MS
+    assert demand.observe([_counted("b", 4 * 60 * MS, 0, **freeze)]).wanting == set()
+    elsewhere: dict[str, Any] = {"frozen": True, "frozen_gpus": ("gpu-1",)}
+    now[0] += 100 * MS
+    assert demand.observe([_counted("b", 5 * 60 * MS, 0, **elsewhere)]).wanting == {key}
+    # Thawed: measured afresh from its first move.
+    now[0] += 100 * MS
+    assert demand.observe([_counted("b", 5 * 60 * MS, 0, **freeze)]).wanting == set()
+    now[0] += 100 * MS
+    thawed = demand.observe([_counted("b", 6 * 60 * MS, 0)])
+    assert thawed.wanting == {key} and key not in thawed.usage
 
 
 def test_passes_milliseconds_apart_see_busy_pods_as_busy() -> None:

@@ -199,6 +199,49 @@ def test_a_frozen_pod_runs_nothing_until_resumed(compute_env: LimitedEnv, tmp_pa
     assert 100 * kernels * KERNEL_US * 1e-6 / 2.0 == pytest.approx(50, abs=6)
 
 
+def test_a_launch_waiting_for_its_budget_through_a_freeze_does_not_run(
+    compute_env: LimitedEnv, tmp_path: Path
+) -> None:
+    """A pod at 5 % with 20-ms kernels waits about 0.4 s for its budget after each. Frozen just
+    after one ends, its next launch waits through the freeze: before, only a launch's entry
+    looked at the freeze, and that launch ran about 0.4 s after the freeze."""
+    environment = limit(compute_env("a"), 5)
+    process = workload(environment, 8, "--kernel-us", "20000", "--batch", "1")
+    path = tmp_path / "a" / "shm"
+    try:
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with open_region(path) as region:
+
+            def gpu_ns() -> int:
+                devices = region.devices  # none until the process adds its GPU
+                return devices[0].gpu_ns if devices else 0
+
+            while gpu_ns() == 0 and time.monotonic() < deadline:
+                time.sleep(0.002)
+            start = gpu_ns()
+            while gpu_ns() == start and time.monotonic() < deadline:
+                time.sleep(0.002)  # an epoch just ended: the next launch waits for its budget
+            region.freeze(30)
+            frozen_at = time.monotonic()
+            charged = gpu_ns()
+            late = []
+            while time.monotonic() - frozen_at < 1.2:
+                now = gpu_ns()
+                if now != charged:
+                    late.append((round(time.monotonic() - frozen_at, 3), now - charged))
+                    charged = now
+                time.sleep(0.002)
+            region.resume()
+    finally:
+        process.kill()
+        process.communicate()
+    # What was queued before the freeze is charged as the next launch closes the epoch, at
+    # once; nothing that ran after it.
+    assert all(seconds < 0.2 for seconds, _ in late), late
+
+
 def test_a_freeze_of_one_gpu_holds_that_gpu_only(compute_env: LimitedEnv, tmp_path: Path) -> None:
     other_gpu = SIM_GPU0[:-1] + "2"
     folder = tmp_path / "a"

@@ -255,6 +255,8 @@ static VGPU_COLD bool start_epoch(struct paced_device *state, CUstream stream, i
     if (!vgpu_gang_defers(state, entry, &capped)) {
         wait_for_budget(state, &vgpu_state.region->devices[entry], entry, &capped, &paused);
     }
+    /* Frozen during the wait (seconds at a low limit): held here, before the lease is taken. */
+    hold_while_frozen();
     vgpu_lock_take(&state->lock);
     *now = vgpu_monotonic_ns(); /* after the wait, and another thread's launches */
     /* A pod that just waited for its bucket is at its limit, not under it, however little it
@@ -373,6 +375,19 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
     if (VGPU_RARELY(!ready) || VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context))) {
         vgpu_lock_give(&state->lock);
         return launch(arguments);
+    }
+    /* Frozen while the launch waited (for the lease, or for another thread's epoch): held
+     * before it runs, its epoch closed. Before, only the entry was checked, and a launch that
+     * waited through the freeze ran up to 0.4 s after it. */
+    while (VGPU_RARELY(vgpu_frozen()) && vgpu_freeze_holds(entry)) {
+        vgpu_lock_give(&state->lock);
+        hold_frozen();
+        vgpu_lock_take(&state->lock);
+        if (VGPU_RARELY(!vgpu_epoch_set_up(state, ordinal, entry, context)) ||
+            VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context))) {
+            vgpu_lock_give(&state->lock);
+            return launch(arguments);
+        }
     }
     vgpu_epoch_before_launch(state);
     result = launch(arguments);

@@ -112,10 +112,18 @@ class DemandTracker:
         for record in records:
             if record.error is not None:
                 continue
+            frozen_gpus = {uuid.lower() for uuid in record.frozen_gpus}
             for device in record.devices:
                 key = (record.key, device.index)
                 entry = self._update(self._seen.get(key), (device.gpu_ns, device.throttled_ns), now)
                 seen[key] = entry
+                if record.frozen and (not frozen_gpus or device.uuid.lower() in frozen_gpus):
+                    # Frozen: it launches nothing until thawed, whatever its counters did
+                    # since (its backlog draining). Before, it counted for up to a second
+                    # after the freeze, and a 60 % pod beside it was held to 49. Thawed, it is
+                    # measured afresh from its first move.
+                    entry.moved_ns, entry.wanted = None, False
+                    continue
                 # No live process: none launches or waits now, whatever moved before it went.
                 entry.wanted = (
                     bool(record.processes)
