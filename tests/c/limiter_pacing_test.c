@@ -83,14 +83,29 @@ static bool answer_contended(void *context, uint64_t now) {
 
 static struct vgpu_pace choose(uint32_t limit, uint32_t soft, uint64_t effective,
                                uint64_t effective_ns, uint64_t now, struct lease_answer *answer) {
-    struct vgpu_pace_limits limits = {limit, soft, effective, effective_ns, 0, 0};
+    struct vgpu_pace_limits limits = {limit, soft, effective, effective_ns, 0, 0, 0};
     return vgpu_pace_choose(&limits, now, answer_contended, answer);
 }
 
 static struct vgpu_pace choose_burst(uint32_t soft, uint64_t burst, uint64_t burst_ns,
                                      uint64_t now, struct lease_answer *answer) {
-    struct vgpu_pace_limits limits = {QUARTER, soft, 0, 0, burst, burst_ns};
+    struct vgpu_pace_limits limits = {QUARTER, soft, 0, 0, burst, burst_ns, 0};
     return vgpu_pace_choose(&limits, now, answer_contended, answer);
+}
+
+/* A pod that woke after the daemon's burst rate was written (the arbiter's newcomer_ns): the
+ * rate did not count it, so the hard limit holds until a rate written since. */
+static void burst_rate_older_than_a_newcomer(void) {
+    struct lease_answer answer = {.contended = true};
+    struct vgpu_pace_limits limits = {QUARTER, VGPU_COMPUTE_UNLIMITED, 0, 0, 7800, T0 - SECOND,
+                                      T0 - SECOND / 2};
+    CHECK_U64(vgpu_pace_choose(&limits, T0, answer_contended, &answer).rate, QUARTER);
+    limits.burst_ns = T0 - SECOND / 4; /* written since: counted */
+    CHECK_U64(vgpu_pace_choose(&limits, T0, answer_contended, &answer).rate, 7800);
+    answer.contended = false; /* alone: the soft limit, as ever */
+    limits.burst_ns = T0 - SECOND;
+    CHECK_U64(vgpu_pace_choose(&limits, T0, answer_contended, &answer).rate,
+              VGPU_COMPUTE_UNLIMITED);
 }
 
 /* Contended, a pod with a soft limit runs at the daemon's burst rate (what the other pods
@@ -565,6 +580,7 @@ int main(void) {
     rate_without_limit();
     rate_hard_or_burst();
     rate_burst_beside_others();
+    burst_rate_older_than_a_newcomer();
     rate_effective();
     refill_accrues_up_to_cap();
     a_gang_holds_twice_as_much();

@@ -358,6 +358,10 @@ def test_a_pod_that_waited_much_of_its_window_is_held_not_light() -> None:
     assert node_burst_rates(records, effective, wanting) == {("ml", "burst"): {0: 0}}
     unheld = Demand(wanting={crit, (("ml", "burst"), 0)}, usage={crit: 8200})
     assert node_burst_rates(records, effective, unheld) == {("ml", "burst"): {0: 1300}}
+    # Once it wants the GPU no more, its rate is written as none: before, none was written,
+    # and the last rate, counted without pods that woke since, was run at for up to 5 s.
+    idle = Demand(wanting={crit}, usage={crit: 8200})
+    assert node_burst_rates(records, effective, idle) == {("ml", "burst"): {0: 0}}
 
 
 @pytest.mark.parametrize(
@@ -661,6 +665,36 @@ def test_a_bursting_pod_gives_way_at_once_to_a_pod_that_wakes(
     marks = json.loads(out)["marks"]
     share = share_between(marks, 0.5, 2.5)
     assert share >= 60, share  # 70 on an idle machine; about 50 before
+
+
+def test_a_pod_that_wakes_beside_a_bursting_pod_with_a_rate_gets_its_share_at_once(
+    daemon: Daemon, workloads: list["subprocess.Popen[str]"]
+) -> None:
+    """A pod at 30 (burst 100) runs beside a light one (10 %, using a few points): the daemon
+    publishes it a burst rate of about 90. Then a 70 % pod wakes. Before, the bursting pod kept
+    that rate, counted without the newcomer, until the daemon's next pass: the 70 % pod got
+    16-28 % of each of its first three quarter seconds. Now the arbiter tells the bursting pod
+    that a pod woke (it runs at its hard limit), and the daemon makes a pass 0.1 s later."""
+    for name, limit, flags in (("a", "0=30", ["--burst", "0=100"]), ("b", "0=70", []),
+                               ("light", "0=10", [])):  # fmt: skip
+        created = daemon.cli("pods", "create", name, "--compute", limit, *flags)
+        assert created.returncode == 0, created.stderr
+    workloads.append(daemon.workload("a", "--duration", "60", "--kernel-us", "500"))
+    workloads.append(
+        daemon.workload(
+            "light", "--duration", "60", "--kernel-us", "500", "--batch", "2", "--idle-ms", "40"
+        )
+    )
+    with open_region(daemon.base / "default" / "a" / "shm") as region:
+        wait_for(lambda: region.burst(0) > 8000, timeout=20)  # counted beside the light pod
+        woken = daemon.workload("b", "--duration", "2", "--kernel-us", "500", "--marks")
+        workloads.append(woken)
+        out, err = woken.communicate(timeout=60)
+        assert woken.returncode == 0, err
+    marks = json.loads(out)["marks"]
+    share = share_between(marks, 0.0, 0.75)
+    print(f"the woken pod's first 0.75 s: {share:.1f} %")
+    assert share >= 45, share  # 60-65 on an idle machine; 23 before
 
 
 def test_a_stopped_process_takes_nothing_from_a_pod_that_runs(

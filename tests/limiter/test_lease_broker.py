@@ -143,6 +143,45 @@ def test_the_arbiter_grants_in_turn_and_takes_the_lease_back(base: Path) -> None
             second.close()
 
 
+NEWCOMER = ffi.offsetof("struct vgpu_lease_seat", "newcomer_ns")
+
+
+def test_a_pod_that_wakes_is_told_to_the_others_at_most_four_times_in_ten_seconds(
+    base: Path,
+) -> None:
+    """A pod that asks for the lease after a second or more without is a newcomer: the other
+    pods' processes are told when (a burst rate written before then did not count it), and the
+    daemon is told to make a pass. A party's processes say which pod they are: one that says a
+    new pod on every connection is believed four times in ten seconds, no more."""
+    with broker(base) as leases:
+        busy = Client(leases.path, pod=1)
+        clients = [busy]
+        try:
+            busy.acquire(1)
+            assert busy.granted(1, 5)
+            first = leases.stats().newcomers
+            again = Client(leases.path, pod=1)
+            clients.append(again)
+            again.acquire(1)  # the same pod again: no newcomer
+            time.sleep(0.2)
+            assert leases.stats().newcomers == first
+            woke = []
+            for pod in range(2, 8):
+                client = Client(leases.path, pod=pod)
+                clients.append(client)
+                client.acquire(1)
+                told = first + min(pod - 1, 3)
+                _until(lambda told=told: leases.stats().newcomers == told, 10, "told")
+                time.sleep(0 if pod < 5 else 0.2)  # the seats are told before the count
+                woke.append(busy.word(NEWCOMER))
+            # This test's processes are one party: its first pod and three more are told.
+            assert leases.stats().newcomers == first + 3
+            assert woke[0] > 0 and woke[0] < woke[1] < woke[2] == woke[5]
+        finally:
+            for client in clients:
+                client.close()
+
+
 def _hello_again(path: Path, results: Any) -> None:
     """As a tenant: take the lease, then say HELLO again on the same connection."""
     try:

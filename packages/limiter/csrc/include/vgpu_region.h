@@ -289,8 +289,15 @@ struct vgpu_lease_seat {
      * epoch at its next launch (its queued work drained and charged, as at any epoch's end).
      * 0: none asks. */
     VGPU_ATOMIC(uint64_t) yield_request;
-    uint64_t daemon_spare[2];
+    /* CLOCK_MONOTONIC when a process of another party began to ask for the lease after
+     * VGPU_NEWCOMER_IDLE_NS or more without (a pod that woke): a burst rate the daemon wrote
+     * before then was counted without that pod, and is not run at. 0: none. */
+    VGPU_ATOMIC(uint64_t) newcomer_ns;
+    uint64_t daemon_spare[1];
 };
+/* A party that asked for no GPU's lease for this long asks as a newcomer: the daemon's passes
+ * stopped counting it as wanting the GPU after a second (daemon/demand.py). */
+#define VGPU_NEWCOMER_IDLE_NS 1000000000ULL
 
 #define VGPU_BOOST_ONE 10000U
 #define VGPU_BOOST_MAX 20000U          /* larger values are taken as this */

@@ -175,6 +175,7 @@ struct vgpu_arbiter_stats {
     uint64_t grants;
     uint64_t taken_back; /* grants taken back from a stale, idle or overrunning holder */
     uint64_t overruns;   /* of them, holders that kept the lease past VGPU_LEASE_HOLD_NS */
+    uint64_t newcomers;  /* pods that began to ask after a second or more without (told) */
 };
 VGPU_REGION_API void vgpu_arbiter_read_stats(struct vgpu_arbiter *arbiter,
                                              struct vgpu_arbiter_stats *stats);

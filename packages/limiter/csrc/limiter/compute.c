@@ -75,7 +75,8 @@ static bool always_contended(void *unused, uint64_t now) {
 
 /* The pace of the pod's bucket now: its soft limit while the GPU is uncontended (as
  * `is_contended(context, now)` says), else its hard limit (rate 0: not limited). */
-static struct vgpu_pace pace_of(int entry, bool (*is_contended)(void *, uint64_t), void *context) {
+static struct vgpu_pace pace_of(int entry, const struct vgpu_lease *lease,
+                                bool (*is_contended)(void *, uint64_t), void *context) {
     struct vgpu_region_limits limits;
     vgpu_region_read_limits(vgpu_state.region, entry, &limits);
     const struct vgpu_region_device *device = &vgpu_state.region->devices[entry];
@@ -86,15 +87,16 @@ static struct vgpu_pace pace_of(int entry, bool (*is_contended)(void *, uint64_t
     read.effective_ns = atomic_load(&device->scheduler_state[VGPU_SCHED_EFFECTIVE_NS]);
     read.burst = atomic_load(&device->scheduler_state[VGPU_SCHED_BURST]);
     read.burst_ns = atomic_load(&device->scheduler_state[VGPU_SCHED_BURST_NS]);
+    read.newcomer_ns = lease != NULL ? vgpu_lease_newcomer_ns(lease) : 0;
     return vgpu_pace_choose(&read, vgpu_monotonic_ns(), is_contended, context);
 }
 
 struct vgpu_pace vgpu_compute_pace(struct paced_device *state, int entry) {
-    return pace_of(entry, contended, state);
+    return pace_of(entry, state->lease, contended, state);
 }
 
 struct vgpu_pace vgpu_compute_hard_pace(int entry) {
-    return pace_of(entry, always_contended, NULL);
+    return pace_of(entry, NULL, always_contended, NULL);
 }
 
 /* Wait until the pod's bucket is out of debt (limits are re-read, so changes apply at once);

@@ -62,8 +62,10 @@ struct vgpu_pace vgpu_pace_choose(const struct vgpu_pace_limits *limits, uint64_
     if (!others) {
         pace.rate = soft;
     } else if (limits->burst > pace.hard && limits->burst_ns <= now &&
-               now - limits->burst_ns < VGPU_EFFECTIVE_STALE_NS) {
-        /* Contended: what the other pods leave, as the daemon last measured it. */
+               now - limits->burst_ns < VGPU_EFFECTIVE_STALE_NS &&
+               limits->burst_ns >= limits->newcomer_ns) {
+        /* Contended: what the other pods leave, as the daemon last measured it, unless a pod
+         * woke since, which that measure did not count (the hard limit until it does). */
         pace.rate = limits->burst < soft ? (uint32_t)limits->burst : soft;
     }
     return pace;

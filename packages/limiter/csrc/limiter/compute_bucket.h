@@ -48,6 +48,7 @@ struct vgpu_pace_limits {
     uint64_t effective_ns; /* when the daemon wrote it */
     uint64_t burst;        /* the daemon's burst rate while contended (VGPU_SCHED_BURST); 0: none */
     uint64_t burst_ns;     /* when the daemon wrote it */
+    uint64_t newcomer_ns;  /* when another pod began to want the GPU (the lease's seat); 0 */
 };
 
 /* The rate an epoch runs at (the bucket refills at it) and the hard limit then. rate 0: not

@@ -394,6 +394,10 @@ bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease) {
     return lease->shared != NULL && vgpu_words_held_by_other_pod(lease);
 }
 
+uint64_t vgpu_lease_newcomer_ns(const struct vgpu_lease *lease) {
+    return arbitrated(lease) ? atomic_load(&lease->seat->newcomer_ns) : 0;
+}
+
 bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now) {
     if (arbitrated(lease)) {
         return atomic_load(&lease->seat->waiters) != 0;

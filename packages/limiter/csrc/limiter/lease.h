@@ -45,6 +45,9 @@ void vgpu_lease_release(struct vgpu_lease *lease, uint64_t busy_ns);
 void vgpu_lease_attach_pod(struct vgpu_lease *lease, _Atomic uint64_t *pod_words);
 /* Whether a process of another pod holds it now (without pod words: any other process). */
 bool vgpu_lease_held_by_other_pod(const struct vgpu_lease *lease);
+/* When a process of another pod last began to ask for the lease after a second or more
+ * without (the arbiter's word, in the seat); 0: none, or no arbiter. */
+uint64_t vgpu_lease_newcomer_ns(const struct vgpu_lease *lease);
 /* Whether another process is waiting for it at `now` (vgpu_monotonic_ns; a waiter said so
  * lately: see waiting_ns). */
 bool vgpu_lease_wanted(const struct vgpu_lease *lease, uint64_t now);

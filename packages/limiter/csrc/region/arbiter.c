@@ -286,6 +286,44 @@ static bool served(struct vgpu_arbiter *arbiter, struct client *client, int gpu,
     return false;
 }
 
+/* Client `index` asks for its GPU's lease: where no process of its pod asked for or held it in
+ * the last VGPU_NEWCOMER_IDLE_NS (a pod that woke), the processes of the other pods on the GPU
+ * are told when (their seats' newcomer_ns). A bursting pod there then runs at its hard limit
+ * until the daemon's next pass counts the newcomer in: before, it kept the burst rate of a pass
+ * that had not counted it, and a 70 % pod that woke beside a pod at 30 (burst 100) got about
+ * 25 % until that pass, up to a second. The daemon makes a pass soon after (it reads the count
+ * of newcomers). Told at most four times in NEWCOMER_WINDOW_NS per party: the pod is the
+ * process's word, and a burst is only ever what the others leave. */
+static void note_newcomer(struct vgpu_arbiter *arbiter, int index, uint64_t now) {
+    const struct client *asking = &arbiter->clients[index];
+    struct party *party = &arbiter->parties[asking->party];
+    const struct gpu *gpu = &arbiter->gpus[asking->gpu];
+    uint64_t *oldest = &party->newcomer_ns[0];
+    for (size_t i = 1; i < sizeof party->newcomer_ns / sizeof *oldest; i++) {
+        oldest = party->newcomer_ns[i] < *oldest ? &party->newcomer_ns[i] : oldest;
+    }
+    if (*oldest != 0 && now - *oldest < NEWCOMER_WINDOW_NS) {
+        return;
+    }
+    for (int other = 0; other < MAX_CLIENTS; other++) {
+        const struct client *client = &arbiter->clients[other];
+        if (client->gpu == asking->gpu && client->party == asking->party &&
+            client->pod == asking->pod &&
+            (gpu->holder == other ||
+             (client->asked_ns != 0 && now - client->asked_ns < VGPU_NEWCOMER_IDLE_NS))) {
+            return;
+        }
+    }
+    *oldest = now;
+    for (int other = 0; other < MAX_CLIENTS; other++) {
+        const struct client *client = &arbiter->clients[other];
+        if (client->gpu == asking->gpu && client->pod != asking->pod && client->seat != NULL) {
+            atomic_store(&client->seat->newcomer_ns, now);
+        }
+    }
+    atomic_fetch_add(&arbiter->newcomers, 1); /* the daemon makes a pass soon */
+}
+
 /* One message of client `index`; false when it breaks the protocol (the client is dropped). */
 static bool handle(struct vgpu_arbiter *arbiter, int index,
                    const struct vgpu_arbiter_message *message, uint64_t now) {
@@ -323,6 +361,8 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
             atomic_store(&client->seat->granted, message->request);
             return send_message(client->fd, VGPU_ARBITER_GRANT, message->request, -1);
         }
+        note_newcomer(arbiter, index, now);
+        client->asked_ns = now;
         client->waiting = true;
         client->urgent = message->value == VGPU_ARBITER_URGENT &&
                          vgpu_arbiter_honour_urgent(&arbiter->parties[client->party], now);
@@ -518,4 +558,5 @@ void vgpu_arbiter_read_stats(struct vgpu_arbiter *arbiter, struct vgpu_arbiter_s
     stats->grants = atomic_load(&arbiter->grants);
     stats->taken_back = atomic_load(&arbiter->taken_back);
     stats->overruns = atomic_load(&arbiter->overruns);
+    stats->newcomers = atomic_load(&arbiter->newcomers);
 }

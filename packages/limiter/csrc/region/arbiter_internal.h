@@ -37,7 +37,12 @@ struct party { /* a user in a pid namespace: one pod, as far as the kernel can t
     uint64_t penalty_ns;
     uint64_t urgent_ns[2]; /* when its last two urgent requests were honoured, older first */
     uint64_t stranger_until_ns; /* its HELLOs are refused unlooked until then (arbiter.c) */
+    uint64_t newcomer_ns[4]; /* when it last told the others of a pod of its that woke */
 };
+/* A party tells the others of pods that woke at most four times in this long: a pod is what a
+ * process says it is, and one saying a new pod in every connection must not keep the others'
+ * bursts off (each time until the daemon's next pass, which comes soon after). */
+#define NEWCOMER_WINDOW_NS 10000000000ULL
 
 struct client {
     int fd; /* -1: a free slot */
@@ -52,6 +57,7 @@ struct client {
     bool urgent; /* it waits urgently (VGPU_ARBITER_URGENT, honoured) */
     uint64_t request; /* the request it waits with, or holds the lease for */
     uint64_t ticket;  /* when it began to wait: first come, first served within a party */
+    uint64_t asked_ns; /* when it last asked for the lease (ACQUIRE); 0: never */
 };
 
 struct gpu {
@@ -77,7 +83,7 @@ struct vgpu_arbiter {
     int polled_client[MAX_CLIENTS + 2]; /* the client of each polled descriptor past the two */
     uint64_t pods[MAX_CLIENTS];          /* scratch: the pods of a GPU's waiters */
     uint64_t tickets;
-    _Atomic uint64_t connected, refused, strangers, grants, taken_back, overruns;
+    _Atomic uint64_t connected, refused, strangers, grants, taken_back, overruns, newcomers;
     uint64_t (*clock)(void); /* CLOCK_MONOTONIC in ns (a test's own clock in the C tests) */
 };
 

@@ -94,7 +94,8 @@ def _answers(address: str) -> bool:
 class ArbiterStats:
     """What the arbiter counted: connections now, refused or dropped ones, grants, and grants
     taken back (of them, ``overruns`` from holders past the hold); ``strangers``: HELLOs for a
-    GPU whose device the process did not hold open (not served)."""
+    GPU whose device the process did not hold open (not served); ``newcomers``: pods that
+    began to ask for a lease after a second or more without (the daemon makes a pass soon)."""
 
     clients: int
     refused: int
@@ -102,6 +103,7 @@ class ArbiterStats:
     taken_back: int
     overruns: int
     strangers: int = 0
+    newcomers: int = 0
 
 
 class LeaseBroker:
@@ -171,6 +173,7 @@ class LeaseBroker:
             counts.taken_back,
             counts.overruns,
             counts.strangers,
+            counts.newcomers,
         )
 
     def _listen(self) -> socket.socket:

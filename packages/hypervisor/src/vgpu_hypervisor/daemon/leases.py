@@ -10,6 +10,8 @@ import contextlib
 import logging
 import os
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -106,3 +108,33 @@ class StrangerWatch:
                 strangers - self.said,
             )
             self.said = strangers
+
+
+NEWCOMER_SETTLE_S: Final = 0.1
+"""How long after the arbiter saw a pod wake the pass that counts it comes: long enough for the
+pod's first wait for the lease (up to a 32-ms epoch of another pod's) to end and move its
+counters, without which the pass would not see it wanting the GPU."""
+
+
+class NewcomerWatch:
+    """Whether a pod pass is due because a pod woke: the arbiter counts the pods that began to
+    ask for a GPU's lease after a second or more without, and tells the bursting pods beside it
+    to run at their hard limit until a pass has counted it in (their burst rates did not).
+    Without a pass soon after, that lasted until the next periodic one, up to a second."""
+
+    def __init__(self, broker: LeaseBroker, clock: Callable[[], float] = time.monotonic) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.count = broker.stats().newcomers
+        self.seen_at: float | None = None
+
+    def pass_due(self) -> bool:
+        count = self.broker.stats().newcomers
+        now = self.clock()
+        if count != self.count:
+            self.count = count
+            self.seen_at = now if self.seen_at is None else self.seen_at
+        if self.seen_at is not None and now - self.seen_at >= NEWCOMER_SETTLE_S:
+            self.seen_at = None
+            return True
+        return False

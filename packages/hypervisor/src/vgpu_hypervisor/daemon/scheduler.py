@@ -207,6 +207,7 @@ def node_burst_rates(
     """Each bursting pod's burst rate by device entry (0: none), from the pods that want each GPU
     (their effective limits as the hard ones where set)."""
     by_gpu: dict[str, dict[tuple[PodKey, int], tuple[int, int, int | None]]] = {}
+    result: dict[PodKey, dict[int, int]] = {}
     usage = demand.unhindered_usage
     for record in records:
         if record.error is not None:
@@ -214,6 +215,10 @@ def node_burst_rates(
         for device in record.devices:
             key = (record.key, device.index)
             if key not in demand.wanting:
+                if device.compute_soft_limit > device.compute_limit:
+                    # None: an earlier pass's rate, written for others it no longer counts,
+                    # stayed fresh for 5 s and was run at when the pod woke.
+                    result.setdefault(record.key, {})[device.index] = 0
                 continue
             hard = effective.get(record.key, {}).get(device.index, 0) or device.compute_limit
             by_gpu.setdefault(device.uuid.lower(), {})[key] = (
@@ -221,7 +226,6 @@ def node_burst_rates(
                 device.compute_soft_limit,
                 usage.get(key),
             )
-    result: dict[PodKey, dict[int, int]] = {}
     for pods in by_gpu.values():
         for (pod, index), rate in burst_rates(pods).items():
             result.setdefault(pod, {})[index] = rate

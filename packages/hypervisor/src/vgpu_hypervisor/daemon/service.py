@@ -44,7 +44,12 @@ from vgpu_hypervisor.daemon.api.token_review import TokenReviewer
 from vgpu_hypervisor.daemon.boost_publisher import READ_INTERVAL_S, BoostPublisher
 from vgpu_hypervisor.daemon.demand import FIRST_USE_WINDOW_NS
 from vgpu_hypervisor.daemon.idle_settings import idle_settings
-from vgpu_hypervisor.daemon.leases import STRANGERS_EVERY_S, StrangerWatch, start_lease_broker
+from vgpu_hypervisor.daemon.leases import (
+    STRANGERS_EVERY_S,
+    NewcomerWatch,
+    StrangerWatch,
+    start_lease_broker,
+)
 from vgpu_hypervisor.daemon.log_format import formatter
 from vgpu_hypervisor.daemon.metrics import MetricsFile, SchedulerEvents, influx_lines
 from vgpu_hypervisor.daemon.node import Node
@@ -327,7 +332,9 @@ class Daemon:
         self._catch_signals(asyncio.get_running_loop())
         tasks = [
             asyncio.create_task(self._supervise("GPU sampling", lambda: self._sampling(node))),
-            asyncio.create_task(self._supervise("pod passes", lambda: self._pod_passes(node))),
+            asyncio.create_task(
+                self._supervise("pod passes", lambda: self._pod_passes(node, leases))
+            ),
             asyncio.create_task(server.serve(sockets=[listener])),
         ]
         if publisher is not None:
@@ -528,14 +535,18 @@ class Daemon:
 
         await _every(self.settings.sample_interval_s, sample)
 
-    async def _pod_passes(self, node: Node) -> None:
-        # Sooner while a pod that started to want a GPU waits for its use to be measured.
+    async def _pod_passes(self, node: Node, leases: "LeaseBroker | None") -> None:
+        # Sooner while a pod that started to want a GPU waits for its use to be measured, and
+        # once a pod woke beside bursting ones (held to their hard limits until a pass).
         sooner = FIRST_USE_WINDOW_NS / 1e9
-        await _every(
-            min(self.settings.sample_interval_s, _POD_PASS_S),
-            node.refresh,
-            lambda: sooner if node.measuring else None,
-        )
+        newcomers = NewcomerWatch(leases) if leases is not None else None
+
+        def when() -> float | None:
+            if newcomers is not None and newcomers.pass_due():
+                return 0.0
+            return sooner if node.measuring else None
+
+        await _every(min(self.settings.sample_interval_s, _POD_PASS_S), node.refresh, when)
 
     async def _metrics(self, node: Node, metrics: MetricsFile) -> None:
         events = SchedulerEvents()
