@@ -383,26 +383,75 @@ def _latency(report: dict[str, Any]) -> dict[str, float]:
 def bursty(bench: Bench, base: float) -> None:
     """An inference-like pod (limit 50: about 8 ms of work, then 40 ms idle) alone, then beside a
     training pod (hard 50, burst 100): the training pod's share, which should take what the
-    bursty one leaves, and the bursty pod's round latency beside it against alone."""
-    infer_env = bench.pod(50)
-    alone = bench.collect(bench.start(infer_env, bench.seconds, bursty=True))
-    train_env = bench.pod(50, burst=100)
-    handles = [
-        bench.start(train_env, bench.seconds),
-        bench.start(infer_env, bench.seconds, bursty=True),
-    ]
-    train, infer = (bench.collect(handle) for handle in handles)
-    (trained,) = gpu.overlap_rates([train], bench.seconds)
+    bursty one leaves, and the bursty pod's round latency beside it against alone. Then the
+    same with a burst of 100 for the inference pod too (each bursting pod counted at what it
+    uses: the training pod was held to 50 when both had a burst)."""
+    for infer_burst in (0, 100):
+        infer_env = bench.pod(50, burst=infer_burst)
+        alone = bench.collect(bench.start(infer_env, bench.seconds, bursty=True))
+        train_env = bench.pod(50, burst=100)
+        handles = [
+            bench.start(train_env, bench.seconds),
+            bench.start(infer_env, bench.seconds, bursty=True),
+        ]
+        train, infer = (bench.collect(handle) for handle in handles)
+        (trained,) = gpu.overlap_rates([train], bench.seconds)
+        bench.emit(
+            {
+                "scenario": "bursty",
+                "train_limits": [50, 100],
+                "infer_limits": [50, infer_burst or 50],
+                "train": pct(trained, base),
+                "infer_alone": _latency(alone),
+                "infer_beside": _latency(infer),
+                # On the inference program's clock (its "slowest" rounds'), when the training
+                # program's measured loop began.
+                "train_began_s": round(train["started"] - infer["started"], 2),
+            }
+        )
+
+
+def wake(bench: Bench, base: float) -> None:
+    """A pod at 30 (burst 100) runs beside a light pod (50, the inference-like program) long
+    enough for the daemon to publish it a burst rate; then a 70 % pod wakes. Its share in its
+    first quarter seconds: before the arbiter told bursting pods of a pod that woke, they kept
+    a rate counted without it until the daemon's next pass (up to a second)."""
+    alone = 3
+    env, light_env = bench.pod(30, burst=100), bench.pod(50)
+    counters = bench.counters([env])
+    first = bench.start(env, alone + bench.seconds + 10)
+    lighter = bench.start(light_env, alone + bench.seconds + 10, bursty=True)
+    deadline = time.monotonic() + 60
+    while not counters.samples[0] or counters.samples[0][-1][1] == 0:
+        if time.monotonic() > deadline or first[0].poll() is not None:
+            raise RuntimeError("the bursting pod never launched")
+        time.sleep(0.05)
+    time.sleep(alone)
+    with open_region(Path(env["SHM_PATH"]) / "shm", writable=False) as region:
+        rate_before = region.burst(0)
+    second = bench.start(bench.pod(70), bench.seconds)
+    try:
+        b = bench.collect(second)
+        bench.collect(first)
+        bench.collect(lighter)
+    finally:
+        counters.stop()
+
+    def rate(report: dict[str, Any], begin: float, end: float) -> float:
+        return (gpu.done_at(report["marks"], end) - gpu.done_at(report["marks"], begin)) / (
+            end - begin
+        )
+
     bench.emit(
         {
-            "scenario": "bursty",
-            "train_limits": [50, 100],
-            "train": pct(trained, base),
-            "infer_alone": _latency(alone),
-            "infer_beside": _latency(infer),
-            # On the inference program's clock (its "slowest" rounds'), when the training
-            # program's measured loop began.
-            "train_began_s": round(train["started"] - infer["started"], 2),
+            "scenario": "wake",
+            "limits": [30, 70],
+            "burst": 100,
+            "light_limit": 50,
+            "burst_rate_before": round(rate_before / 100, 1),
+            "woken_per_250ms": [pct(rate(b, k / 4, (k + 1) / 4), base) for k in range(8)],
+            "woken_first_s": pct(rate(b, 0, 1), base),
+            "woken_per_s": [pct(rate(b, k, k + 1), base) for k in range(bench.seconds)],
         }
     )
 
@@ -604,7 +653,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="*",
-        default=["shares", "idle", "light", "burst", "bursty", "weights", "freeze"],
+        default=["shares", "idle", "light", "burst", "bursty", "wake", "weights", "freeze"],
     )
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument(
@@ -645,6 +694,7 @@ def main() -> None:
             ("light", light),
             ("burst", burst),
             ("bursty", bursty),
+            ("wake", wake),
             ("weights", weights),
             ("freeze", freeze),
         ):
