@@ -166,12 +166,15 @@ def test_a_pod_that_wakes_is_told_to_the_others_at_most_four_times_in_ten_second
             time.sleep(0.2)
             assert leases.stats().newcomers == first
             woke = []
+
+            def counted(told: int) -> Callable[[], bool]:
+                return lambda: leases.stats().newcomers == told
+
             for pod in range(2, 8):
                 client = Client(leases.path, pod=pod)
                 clients.append(client)
                 client.acquire(1)
-                told = first + min(pod - 1, 3)
-                _until(lambda told=told: leases.stats().newcomers == told, 10, "told")
+                _until(counted(first + min(pod - 1, 3)), 10, "told")
                 time.sleep(0 if pod < 5 else 0.2)  # the seats are told before the count
                 woke.append(busy.word(NEWCOMER))
             # This test's processes are one party: its first pod and three more are told.
