@@ -11,11 +11,17 @@ as must-include, and the count; it takes the preferred devices that are free, th
 missing in its own order (devicesToAllocate in pkg/kubelet/cm/devicemanager). PodResources
 lists each pod's containers and sidecars (init containers with restartPolicy Always), not its
 plain init containers, as the kubelet's server does.
+
+With ``follow`` set, each Register is taken as the kubelet's device manager takes it: a client
+of the plugin, its options, and a ListAndWatch stream read until the plugin ends it (the
+kubelet never closes a client's stream, an older one's included, when the plugin registers
+again). ``refuse`` makes a resource's next Registers fail after that (an answer the plugin
+never got).
 """
 
 import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +54,24 @@ class _Admitted:
     devices: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # container → resource
 
 
+class Followed:
+    """A ListAndWatch stream the kubelet keeps reading; ``ended`` once the plugin ended it."""
+
+    def __init__(self, resource: str, call: Iterable[api_pb2.ListAndWatchResponse]) -> None:
+        self.resource = resource
+        self.ended = threading.Event()
+        self._call = call
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for _ in self._call:
+                pass
+        except grpc.RpcError:
+            pass
+        self.ended.set()
+
+
 class _PodResources(pr_grpc.PodResourcesListerServicer):
     def __init__(self, kubelet: "FakeKubelet") -> None:
         self._kubelet = kubelet
@@ -57,6 +81,7 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
     ) -> pr_pb2.ListPodResourcesResponse:
         self._check(context)
         with self._kubelet.lock:
+            self._kubelet.lists += 1
             pods = list(self._kubelet.admitted.values())
         return pr_pb2.ListPodResourcesResponse(pod_resources=[_listed(one) for one in pods])
 
@@ -113,15 +138,28 @@ def _listed(admitted: _Admitted) -> pr_pb2.PodResources:
 
 
 class _Registration(api_pb2_grpc.RegistrationServicer):
-    def __init__(self, registrations: "queue.Queue[api_pb2.RegisterRequest]") -> None:
-        self._registrations = registrations
+    def __init__(self, kubelet: "FakeKubelet") -> None:
+        self._kubelet = kubelet
 
     def Register(
         self, request: api_pb2.RegisterRequest, context: grpc.ServicerContext
     ) -> api_pb2.Empty:
         if request.version != "v1beta1":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"version {request.version}")
-        self._registrations.put(request)
+        kubelet, resource = self._kubelet, request.resource_name
+        with kubelet.lock:
+            kubelet.asked.append(resource)
+        if kubelet.follow:
+            try:
+                kubelet.follow_plugin(request)
+            except grpc.RpcError as error:
+                context.abort(grpc.StatusCode.UNKNOWN, f"cannot connect to the plugin: {error}")
+        with kubelet.lock:
+            refused = kubelet.refuse.get(resource, 0)
+            kubelet.refuse[resource] = max(0, refused - 1)
+        if refused:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the stand-in refuses it")
+        kubelet.registrations.put(request)
         return api_pb2.Empty()
 
 
@@ -140,6 +178,11 @@ class FakeKubelet:
         self.options: dict[str, api_pb2.DevicePluginOptions] = {}
         self.preferred: list[list[str]] = []  # what GetPreferredAllocation answered, in order
         self.pod_resources_down = False  # PodResources answers UNAVAILABLE meanwhile
+        self.lists = 0  # how many List calls PodResources answered
+        self.asked: list[str] = []  # the resource of every Register, taken or not
+        self.follow = False  # take Registers as the kubelet does (the module's docstring)
+        self.refuse: dict[str, int] = {}  # resource → how many of its next Registers fail
+        self.followed: list[Followed] = []
 
     @property
     def socket(self) -> Path:
@@ -149,7 +192,7 @@ class FakeKubelet:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.pod_resources.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self.registrations), server)
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self), server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.add_insecure_port(f"unix://{self.pod_resources}")
@@ -168,6 +211,20 @@ class FakeKubelet:
             self.options[request.resource_name] = stub.GetDevicePluginOptions(
                 api_pb2.Empty(), timeout=10
             )
+
+    def follow_plugin(self, request: api_pb2.RegisterRequest) -> None:
+        """As the kubelet's device manager on Register: a new client of the plugin, its
+        options, and its ListAndWatch stream, read for as long as the plugin keeps it."""
+        stub = self.plugin(request)
+        stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=10)
+        followed = Followed(request.resource_name, stub.ListAndWatch(api_pb2.Empty()))
+        with self.lock:
+            self.followed.append(followed)
+
+    def open_streams(self, resource: str) -> int:
+        """The streams of the resource the kubelet still reads (follow)."""
+        with self.lock:
+            return sum(1 for f in self.followed if f.resource == resource and not f.ended.is_set())
 
     def admit(
         self, pod: Pod, choose: Mapping[tuple[str, str], list[str]] | None = None

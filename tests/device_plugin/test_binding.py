@@ -2,8 +2,10 @@
 guessed: pods of one shape in either order, a daemon restart between allocations, init
 containers and sidecars, a container started before its binding, a tenant's planted files."""
 
+import dataclasses
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from vgpu_hypervisor.device_plugin.proto import api_pb2
@@ -201,14 +203,54 @@ def test_files_a_tenant_planted_in_its_folder_are_replaced_never_followed(
 def test_an_allocation_whose_pod_is_gone_is_removed_with_its_folder(
     node: Node, plugin: DevicePlugin
 ) -> None:
-    """The kubelet no longer lists the pod: after ``forget_s`` the allocation and its folder
-    go (the pod's region is the pod source's to remove); the kept file forgets it too."""
+    """Neither the kubelet nor the pod source has the pod any more: after ``forget_s`` the
+    allocation and its folder go (the pod's region is the pod source's to remove); the kept
+    file forgets it too."""
     pod = gpu_pod("brief", 1, "2026-01-01T00:00:00Z", memory=2)
     answer = admit(node, plugin, pod)["main"]
     allocation = allocation_of(plugin, answer)
     folder = plugin.bindings.path(allocation.id)
     node.kubelet.remove(kubelet_pod(pod))
+    node.pods.remove(pod)
     wait_for(lambda: plugin.bindings.get(allocation.id) is None and not folder.exists())
     assert node.store.get("team", "brief").path.exists()
     saved = json.loads((node.layout.host_base / ".kubernetes" / "allocations.json").read_text())
     assert saved == {"allocations": []}
+
+
+def test_a_pod_the_kubelet_stops_listing_keeps_its_allocation_while_the_pod_source_has_it(
+    node: Node, plugin: DevicePlugin
+) -> None:
+    """A kubelet restarted while the API server is out of reach lists no pod, though their
+    containers run on: the allocation, its folder and the region's link in it stay while the
+    pod source still has the pod, however long (they went after ``forget_s``, under the
+    running container). Once the pod has ended they go as usual."""
+    pod = gpu_pod("steady", 1, "2026-01-01T00:00:00Z", memory=2)
+    answer = admit(node, plugin, pod)["main"]
+    allocation = allocation_of(plugin, answer)
+    folder = plugin.bindings.path(allocation.id)
+    with node.kubelet.lock:
+        listed = dict(node.kubelet.admitted)
+        node.kubelet.admitted.clear()
+    lists, since = node.kubelet.lists, time.monotonic()
+    # The binder looked several times, well past forget_s (or forgot it).
+    wait_for(
+        lambda: (
+            plugin.bindings.get(allocation.id) is None
+            or (
+                node.kubelet.lists >= lists + 5
+                and time.monotonic() - since > 4 * plugin.config.forget_s
+            )
+        ),
+        timeout=30,
+    )
+    assert plugin.bindings.get(allocation.id) is not None
+    assert linked_region(node, plugin, answer) == region_inode(node, "steady")
+
+    with node.kubelet.lock:
+        node.kubelet.admitted.update(listed)  # the kubelet lists it again: nothing changed
+    wait_for(lambda: node.kubelet.lists >= lists + 10)
+    assert linked_region(node, plugin, answer) == region_inode(node, "steady")
+    node.pods[:] = [dataclasses.replace(pod, phase="Succeeded")]
+    node.kubelet.remove(kubelet_pod(pod))
+    wait_for(lambda: plugin.bindings.get(allocation.id) is None and not folder.exists())

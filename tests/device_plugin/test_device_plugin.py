@@ -12,6 +12,7 @@ from vgpu_common.limits import GpuLimits
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.server import DevicePlugin
 from vgpu_hypervisor.gpu import NOT_AVAILABLE, NodeSnapshot
+from vgpu_hypervisor.kubernetes.annotations import Kind
 from vgpu_limiter import sim
 
 from tests.device_plugin.conftest import (
@@ -227,6 +228,61 @@ def test_an_unknown_device_is_an_error_naming_it(node: Node, plugin: DevicePlugi
         allocate(node, request, ["GPU-nope-0"])
     assert unknown.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "unknown vgpu.io/gpu device(s) ['GPU-nope-0']" in str(unknown.value.details())
+
+
+def test_every_resource_refuses_a_request_naming_no_device_or_an_unknown_one(
+    node: Node, plugin: DevicePlugin
+) -> None:
+    """No device: INVALID_ARGUMENT (a GPU allocation made for it was never bound: no pod holds
+    it); unknown devices: FAILED_PRECONDITION naming them, on the memory and compute resources
+    too (they answered any). A good request is still answered."""
+    requests = registered(node)
+    kinds: dict[Kind, str] = {
+        "gpu": "vgpu.io/gpu",
+        "memory": "vgpu.io/gpu-memory",
+        "compute": "vgpu.io/gpu-compute",
+    }
+    for kind, resource in kinds.items():
+        with pytest.raises(grpc.RpcError) as empty:
+            allocate(node, requests[resource], [])
+        assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"container request 0 names no {resource} device" in str(empty.value.details())
+        with pytest.raises(grpc.RpcError) as unknown:
+            allocate(node, requests[resource], [plugin.ids[kind][0], "GPU-nope-7"])
+        assert unknown.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert f"unknown {resource} device(s) ['GPU-nope-7']" in str(unknown.value.details())
+        allocate(node, requests[resource], [plugin.ids[kind][0]])
+    assert len(plugin.bindings.all()) == 1  # the good GPU request's
+
+
+def test_an_allocate_that_fails_leaves_no_allocation_behind(
+    node: Node, plugin: DevicePlugin
+) -> None:
+    """A request whose second container names an unknown device, or one that fails after the
+    first allocation was made (the limiter library is gone): no allocation or folder is left
+    (the first container's stayed, for no pod ever to hold)."""
+    gpu = registered(node)["vgpu.io/gpu"]
+    stub = node.kubelet.plugin(gpu)
+    known = plugin.ids["gpu"][0]
+
+    def refused(*containers: list[str]) -> str:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Allocate(
+                api_pb2.AllocateRequest(
+                    container_requests=[
+                        api_pb2.ContainerAllocateRequest(devices_ids=ids) for ids in containers
+                    ]
+                ),
+                timeout=10,
+            )
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert plugin.bindings.all() == []
+        assert not list(plugin.bindings.folder.glob("*"))
+        return str(caught.value.details())
+
+    assert "['GPU-nope-0']" in refused([known], ["GPU-nope-0"])
+    (node.layout.host_lib_dir / "libcuda_limiter.so").unlink()
+    assert "libcuda_limiter.so is missing" in refused([known])
 
 
 def test_a_pod_the_pod_source_does_not_know_yet_is_bound_once_it_does(

@@ -7,7 +7,7 @@ devices (binding.py), and the container's processes wait for it (TF_REGION_WAIT)
 docs/device-plugin.md says more.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +42,22 @@ POD_FOLDER = "pod"  # the allocation's folder in the container, under its base p
 
 class AllocationError(Exception):
     """Allocate cannot be answered; one line, sent to the kubelet as the gRPC error."""
+
+
+class InvalidRequest(AllocationError):
+    """A request no kubelet sends (INVALID_ARGUMENT rather than FAILED_PRECONDITION)."""
+
+
+def check_request(request: api_pb2.AllocateRequest, known: Collection[str], resource: str) -> None:
+    """Every container's request before anything is made, so that a bad one leaves nothing
+    behind: InvalidRequest for one that names no device (its allocation would never be bound:
+    no pod holds it), AllocationError naming devices the plugin does not advertise."""
+    for index, one in enumerate(request.container_requests):
+        if not one.devices_ids:
+            raise InvalidRequest(f"container request {index} names no {resource} device")
+        unknown = sorted({one_id for one_id in one.devices_ids if one_id not in known})
+        if unknown:
+            raise AllocationError(f"unknown {resource} device(s) {unknown}")
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,15 @@ their own folder and all share the pod's one region.
   device_plugin/accounting.py) is never linked: the allocation is kept as refused, with the pod,
   and not tried again, so that its container's processes fail after the wait and the refusal
   is told once.
-- A bound allocation whose pod no longer holds its devices (the pod is gone) for ``forget_s``
-  is removed with its folder; one never bound, after ``stale_s`` (its pod was refused after
-  Allocate). The link follows the pod's region: made again, it is linked again; removed (an
-  admin's delete), the link goes too, so that the container's next processes find none.
+- A bound allocation is removed with its folder once its pod no longer holds its devices and
+  the pod source (``live``) no longer has the pod, or has it ended, for ``forget_s``; one never
+  bound, after ``stale_s`` (its pod was refused after Allocate). The kubelet's list alone is not
+  enough: a kubelet restarted while the API server is out of reach lists no pod until it reaches
+  it, while the containers run on with their folders (and the regions' links in them) mounted.
+  While the pod source does not know (``live`` gives None, or there is none), nothing bound is
+  removed.
+  The link follows the pod's region: made again, it is linked again; removed (an admin's
+  delete), the link goes too, so that the container's next processes find none.
 
 Security: the allocation folders are the daemon's (``.allocations`` 0711, each 0755, root's),
 mounted read-write into one container each. The daemon opens everything in them and in pod
@@ -44,12 +49,13 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from vgpu_hypervisor.daemon.private_file import PrivateFile
+from vgpu_hypervisor.device_plugin.accounting import LivePods
 from vgpu_hypervisor.device_plugin.pod_resources import Holder, PodResources, PodResourcesError
 from vgpu_hypervisor.device_plugin.resources import gpu_of
 from vgpu_hypervisor.kubernetes.model import KubePod
@@ -109,7 +115,9 @@ class Bindings:
         idle_s: float = 10.0,
         forget_s: float = 60.0,
         stale_s: float = 600.0,
+        live: LivePods | None = None,
     ) -> None:
+        """``live``: the UIDs of the pods the pod source has, not ended (None: not known)."""
         self.base = base
         self.folder = base / FOLDER
         self._pod_resources = pod_resources
@@ -119,6 +127,7 @@ class Bindings:
         self._idle_s = idle_s
         self._forget_s = forget_s
         self._stale_s = stale_s
+        self._live = live
         self._book = PrivateFile(base / BOOK_FOLDER, BOOK_FILE)
         self._lock = threading.Lock()
         self._passing = threading.Lock()  # one pass at a time: the binder's, or settle()'s
@@ -152,6 +161,13 @@ class Bindings:
 
     def path(self, allocation_id: str) -> Path:
         return self.folder / allocation_id
+
+    def remove(self, allocation_id: str, why: str) -> None:
+        """The allocation and its folder gone now (an Allocate that failed after making it)."""
+        found = self.get(allocation_id)
+        if found is not None and self._forget(found, why):
+            with self._lock:
+                self._save()
 
     # The binder
 
@@ -207,19 +223,14 @@ class Bindings:
             for one in holder.devices:
                 pods.setdefault(one, set()).add((holder.namespace, holder.pod))
         now = time.time()
+        live = self._live() if self._live is not None else None
         changed = False
         for allocation in allocations:
             holding = {pod for one in allocation.devices for pod in pods.get(one, ())}
             if allocation.pod is None:
                 changed |= self._try_bind(allocation, holding, holders, now)
-            elif allocation.pod in holding:
-                allocation.absent_since = None
-                if not allocation.refused:
-                    self._follow_region(allocation)
             else:
-                allocation.absent_since = allocation.absent_since or now
-                if now - allocation.absent_since >= self._forget_s:
-                    changed |= self._forget(allocation, "its pod no longer holds its devices")
+                changed |= self._follow(allocation, holding, live, now)
         if changed:
             with self._lock:
                 self._save()
@@ -280,6 +291,31 @@ class Bindings:
                 ",".join(allocation.gpus),
             )
         return True
+
+    def _follow(
+        self,
+        allocation: Allocation,
+        holding: set[tuple[str, str]],
+        live: Collection[str] | None,
+        now: float,
+    ) -> bool:
+        """A bound allocation: its link follows its pod's region while the kubelet lists the
+        pod; it is forgotten (True) once neither the kubelet nor the pod source (``live``) has
+        the pod for ``forget_s``."""
+        if allocation.pod in holding:
+            allocation.absent_since = None
+            if not allocation.refused:
+                self._follow_region(allocation)
+            return False
+        if live is None or allocation.uid in live:
+            # Not on the kubelet's list alone: one restarted while the API server is out of
+            # reach lists no pod, while their containers run on with this folder mounted.
+            allocation.absent_since = None
+            return False
+        allocation.absent_since = allocation.absent_since or now
+        if now - allocation.absent_since < self._forget_s:
+            return False
+        return self._forget(allocation, "its pod is gone (the kubelet and the pod source agree)")
 
     def _say(self, allocation: Allocation, problem: str) -> None:
         if problem != allocation.said:

@@ -9,6 +9,7 @@ container is not (its devices show under the pod's later containers, which the k
 them first).
 """
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -20,6 +21,18 @@ from vgpu_hypervisor.device_plugin.podresources import api_pb2, api_pb2_grpc
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 # The kubelet answers List for the whole node in one message: well above gRPC's 4 MiB default.
 _MOST_BYTES: Final = 64 << 20
+# While the kubelet is down, gRPC waits longer and longer between tries to connect again (up to
+# 120 s): the binder, and the containers waiting on it (TF_REGION_WAIT, 60 s), would wait as
+# long after the kubelet is back. At most a second here; and a List that finds no kubelet tries
+# once more on a new channel, which connects at once (its own subchannel: gRPC would otherwise
+# share the old one, still waiting).
+_OPTIONS: Final = [
+    ("grpc.max_receive_message_length", _MOST_BYTES),
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 class PodResourcesError(Exception):
@@ -37,29 +50,31 @@ class Holder:
 
 
 class PodResources:
-    """``holders()`` of one resource, through one channel kept open (thread-safe, as gRPC's)."""
+    """``holders()`` of one resource, through one channel kept open while the kubelet answers
+    (thread-safe)."""
 
     def __init__(self, socket: Path, resource: str, timeout_s: float = 10.0) -> None:
         self.socket = socket
         self.resource = resource
         self._timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(
-            f"unix://{socket}", options=[("grpc.max_receive_message_length", _MOST_BYTES)]
-        )
-        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        self._lock = threading.Lock()
+        self._channel = grpc.insecure_channel(f"unix://{socket}", options=_OPTIONS)
 
     def holders(self) -> list[Holder]:
         """Every container of every pod the kubelet lists (those holding none of the
         resource's devices too); PodResourcesError when the kubelet does not answer."""
         try:
-            answer = self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
+            answer = self._list()
         except grpc.RpcError as error:
-            code = error.code().name if isinstance(error, grpc.Call) else "error"
-            detail = error.details() if isinstance(error, grpc.Call) else str(error)
-            line = " ".join(str(detail).split())
-            raise PodResourcesError(
-                f"the kubelet's PodResources API at {self.socket}: {code}: {line}"
-            ) from None
+            if not isinstance(error, grpc.Call) or error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise self._failed(error) from None
+            with self._lock:
+                self._channel.close()
+                self._channel = grpc.insecure_channel(f"unix://{self.socket}", options=_OPTIONS)
+            try:
+                answer = self._list()
+            except grpc.RpcError as again:
+                raise self._failed(again) from None
         return [
             Holder(
                 pod.namespace,
@@ -76,5 +91,17 @@ class PodResources:
             for container in pod.containers
         ]
 
+    def _list(self) -> api_pb2.ListPodResourcesResponse:
+        with self._lock:
+            stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        return stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
+
+    def _failed(self, error: grpc.RpcError) -> PodResourcesError:
+        code = error.code().name if isinstance(error, grpc.Call) else "error"
+        detail = error.details() if isinstance(error, grpc.Call) else str(error)
+        line = " ".join(str(detail).split())
+        return PodResourcesError(f"the kubelet's PodResources API at {self.socket}: {code}: {line}")
+
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            self._channel.close()

@@ -1,16 +1,11 @@
-"""The kubelet device plugin: one gRPC server per resource on a unix socket in the kubelet's
-device-plugin folder, registered with the kubelet, re-registered when the kubelet restarts.
-
-A kubelet that starts removes the sockets of that folder and makes a new `kubelet.sock`; the
-plugin polls the socket's inode (every ``poll_s``) and, when it changed or its own socket is
-gone, serves again and registers again. Registration that fails (no kubelet yet) is retried at
-the same pace. gRPC runs on its own threads; the daemon calls ``update_health`` from sampling.
+"""The kubelet device plugin: its three resources' calls (Allocate, GetPreferredAllocation,
+ListAndWatch), served and registered with the kubelet by serving.py. gRPC runs on its own
+threads; the daemon calls ``update_health`` from sampling.
 """
 
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
@@ -30,13 +25,15 @@ from vgpu_hypervisor.device_plugin.accounting import (
 )
 from vgpu_hypervisor.device_plugin.allocation import (
     AllocationError,
+    InvalidRequest,
     Layout,
     NodePods,
     PreparePod,
+    check_request,
     container_response,
     pod_region,
 )
-from vgpu_hypervisor.device_plugin.binding import BindingError, Bindings, Refused
+from vgpu_hypervisor.device_plugin.binding import Allocation, BindingError, Bindings, Refused
 from vgpu_hypervisor.device_plugin.pod_resources import DEFAULT_SOCKET, PodResources
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
 from vgpu_hypervisor.device_plugin.resources import (
@@ -46,14 +43,13 @@ from vgpu_hypervisor.device_plugin.resources import (
     device_ids,
     health_of,
 )
+from vgpu_hypervisor.device_plugin.serving import Serving, Streams, options
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import Kind
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
 from vgpu_hypervisor.kubernetes.requests import effective_requests
 
 log = logging.getLogger("vgpu_hypervisor.device_plugin")
-API_VERSION: Final = "v1beta1"
-KUBELET_SOCKET: Final = "kubelet.sock"
 DEFAULT_FOLDER: Final = Path("/var/lib/kubelet/device-plugins")
 _ASSIGNED_KEPT: Final = 4096
 # Posts a Warning event on a pod: (pod, reason, message).
@@ -116,45 +112,58 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def __init__(self, plugin: "DevicePlugin", kind: Kind) -> None:
         self._plugin = plugin
         self._kind = kind
+        self._streams = Streams(plugin.changed, plugin.resource(kind))
 
     def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> api_pb2.DevicePluginOptions:
-        return _options(self._kind)
+        return options(self._kind)
 
     def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
         plugin = self._plugin
+        stream = self._streams.open()
+        # A stream the kubelet cancels or drops wakes at once and gives its thread back.
+        context.add_callback(lambda: self._streams.close(stream))
         sent = -1
-        while context.is_active() and not plugin.stopping:
-            with plugin.changed:
-                if plugin.generation == sent:
-                    # Woken by a change or stop; the timeout notices a kubelet gone away.
-                    plugin.changed.wait(timeout=plugin.poll_s)
-                generation, healthy = plugin.generation, dict(plugin.healthy)
-            if generation != sent and not plugin.stopping:
-                sent = generation
-                yield api_pb2.ListAndWatchResponse(
-                    devices=[
-                        api_pb2.Device(ID=one, health=health_of(one, healthy))
-                        for one in plugin.ids[self._kind]
-                    ]
-                )
+        try:
+            while context.is_active() and not plugin.stopping and not stream.ended:
+                with plugin.changed:
+                    if plugin.generation == sent and not stream.ended:
+                        # Woken by a change, a stop or the stream's end; the timeout notices a
+                        # kubelet gone away.
+                        plugin.changed.wait(timeout=plugin.poll_s)
+                    generation, healthy = plugin.generation, dict(plugin.healthy)
+                if generation != sent and not plugin.stopping and not stream.ended:
+                    sent = generation
+                    yield api_pb2.ListAndWatchResponse(
+                        devices=[
+                            api_pb2.Device(ID=one, health=health_of(one, healthy))
+                            for one in plugin.ids[self._kind]
+                        ]
+                    )
+        finally:
+            self._streams.close(stream)
 
     def Allocate(
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
-        if self._kind != "gpu":
-            # Memory and compute devices only count capacity; the GPU resource's Allocate
-            # makes the pod's region, which holds the limits.
-            return api_pb2.AllocateResponse(
-                container_responses=[
-                    api_pb2.ContainerAllocateResponse() for _ in request.container_requests
-                ]
-            )
         try:
+            if self._kind != "gpu":
+                # Memory and compute devices only count capacity; the GPU resource's Allocate
+                # makes the pod's region, which holds the limits.
+                self._plugin.check(self._kind, request)
+                return api_pb2.AllocateResponse(
+                    container_responses=[
+                        api_pb2.ContainerAllocateResponse() for _ in request.container_requests
+                    ]
+                )
             return self._plugin.allocate(request)
+        except InvalidRequest as error:
+            log.warning("Allocate %s: %s", self._plugin.resource(self._kind), error)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            raise
         except AllocationError as error:
             log.warning("Allocate %s: %s", self._plugin.resource(self._kind), error)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
@@ -185,13 +194,6 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
                     for _ in request.container_requests
                 ]
             )
-
-
-def _options(kind: Kind) -> api_pb2.DevicePluginOptions:
-    """Only the GPU resource's shares are placed (memory and compute devices only count)."""
-    return api_pb2.DevicePluginOptions(
-        pre_start_required=False, get_preferred_allocation_available=kind == "gpu"
-    )
 
 
 def _ignored(container: KubeContainer, resource: str, text: str, why: str) -> None:
@@ -225,6 +227,7 @@ class DevicePlugin:
         self.poll_s = config.poll_s
         unit = layout.names.memory_unit
         self.ids = {k: device_ids(k, gpus, config.shares, unit) for k in KINDS}
+        self._known = {k: frozenset(ids) for k, ids in self.ids.items()}
         self.healthy: dict[str, bool] = {gpu.uuid: True for gpu in gpus}
         self.generation = 0
         self.changed = threading.Condition()
@@ -241,13 +244,16 @@ class DevicePlugin:
             poll_s=config.bind_poll_s,
             idle_s=config.bind_idle_s,
             forget_s=config.forget_s,
+            live=live,
         )
         self._minors = dict(minors or {})
-        self._servers: dict[Kind, grpc.Server] = {}
-        self._kubelet_inode: int | None = None
-        self._registered = False
-        self._watcher: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._serving = Serving(
+            config.folder,
+            {kind: self.resource(kind) for kind in KINDS},
+            lambda kind: _Servicer(self, kind),
+            poll_s=config.poll_s,
+            register_timeout_s=config.register_timeout_s,
+        )
         # pod UID → the GPUs its containers were given, newest last (bounded).
         self._assigned: dict[str, tuple[str, ...]] = {}
         self._assigned_lock = threading.Lock()
@@ -259,7 +265,7 @@ class DevicePlugin:
         return self.config.layout.names.of(kind)
 
     def socket_path(self, kind: Kind) -> Path:
-        return self.config.folder / f"tf-hypervisor-{kind}.sock"
+        return self._serving.socket_path(kind)
 
     # Health
 
@@ -281,35 +287,48 @@ class DevicePlugin:
 
     # Allocate
 
+    def check(self, kind: Kind, request: api_pb2.AllocateRequest) -> None:
+        """InvalidRequest or AllocationError (allocation.check_request) for a request of
+        ``kind`` that names no device or one this plugin does not advertise."""
+        check_request(request, self._known[kind], self.resource(kind))
+
     def allocate(self, request: api_pb2.AllocateRequest) -> api_pb2.AllocateResponse:
         """Each container its own allocation: a folder the pod's region is linked into once
-        the kubelet says which pod holds its devices (binding.py)."""
+        the kubelet says which pod holds its devices (binding.py). All or none: an answer that
+        fails removes the allocations it made, which no pod would ever hold."""
         self._pods()  # AllocationError when the daemon does not know the node's pods
-        responses = []
-        for one in request.container_requests:
-            ids = list(one.devices_ids)
-            unknown = sorted(set(ids) - set(self.ids["gpu"]))
-            if unknown:
-                raise AllocationError(f"unknown {self.resource('gpu')} device(s) {unknown}")
-            try:
-                allocation = self.bindings.allocate(ids)
-            except BindingError as error:
-                raise AllocationError(str(error)) from None
-            responses.append(
-                container_response(
-                    self.config.layout,
-                    device_ids=ids,
-                    host_folder=self.bindings.path(allocation.id),
-                    minors=self._minors,
-                    region_wait_s=self.config.region_wait_s,
-                )
-            )
-            log.info(
-                "Allocate: allocation %s gets %s (its pod's region once the kubelet lists it)",
-                allocation.id,
-                ",".join(allocation.gpus),
-            )
+        self.check("gpu", request)
+        responses: list[api_pb2.ContainerAllocateResponse] = []
+        made: list[Allocation] = []
+        try:
+            for one in request.container_requests:
+                responses.append(self._answer(list(one.devices_ids), made))
+        except Exception:
+            for allocation in made:
+                self.bindings.remove(allocation.id, "its Allocate failed")
+            raise
         return api_pb2.AllocateResponse(container_responses=responses)
+
+    def _answer(self, ids: list[str], made: list[Allocation]) -> api_pb2.ContainerAllocateResponse:
+        """One container's answer, its allocation added to ``made``."""
+        try:
+            allocation = self.bindings.allocate(ids)
+        except BindingError as error:
+            raise AllocationError(str(error)) from None
+        made.append(allocation)
+        response = container_response(
+            self.config.layout,
+            device_ids=ids,
+            host_folder=self.bindings.path(allocation.id),
+            minors=self._minors,
+            region_wait_s=self.config.region_wait_s,
+        )
+        log.info(
+            "Allocate: allocation %s gets %s (its pod's region once the kubelet lists it)",
+            allocation.id,
+            ",".join(allocation.gpus),
+        )
+        return response
 
     def _find(self, namespace: str, name: str) -> KubePod | None:
         """The pod of that name the pod source knows (the newest, when an old one of the name
@@ -436,97 +455,16 @@ class DevicePlugin:
     # Serving and registering
 
     def start(self) -> None:
-        """Serve every resource and watch the kubelet's socket (registering when it is there)."""
-        self.config.folder.mkdir(parents=True, exist_ok=True)
+        """Serve every resource and register it with the kubelet (serving.py)."""
         self.bindings.start()
-        self._serve()
-        self._watcher = threading.Thread(target=self._watch, name="device-plugin", daemon=True)
-        self._watcher.start()
+        self._serving.start()
 
     def stop(self) -> None:
         with self.changed:
             self.stopping = True
             self.changed.notify_all()
-        self._wake.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=10)
-        self._shutdown()
+        self._serving.stop()
         self.bindings.stop()
 
     def registered(self) -> bool:
-        return self._registered
-
-    def _serve(self) -> None:
-        self._shutdown()
-        for kind in KINDS:
-            path = self.socket_path(kind)
-            path.unlink(missing_ok=True)
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            api_pb2_grpc.add_DevicePluginServicer_to_server(_Servicer(self, kind), server)
-            server.add_insecure_port(f"unix://{path}")
-            server.start()
-            self._servers[kind] = server
-
-    def _shutdown(self) -> None:
-        for kind, server in self._servers.items():
-            server.stop(grace=1).wait(5)
-            self.socket_path(kind).unlink(missing_ok=True)
-        self._servers.clear()
-
-    def _inode(self, path: Path) -> int | None:
-        try:
-            return path.stat().st_ino
-        except OSError:
-            return None
-
-    def _watch(self) -> None:
-        while not self.stopping:
-            try:
-                self._check_kubelet()
-            except Exception as error:  # e.g. a socket that cannot be bound: tried again
-                log.error("device plugin: %s: %s", type(error).__name__, error)
-                self._registered = False
-            self._wake.wait(self.poll_s)
-
-    def _check_kubelet(self) -> None:
-        """Serve again and register again after a kubelet restart; register when not yet."""
-        kubelet = self.config.folder / KUBELET_SOCKET
-        inode = self._inode(kubelet)
-        if inode is None:  # no kubelet (yet): nothing to register with
-            self._registered = False
-            return
-        ours = all(self._inode(self.socket_path(kind)) is not None for kind in KINDS)
-        restarted = self._kubelet_inode is not None and inode != self._kubelet_inode
-        if not restarted and ours and self._registered:
-            return
-        if restarted:
-            log.info("the kubelet's socket was made again: registering again")
-        if restarted or not ours:
-            self._serve()
-        self._kubelet_inode = inode
-        self._registered = self._register(kubelet)
-
-    def _register(self, kubelet: Path) -> bool:
-        try:
-            with grpc.insecure_channel(f"unix://{kubelet}") as channel:
-                stub = api_pb2_grpc.RegistrationStub(channel)
-                for kind in KINDS:
-                    stub.Register(
-                        api_pb2.RegisterRequest(
-                            version=API_VERSION,
-                            endpoint=self.socket_path(kind).name,
-                            resource_name=self.resource(kind),
-                            options=_options(kind),
-                        ),
-                        timeout=self.config.register_timeout_s,
-                    )
-        except grpc.RpcError as error:
-            code = error.code() if isinstance(error, grpc.Call) else None
-            detail = error.details() if isinstance(error, grpc.Call) else str(error)
-            log.warning("registering with the kubelet at %s failed: %s %s", kubelet, code, detail)
-            return False
-        log.info(
-            "registered %s with the kubelet",
-            ", ".join(self.resource(kind) for kind in KINDS),
-        )
-        return True
+        return self._serving.registered()
