@@ -160,6 +160,54 @@ def test_no_limit_is_none_in_every_request_value() -> None:
     assert "bytes" in one_line_error(parse_memory_limit, "lots")
 
 
+# --- numbers of any length --------------------------------------------------------------------
+# int() refuses more than 4300 digits with a ValueError of its own ("Exceeds the limit (4300
+# digits) ... sys.set_int_max_str_digits()"), which the CLI and the API passed on as theirs.
+
+NUMBER_PARSERS = (parse_size, parse_memory_limit, parse_percent, parse_compute_limit)
+
+
+@given(
+    st.sampled_from(NUMBER_PARSERS),
+    st.integers(0, 6000),
+    st.integers(0, 6000),
+    st.integers(0, 6000),
+    st.sampled_from(["", "GiB", " %", "kb"]),
+)
+def test_a_number_of_any_length_is_a_value_or_the_parsers_one_line(
+    parse: object, zeros: int, digits: int, decimals: int, unit: str
+) -> None:
+    text = "0" * zeros + "7" * digits + ("." + "5" * decimals if decimals else "") + unit
+    assert callable(parse)
+    try:
+        parse(text)
+    except ValueError:
+        message = one_line_error(parse, text)
+        assert message.startswith("expected a "), message
+
+
+@given(st.integers(0, 6000), st.integers(1, 100), st.integers(0, 6000))
+def test_leading_zeros_and_trailing_decimal_zeros_change_nothing(
+    zeros: int, value: int, trailing: int
+) -> None:
+    padded = "0" * zeros + str(value)
+    decimals = "." + "0" * trailing if trailing else ""
+    assert parse_size(padded + decimals) == parse_size(str(value)) == value
+    assert parse_memory_limit(padded + decimals + "MiB") == value << 20
+    assert parse_percent(padded + decimals) == parse_compute_limit(padded) or value == 100
+    assert parse_percent(padded + decimals) == value * 100
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["9" * 5000, "1." + "1" * 5000 + "GiB", "0." + "0" * 5000 + "1", "1" * 65 + "b", "1e5000"],
+)
+def test_an_absurdly_long_number_is_refused_in_the_parsers_words(text: str) -> None:
+    for parse in NUMBER_PARSERS:
+        message = one_line_error(parse, text)
+        assert message.startswith("expected a ") and "digits" not in message
+
+
 # --- switches, quantities, classes, GPU keys --------------------------------------------------
 
 

@@ -65,6 +65,43 @@ def test_a_key_given_twice_in_a_json_object_is_a_422(daemon: Daemon) -> None:
     assert daemon.api("POST", "/api/v1/pods", content=once, headers=headers).status_code == 201
 
 
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b'{"name": "p", "weight": ' + b"9" * 5000 + b"}", "a number of more than 4300 digits"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (BODY.decode().encode("utf-16"), "not UTF-8 (byte 0xff at offset 0)"),
+        (b'{"name": "\xe9"}', "not UTF-8 (byte 0xe9 at offset 10)"),
+        # Without its byte order mark, UTF-16 is valid UTF-8 with a NUL after each character:
+        # FastAPI's json.loads guessed UTF-16 from the NULs and took it.
+        (BODY.decode().encode("utf-16-le"), "Expecting property name enclosed in double quotes"),
+    ],
+    ids=["long-number", "deep", "utf-16", "latin-1", "utf-16-le"],
+)
+def test_a_body_that_is_no_json_the_api_reads_is_a_422_naming_why(
+    daemon: Daemon, body: bytes, why: str
+) -> None:
+    """These answered 400 {"error": "There was an error parsing the body"}, which named nothing
+    and is in no route's OpenAPI answers (the last one was taken as a pod)."""
+    headers = {"Content-Type": "application/json"}
+    for method, path in (("POST", "/api/v1/pods"), ("PATCH", "/api/v1/pods/default/p")):
+        reply = daemon.api(method, path, content=body, headers=headers)
+        assert reply.status_code == 422, reply.text
+        assert reply.json() == {"error": f"the body is not valid JSON: {why}"}
+    assert daemon.api("GET", "/api/v1/pods").json() == []
+    marked = b"\xef\xbb\xbf" + BODY  # UTF-8 with a byte order mark is taken, as before
+    assert daemon.api("POST", "/api/v1/pods", content=marked, headers=headers).status_code == 201
+
+
+def test_a_path_with_a_trailing_slash_is_a_404_not_a_redirect(daemon: Daemon) -> None:
+    """/api/v1/pods/ answered 307 with a Location built from the Host header."""
+    for method, path in (("GET", "/api/v1/pods/"), ("POST", "/api/v1/pods/"), ("GET", "/healthz/")):
+        reply = daemon.api(method, path, headers={"Host": "evil.example"}, json={})
+        assert reply.status_code == 404, reply.text
+        assert "location" not in reply.headers
+        assert reply.json() == {"error": f"no such endpoint: {method} {path}"}
+
+
 def test_a_memory_limit_written_as_a_whole_float_is_taken(daemon: Daemon) -> None:
     """JSON has one kind of number, and the schema's integer allows 1073741824.0: a client that
     computes its sizes (Python's json writes 2**30 / 1 so) had it refused."""
@@ -176,6 +213,8 @@ def test_a_query_parameter_is_given_once_and_only_one_the_route_takes(daemon: Da
         ("DELETE", "/api/v1/pods/default/q?force=false&force=true", "query.force: given twice"),
         ("GET", "/api/v1/pods?namesapce=team", "query.namesapce: not a parameter"),
         ("GET", "/api/v1/workers?pods=q", "query.pods: not a parameter"),
+        # Named back in one line of visible text (the fuzzer's: a newline as the name).
+        ("GET", "/api/v1/pods?%0A%1B=1", "query.\\x0a\\x1b: not a parameter"),
     ]
     for method, path, error in cases:
         reply = daemon.api(method, path)

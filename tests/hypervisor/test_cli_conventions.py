@@ -452,3 +452,107 @@ def test_top_off_a_terminal_without_input_prints_the_view_once(node: Daemon) -> 
         assert "default/viewed" in shown.stdout
     finally:
         node.cli("pods", "delete", "viewed")
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Another service on the daemon's port, or a daemon of another version: the same reply,
+    ``status`` and JSON ``body``, to every request."""
+
+    status = 200
+    body = b"{}"
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    do_GET = do_POST = do_PATCH = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _answering(
+    tmp_path: Path, status: int, body: bytes
+) -> tuple[http.server.HTTPServer, list[str]]:
+    """A server that answers so, and the flags that send the CLI to it."""
+    handler = type("Answers", (_Answers,), {"status": status, "body": body})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    return server, ["--listen", f"127.0.0.1:{server.server_address[1]}", "--token-file", str(token)]
+
+
+def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TF_HYPERVISOR, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=clean_environment(),
+        input=stdin,
+        timeout=60,
+    )
+
+
+SHAPED_COMMANDS = [
+    ["status"],
+    ["gpus"],
+    ["workers"],
+    ["pods", "list"],
+    ["pods", "get", "x"],
+    ["pods", "describe", "x"],
+    ["pods", "create", "x", "--mem", "0=1GiB"],
+    ["pods", "update", "x", "--qos", "high"],
+    ["pods", "delete", "x"],
+]
+
+
+@pytest.mark.parametrize("body", [b'{"a": 1}', b'[{"a": 1}]', b'{"ready": "yes"}'])
+def test_a_reply_of_another_shape_is_one_line_naming_what_differs(
+    tmp_path: Path, body: bytes
+) -> None:
+    """Each reply is checked against the API's models where it comes in: before, `status`
+    failed with KeyError 'ready', `pods list` KeyError 'namespace', `describe` KeyError 'name',
+    create/update/workers/gpus with AttributeError tracebacks, and `pods delete x` printed that
+    it had deleted the pod."""
+    server, flags = _answering(tmp_path, 200, body)
+    try:
+        for args in SHAPED_COMMANDS:
+            result = _run(*args, *flags)
+            assert result.returncode == 1, (args, result.stdout, result.stderr)
+            line = _error(result)
+            assert line.startswith(f"error: http://{flags[1]}/api/v1/"), line
+            assert "answered a document that is not tf-hypervisor's: " in line, line
+            assert result.stdout == "", (args, result.stdout)
+    finally:
+        server.shutdown()
+
+
+def test_top_shows_a_reply_of_another_shape_and_keeps_going(tmp_path: Path) -> None:
+    """`top` exited with a traceback; it shows the reason as for a daemon it cannot reach."""
+    server, flags = _answering(tmp_path, 200, b'[{"a": 1}]')
+    try:
+        shown = _run("top", "--interval", "0.2", *flags, stdin="")
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stderr == ""
+        assert "not tf-hypervisor's" in shown.stdout
+    finally:
+        server.shutdown()
+
+
+def test_an_error_relayed_is_one_line_of_visible_text(tmp_path: Path) -> None:
+    """An error message with a newline printed on two lines, and one with an escape sequence
+    ran it in the terminal."""
+    body = json.dumps({"error": "boom\n  second line\x1b]0;PWNED\x07"}).encode()
+    server, flags = _answering(tmp_path, 409, body)
+    try:
+        result = _run("pods", "delete", "x", *flags)
+        assert result.returncode == 1
+        assert _error(result) == "error: boom second line\\x1b]0;PWNED\\x07"
+    finally:
+        server.shutdown()

@@ -834,6 +834,11 @@ def test_the_c_and_python_size_parsers_agree(c_parse: Any, text: str) -> None:
         ("5.g", None),
         ("0", None),
         ("18446744073709551616", None),
+        # Any number of digits (Python's int() refused past 4300, in words of its own):
+        ("0" * 5000 + "5", 5),
+        ("1." + "0" * 5000 + "GiB", GIB),
+        ("9" * 5000, None),
+        ("0." + "0" * 5000 + "5KiB", None),
     ],
 )
 def test_size_grammar(c_parse: Any, text: str, expected: int | None) -> None:
@@ -877,6 +882,30 @@ def test_the_c_and_python_percent_parsers_agree(c_percent: Any, text: str) -> No
     except ValueError:
         in_python = None
     assert in_python == (int(out[0]) if in_c else None), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0" * 5000 + "5", 500),
+        ("12.5" + "0" * 5000, 1250),
+        ("9" * 5000, None),
+        ("0." + "0" * 5000 + "1", None),
+    ],
+)
+def test_percents_of_any_number_of_digits_as_in_c(
+    c_percent: Any, text: str, expected: int | None
+) -> None:
+    """Leading zeros and a fraction's trailing zeros change nothing, however many: "0005" is 5
+    (Python's int() refused past 4300 digits, in words of its own)."""
+    ffi, lib = c_percent
+    out = ffi.new("uint32_t *")
+    in_c = lib.vgpu_config_parse_percent(text.encode(), True, out) and 1 <= out[0] <= 10000
+    assert (int(out[0]) if in_c else None) == expected
+    try:
+        assert parse_percent(text) == expected
+    except ValueError:
+        assert expected is None
 
 
 @pytest.mark.parametrize(

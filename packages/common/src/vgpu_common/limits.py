@@ -45,6 +45,20 @@ _SIZE_UNITS = {
 }
 _SIZE_FORMS = 'expected a number of bytes greater than 0, or a size such as "64MiB"'
 _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+# More digits than any limit's number has, once the zeros that change nothing are dropped: a
+# size is below 2**64 (20 digits), and a fraction of more than 40 digits is never a whole
+# number of bytes in any unit. Refused before int() sees them: past 4300 digits it raised
+# "Exceeds the limit (4300 digits) for integer string conversion ... use
+# sys.set_int_max_str_digits()", which the CLI and the API passed on as their error.
+_MOST_DIGITS: Final = 64
+
+
+def _significant(whole: str, fraction: str = "") -> tuple[str, str] | None:
+    """The digits of a number ``whole``.``fraction`` without its leading zeros and its
+    fraction's trailing zeros ("0005" is 5, as the C parser reads it); None when more than
+    _MOST_DIGITS are left."""
+    whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
+    return (whole, fraction) if len(whole) + len(fraction) <= _MOST_DIGITS else None
 
 
 def parse_size(value: object) -> int:
@@ -54,9 +68,14 @@ def parse_size(value: object) -> int:
         size = value
     elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
         factor = _SIZE_UNITS.get(match[2].lower())
+        number, _, decimals = match[1].partition(".")
+        digits = _significant(number, decimals)
+        if factor is None or digits is None:
+            raise ValueError(_SIZE_FORMS)
         # Exact arithmetic: a size is a whole number of bytes, whatever its number of digits.
-        exact = Fraction(match[1]) * factor if factor is not None else None
-        if exact is None or exact.denominator != 1:
+        whole, fraction = digits
+        exact = Fraction(int(whole + fraction), 10 ** len(fraction)) * factor
+        if exact.denominator != 1:
             raise ValueError(_SIZE_FORMS)
         size = int(exact)
     else:
@@ -110,9 +129,10 @@ def parse_percent(value: object) -> int:
     digits, up to two decimals (more only if zeros), an optional "%", blanks around ("30",
     "12.5", "12.5 %", 0.5). From 0.01 to 100; ValueError (one line) otherwise."""
     if isinstance(value, str) and (match := _PERCENT.fullmatch(value)):
-        whole, decimals = match[1], (match[2] or "")
-        if decimals.rstrip("0")[2:] or len(whole.lstrip("0")) > 3:
+        digits = _significant(match[1], match[2] or "")
+        if digits is None or len(digits[1]) > 2 or len(digits[0]) > 3:
             raise ValueError(_PERCENT_FORMS)
+        whole, decimals = digits
         hundredths = int(whole) * HUNDREDTHS_PER_PERCENT + int((decimals + "00")[:2])
     elif isinstance(value, int) and not isinstance(value, bool) and not -1000 <= value <= 1000:
         # Past any percent: an integer too large for a float (or for repr) is refused as one.

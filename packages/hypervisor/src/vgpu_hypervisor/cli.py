@@ -29,6 +29,7 @@ from vgpu_common.limits import (
     parse_memory_limit,
     parse_qos,
 )
+from vgpu_common.visible import visible
 
 from vgpu_hypervisor import package_version
 from vgpu_hypervisor.client import output
@@ -130,7 +131,7 @@ def _list(
                 # Workers name their GPUs by UUID; the table shows the node's indexes.
                 indexes = None
                 if kind == "workers" and form in (output.Form.table, output.Form.wide):
-                    indexes = gpu_indexes(client.get(f"{API}/gpus"))
+                    indexes = gpu_indexes(client.gpus())
                 return found, indexes
             except ClientError as error:
                 fail(explain(str(error)), REFUSED)
@@ -171,17 +172,19 @@ def status(
     *, flags: Mapping[str, object], as_json: JsonFlag = False, form: DocumentOutputOption = None
 ) -> None:
     """The daemon's state: version, GPU backend, pods and workers, readiness."""
-    document = _call(flags, lambda client: client.get(f"{API}/status"))
+    document = _call(flags, lambda client: client.status())
     if output.print_document(document, output.choose(form, as_json)):
         return
     ready = "ready" if document["ready"] else "NOT READY"
-    print(f"tf-hypervisor {document['version']}, up {document['uptime_s']:.0f} s, {ready}")
-    print(document["backend_description"])
-    print(
+    lines = (
+        f"tf-hypervisor {document['version']}, up {document['uptime_s']:.0f} s, {ready}",
+        document["backend_description"],
         f"{document['gpus']} GPU(s), {document['pods']} pod(s)"
         f" ({document['pods_with_errors']} with errors), {document['workers']} worker(s);"
-        f" regions under {document['shm_base_path']}"
+        f" regions under {document['shm_base_path']}",
     )
+    for line in lines:  # the words of whatever answered, shown as the tables show theirs
+        print(visible(line))
 
 
 @app.command()
@@ -195,7 +198,7 @@ def gpus(
 ) -> None:
     """The node's GPUs with memory, utilization and the pods on each."""
     chosen = output.choose(form, as_json)
-    _list(flags, lambda client: client.get(f"{API}/gpus"), chosen, "gpus", watch=watch)
+    _list(flags, lambda client: client.gpus(), chosen, "gpus", watch=watch)
 
 
 @app.command()
@@ -215,8 +218,8 @@ def workers(
 
     def listing(client: "Client") -> Any:
         if name is not None:  # a pod that is not there is an error, not an empty table
-            client.get(f"{API}/pods/{namespace}/{name}")
-        return client.get(f"{API}/workers", namespace=namespace, pod=name)
+            client.pod(namespace or "default", name)
+        return client.workers(namespace, name)
 
     chosen = output.choose(form, as_json)
     _list(
@@ -510,7 +513,7 @@ def _on_this_node(client: "Client", flags: _GpuFlags, pod: dict[str, Any] | None
     made it (the daemon checks again, naming the API's field)."""
     if not flags.named_by:
         return
-    gpus = client.request("GET", f"{API}/gpus", authorized=True)  # a change's: with the token
+    gpus = client.gpus(authorized=True)  # a change's: with the token
     found: dict[str, dict[str, Any]] = {}  # the GPU of each key left after merging
     for key, typed in list(flags.named_by.items()):
         gpu = next((g for g in gpus if names_gpu(key, g.get("index"), g.get("uuid"))), None)
@@ -550,18 +553,20 @@ def _oversubscription_fits(flags: _GpuFlags, gpu: str, present: dict[str, Any] |
 
 def _change_gpus(
     flags: Mapping[str, object],
-    method: str,
-    path: str,
     gpus: _GpuFlags,
     body: dict[str, object],
+    pod: tuple[str, str] | None = None,
 ) -> Any:
     """A change of a pod's limits: its GPUs checked against the node's (and, for a pod that
-    exists, against its limits), then the request."""
+    exists, against its limits), then the request: ``pod`` (namespace, name) changed, or None
+    for a new pod."""
 
     def change(client: "Client") -> Any:
-        pod = client.get(path) if method == "PATCH" and gpus.named_by else None
-        _on_this_node(client, gpus, pod)
-        return client.request(method, path, authorized=True, body=body)
+        present = client.pod(*pod) if pod is not None and gpus.named_by else None
+        _on_this_node(client, gpus, present)
+        if pod is None:
+            return client.change("POST", f"{API}/pods", body=body)
+        return client.change("PATCH", f"{API}/pods/{pod[0]}/{pod[1]}", body=body)
 
     return _call(flags, change)
 
@@ -574,7 +579,7 @@ def _change(
     **request: Any,
 ) -> Any:
     """A request that changes something: it carries the token."""
-    return _call(flags, lambda c: c.request(method, path, authorized=True, **request), explain)
+    return _call(flags, lambda c: c.change(method, path, **request), explain)
 
 
 @pods_app.command("list")
@@ -599,7 +604,7 @@ def pods_list(
     chosen = output.choose(form, as_json)
     _list(
         flags,
-        lambda client: client.get(f"{API}/pods", namespace=wanted),
+        lambda client: client.pods(wanted),
         chosen,
         "pods",
         watch=watch,
@@ -618,7 +623,7 @@ def pods_get(
 ) -> None:
     """One pod: its limits and usage per GPU."""
     namespace, name = _pod_name(pod, namespace)
-    document = _call(flags, lambda client: client.get(f"{API}/pods/{namespace}/{name}"))
+    document = _call(flags, lambda client: client.pod(namespace, name))
     output.show(document, output.choose(form, as_json), "pods")
 
 
@@ -638,9 +643,7 @@ def pods_describe(
     namespace, name = _pod_name(pod, namespace)
 
     def both(client: "Client") -> dict[str, Any]:
-        document: dict[str, Any] = client.get(f"{API}/pods/{namespace}/{name}")
-        workers = client.get(f"{API}/workers", namespace=namespace, pod=name)
-        return document | {"worker_list": workers}
+        return client.pod(namespace, name) | {"worker_list": client.workers(namespace, name)}
 
     document = _call(flags, both)
     if not output.print_document(document, output.choose(form, as_json)):
@@ -686,7 +689,7 @@ def pods_create(
     body |= _policy(qos, weight)
     if owner is not None:
         body |= pod_owner(owner)
-    document = _change_gpus(flags, "POST", f"{API}/pods", gpus, body)
+    document = _change_gpus(flags, gpus, body)
     output.show(document, chosen, "pods")
 
 
@@ -723,8 +726,7 @@ def pods_update(
         required=None if policy else f"nothing to change: give one of {UPDATE_FLAGS}",
     )
     body: dict[str, object] = ({"gpus": gpus.gpus} if gpus.gpus else {}) | policy
-    path = f"{API}/pods/{namespace}/{name}"
-    document = _change_gpus(flags, "PATCH", path, gpus, body)
+    document = _change_gpus(flags, gpus, body, (namespace, name))
     output.show(document, chosen, "pods")
 
 
@@ -755,8 +757,7 @@ def pods_freeze(
 
     def freeze(client: "Client") -> Any:
         _on_this_node(client, named)  # a GPU the node lacks is not one the pod lacks
-        path = f"{API}/pods/{namespace}/{name}/freeze"
-        return client.request("POST", path, authorized=True, params=params)
+        return client.change("POST", f"{API}/pods/{namespace}/{name}/freeze", params=params)
 
     document = _call(flags, freeze, lambda message: message.replace("gpu ", "--gpu ", 1))
     output.show(document, chosen, "pods")

@@ -5,10 +5,10 @@ A value the driver could not give is null.
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
 from vgpu_common.limits import (
     MAX_WEIGHT,
     QOS_NAMES,
@@ -50,6 +50,15 @@ def _whole(given: object) -> object:
     if isinstance(given, float) and math.isfinite(given) and given.is_integer():
         return int(given)
     return given
+
+
+# An id or a weight is a JSON integer, and only that: pydantic's lax mode took true as 1 (an
+# owner of true made the region uid 1's) and "5" as 5. A whole float is still the integer it
+# writes, as for a memory size. (Its range sits on the integer: on the field it is applied
+# to a null too.)
+IdField = Annotated[
+    Annotated[int, Strict(), Field(ge=0, le=0xFFFFFFFE)] | None, BeforeValidator(_whole)
+]
 
 
 def _boolean(given: object) -> bool | Unchanged:
@@ -145,8 +154,9 @@ QosField = Annotated[
     ),
 ]
 WeightField = Annotated[
-    int | None,
-    Field(ge=0, le=MAX_WEIGHT, description="Explicit scheduling weight (0: from the qos)."),
+    Annotated[int, Strict(), Field(ge=0, le=MAX_WEIGHT)] | None,
+    BeforeValidator(_whole),
+    Field(description="Explicit scheduling weight (0: from the qos)."),
 ]
 
 
@@ -158,8 +168,8 @@ class PodCreate(_Document):
     gpus: GpuMap
     # Who may open the pod's region (mode 0660): its user, or a group its users share; the
     # daemon's own user (root) when not given (docs/security.md).
-    owner: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="uid of the pod")
-    group: int | None = Field(default=None, ge=0, le=0xFFFFFFFE, description="gid of the pod")
+    owner: IdField = Field(default=None, description="uid of the pod")
+    group: IdField = Field(default=None, description="gid of the pod")
     qos: QosField = None
     weight: WeightField = None
 
@@ -307,3 +317,16 @@ class Readiness(_Document):
 
 class ErrorDocument(_Document):
     error: str
+
+
+def first_problem(problems: Sequence[Mapping[str, Any]], whole: str) -> str:
+    """The first of pydantic's ``problems`` with a document, in one line: where it is
+    ("gpus.0.memory"; ``whole`` names the document itself) and what, and how many more there
+    are. The API's 422 and the client's check of a reply say it alike."""
+    if not problems:
+        return f"{whole}: invalid"
+    first = problems[0]
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or whole
+    message = " ".join(str(first.get("msg", "invalid")).removeprefix("Value error, ").split())
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return f"{where}: {message}{more}"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpu_common.limits import format_bytes, format_percent, hundredths_to_percent
+from vgpu_common.visible import visible
 
 if TYPE_CHECKING:
     from vgpu_limiter.region import DeviceInfo, ProcessInfo, Region
@@ -174,18 +175,26 @@ def _process_row(
 
 
 def print_tables(report: Mapping[str, Any]) -> None:
+    """The report as tables. The region's words (namespace, pod, GPU UUIDs) are its tenant's
+    to write: every text shown is plain Text (never markup) with its control characters as
+    escapes, so no escape sequence reaches the terminal and no newline forges a row."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    def shown(cell: str) -> Text:
+        return Text(visible(cell))
 
     console = Console()
     console.print(
         Text.assemble(
             "Pod ",
-            (f"{report['namespace']}/{report['pod']}", "bold"),
+            (visible(f"{report['namespace']}/{report['pod']}"), "bold"),
             (" frozen" if report["frozen"] else "", "bold red"),
-            f"  {report['path']}  (region version {report['version']}, "
-            f"created {_format_time(report['created_ns'])})",
+            visible(
+                f"  {report['path']}  (region version {report['version']}, "
+                f"created {_format_time(report['created_ns'])})"
+            ),
         )
     )
     devices = Table(title="Devices", title_justify="left")
@@ -195,7 +204,7 @@ def print_tables(report: Mapping[str, Any]) -> None:
         else:
             devices.add_column(header, justify="right")
     for device in report["devices"]:
-        devices.add_row(*map(Text, _device_row(device)))
+        devices.add_row(*map(shown, _device_row(device)))
     console.print(devices)
     uuids = [device["uuid"] for device in report["devices"]]
     processes = Table(title="Processes", title_justify="left")
@@ -205,7 +214,7 @@ def print_tables(report: Mapping[str, Any]) -> None:
         processes.add_column(f"GPU {device['index']}", justify="right")
     boot, now_ns = _boot_time(), time.time_ns()
     for process in report["processes"]:
-        processes.add_row(*map(Text, _process_row(process, uuids, boot, now_ns)))
+        processes.add_row(*map(shown, _process_row(process, uuids, boot, now_ns)))
     if not report["processes"]:
         processes.caption = "no process holds a slot"
     console.print(processes)

@@ -6,21 +6,38 @@ the node), and go without it otherwise: a daemon whose api_open_reads opens them
 that does not answers 401, which the error then explains.
 
 httpx, the one HTTP client of the project's Python side (the tests speak it too), over the
-daemon's unix socket or TCP, one kept-alive connection for a command's requests."""
+daemon's unix socket or TCP, one kept-alive connection for a command's requests.
+
+Each reply is checked here, once, against the document models.py says the route answers:
+what the commands and `top` then read is that document. Another service on the port, or a
+daemon of another version that answers otherwise, is a ClientError naming the first field
+that differs, where it was a KeyError or AttributeError traceback in whatever read it first
+(and `pods delete` said it had deleted a pod on `{"a": 1}`). Fields the models do not know
+are let through: a newer daemon may add some."""
 
 import json
 import socket
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 from vgpu_common.small_file import TOKEN_LIMIT, SmallFileError, read_small_file, token_of
+from vgpu_common.visible import visible
 
+from vgpu_hypervisor import models
 from vgpu_hypervisor.listen_address import TcpAddress, UnixAddress
 from vgpu_hypervisor.settings import Settings
 
 API = "/api/v1"
+
+# What each route answers.
+_STATUS: Final = TypeAdapter(models.Status)
+_GPUS: Final = TypeAdapter(list[models.Gpu])
+_POD: Final = TypeAdapter(models.Pod)  # also every change's answer: the pod as it is now
+_PODS: Final = TypeAdapter(list[models.Pod])
+_WORKERS: Final = TypeAdapter(list[models.Worker])
 
 
 class ClientError(Exception):
@@ -81,16 +98,57 @@ class Client:
         except ClientError as error:
             return {}, str(error)
 
-    def request(
+    def status(self) -> dict[str, Any]:
+        document: dict[str, Any] = self._request("GET", f"{API}/status", _STATUS)
+        return document
+
+    def gpus(self, *, authorized: bool = False) -> list[dict[str, Any]]:
+        """``authorized``: asked for a change, which needs the token anyway."""
+        gpus: list[dict[str, Any]] = self._request(
+            "GET", f"{API}/gpus", _GPUS, authorized=authorized
+        )
+        return gpus
+
+    def pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The pods of ``namespace``, or of every namespace."""
+        params = {"namespace": namespace} if namespace else None
+        pods: list[dict[str, Any]] = self._request("GET", f"{API}/pods", _PODS, params=params)
+        return pods
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        pod: dict[str, Any] = self._request("GET", f"{API}/pods/{namespace}/{name}", _POD)
+        return pod
+
+    def workers(self, namespace: str | None = None, pod: str | None = None) -> list[dict[str, Any]]:
+        """The workers of every pod, of a namespace's, or of one pod's."""
+        given = {"namespace": namespace, "pod": pod}
+        params = {key: value for key, value in given.items() if value} or None
+        workers: list[dict[str, Any]] = self._request(
+            "GET", f"{API}/workers", _WORKERS, params=params
+        )
+        return workers
+
+    def change(
+        self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A change of a pod (create, update, freeze, resume, delete), with the token: the pod's
+        document the daemon answers."""
+        pod: dict[str, Any] = self._request(
+            method, path, _POD, body=body, params=params, authorized=True
+        )
+        return pod
+
+    def _request(
         self,
         method: str,
         path: str,
+        shape: TypeAdapter[Any],
         *,
         body: Any = None,
         params: dict[str, Any] | None = None,
         authorized: bool = False,
     ) -> Any:
-        """The decoded JSON reply (text for non-JSON replies); ClientError on any failure.
+        """The JSON reply, checked to be a document of ``shape``; ClientError on any failure.
         ``authorized``: the request needs the token (a change); else it carries it if it can."""
         if authorized:
             headers, no_token = {"Authorization": f"Bearer {self._token()}"}, None
@@ -109,11 +167,11 @@ class Client:
             content_type = reply.headers.get("Content-Type", "")
             if content_type.startswith("application/json"):
                 try:
-                    return json.loads(text)
-                except ValueError:
+                    document = json.loads(text)
+                except (ValueError, RecursionError):
                     pass
-            elif not request.url.path.startswith("/api/"):
-                return text  # /metrics
+                else:
+                    return self._checked(request, document, shape)
             # Every /api/ route of the daemon answers JSON: something else listens there.
             raise ClientError(
                 f"{self.address} is not a tf-hypervisor API: {request.url.path} answered "
@@ -130,10 +188,27 @@ class Client:
             message = f"{self.address} answered {status}" + (
                 f" ({first}): not a tf-hypervisor reply" if first else ""
             )
-        message = message or f"the daemon answered {status}"
+        # One line, and shown as the daemon's log shows it: the message may name what a
+        # tenant wrote (a region's UUID), or come from whatever else answers on the port.
+        message = visible(" ".join(message.split())) or f"the daemon answered {status}"
         if status == 401 and no_token is not None:
             message = f"{message} ({no_token})"
         raise ClientError(message)
+
+    def _checked(self, request: httpx.Request, document: Any, shape: TypeAdapter[Any]) -> Any:
+        """``document`` if it is one of ``shape`` (its types strictly: "3" is no count; fields
+        it does not know are let through); else a ClientError naming what differs."""
+        try:
+            shape.validate_python(document, strict=True, extra="ignore")
+        except ValidationError as error:
+            where = str(request.url.copy_with(query=None))
+            if isinstance(self.address, UnixAddress):  # no host: the socket, then the path
+                where = f"{self.address} {request.url.path}"
+            problem = models.first_problem(error.errors(), "the document")
+            raise ClientError(
+                f"{where} answered a document that is not tf-hypervisor's: {visible(problem)}"
+            ) from None
+        return document
 
     def _send(self, request: httpx.Request) -> httpx.Response:
         """The reply, read whole; every transport failure a ClientError of one line."""
@@ -158,9 +233,6 @@ class Client:
             raise ClientError(f"the daemon at {self.address} did not answer in time") from None
         except httpx.HTTPError as error:
             raise ClientError(f"request to {self.address} failed: {_reason(error)}") from None
-
-    def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v})
 
 
 def _cause(error: BaseException) -> BaseException:

@@ -4,6 +4,7 @@ import time
 from typing import Any
 
 from vgpu_common.limits import format_bytes, format_percent, format_size
+from vgpu_common.visible import visible
 
 NA = "-"
 
@@ -106,7 +107,9 @@ def describe_pod(pod: dict[str, Any], now: float | None = None) -> str:
                 f"    {gpu['uuid']}: {format_bytes(gpu.get('memory_used') or 0)},"
                 f" util {_utilization(gpu)}"
             )
-    return "\n".join(lines) + "\n"
+    # Names, paths, errors and command lines are tenants' text: each line escaped whole, so no
+    # escape sequence reaches the terminal and no newline starts a line of a tenant's making.
+    return "\n".join(visible(line) for line in lines) + "\n"
 
 
 def _held_to(effective: float | None) -> str:

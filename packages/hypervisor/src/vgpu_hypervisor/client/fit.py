@@ -11,6 +11,7 @@ from rich import box
 from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
+from vgpu_common.visible import visible
 
 ELLIPSIS = "…"
 
@@ -68,6 +69,10 @@ def fitted(
 ) -> Table:
     """A table of ``rows`` (one cell per column) in ``width`` cells: columns dropped by
     priority and the flexible one shortened; None: every column, nothing shortened."""
+    # A cell holds what tenants wrote (a command line, a region's UUID): its control
+    # characters as escapes, measured as shown, so that no escape sequence reaches the
+    # terminal and no newline makes a row of its own.
+    rows = [[visible(cell) for cell in row] for row in rows]
     natural = [
         max([cell_len(column.title), *(cell_len(row[n]) for row in rows)])
         for n, column in enumerate(columns)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from vgpu_common.cli import fail
+from vgpu_common.visible import visible
 
 
 class Form(StrEnum):
@@ -125,10 +126,11 @@ def show(document: Any, form: Form, kind: str, indexes: dict[str, int] | None = 
 
 def names(document: Any, kind: str) -> list[str]:
     """`-o name`: what names each item to the other commands, one a line: pods as
-    NAMESPACE/NAME, GPUs by UUID, workers by pid."""
+    NAMESPACE/NAME, GPUs by UUID, workers by pid; a control character as its escape, so that
+    each name stays one line."""
     items = document if isinstance(document, list) else [document]
     if kind == "pods":
-        return [f"{item['namespace']}/{item['name']}" for item in items]
+        return [visible(f"{item['namespace']}/{item['name']}") for item in items]
     if kind == "gpus":
-        return [str(item.get("uuid") or item["index"]) for item in items]
+        return [visible(str(item.get("uuid") or item["index"])) for item in items]
     return [str(item["pid"]) for item in items]

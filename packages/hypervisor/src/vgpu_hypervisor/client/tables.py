@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 from vgpu_common.limits import format_bytes, format_percent
+from vgpu_common.visible import visible
 
 from vgpu_hypervisor.client.command_line import short_command
 from vgpu_hypervisor.client.fit import Column, fitted
@@ -159,7 +160,8 @@ def pod_table(pods: list[dict[str, Any]], *, width: int | None = 80, wide: bool 
 
 def pod_errors(pods: list[dict[str, Any]]) -> list[str]:
     """The pods' errors in full, one a line, for under the table (the Error column of wide)."""
-    return [f"{p['namespace']}/{p['name']}: {p['error']}" for p in pods if p.get("error")]
+    # Printed below the table, not in it: escaped here as fitted() escapes cells.
+    return [visible(f"{p['namespace']}/{p['name']}: {p['error']}") for p in pods if p.get("error")]
 
 
 def _host_backed(gpu: dict[str, Any]) -> str:
@@ -187,13 +189,14 @@ def worker_gpus(worker: dict[str, Any], indexes: dict[str, int]) -> str:
 
 
 def _command(worker: dict[str, Any]) -> tuple[str, str]:
-    """The command line and its note: exited, or not limited."""
+    """The command line, escaped (fitted() escapes every cell, and the Command column finds
+    each cell's parts by the text shown), and its note: exited, or not limited."""
     notes = []
     if not worker.get("alive", True):
         notes.append("(exited)")
     if not worker.get("limited", True):
         notes.append("(no limiter: unlimited)")
-    return worker.get("command") or NA, " ".join(notes)
+    return visible(worker.get("command") or NA), " ".join(notes)
 
 
 def worker_table(

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from vgpu_hypervisor.client.api_client import API, Client, ClientError
+from vgpu_hypervisor.client.api_client import Client, ClientError
 from vgpu_hypervisor.client.top_view import History, Snapshot, ViewState, apply_key, render
 
 
@@ -28,10 +28,10 @@ def take_snapshot(client: Client, last: Snapshot | None) -> Snapshot:
     """The daemon's documents now; on failure the last ones, marked with the reason."""
     try:
         return Snapshot(
-            status=client.get(f"{API}/status"),
-            gpus=client.get(f"{API}/gpus"),
-            pods=client.get(f"{API}/pods"),
-            workers=client.get(f"{API}/workers"),
+            status=client.status(),
+            gpus=client.gpus(),
+            pods=client.pods(),
+            workers=client.workers(),
             taken=time.time(),
         )
     except ClientError as error:

@@ -18,6 +18,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 from vgpu_common.limits import format_bytes, format_percent
+from vgpu_common.visible import visible
 
 from vgpu_hypervisor.client.command_line import short_command
 from vgpu_hypervisor.client.fit import trim
@@ -159,7 +160,9 @@ def _bar(share: float | None, width: int) -> Text:
 
 
 def _line(columns: Sequence[Column], cells: Sequence[str | Text], width: int) -> Text:
-    """One row: fixed columns as given, the flexible one gets the rest; never wider than width."""
+    """One row: fixed columns as given, the flexible one gets the rest; never wider than width.
+    A text cell's control characters are escapes (a pod's name, a command line and a region's
+    UUID are tenants' text): no escape sequence reaches the terminal, no newline adds a row."""
     fixed = sum(c.width for c in columns) + len(columns) - 1
     most = min((c.most for c in columns if not c.width), default=0)
     flex = max(4, min(most, width - fixed))
@@ -173,7 +176,7 @@ def _line(columns: Sequence[Column], cells: Sequence[str | Text], width: int) ->
             piece.truncate(size, pad=True)
             line.append_text(piece)
         else:
-            text = (column.fit or shorten)(cell, size)
+            text = (column.fit or shorten)(visible(cell), size)
             line.append(text.rjust(size) if column.right else text.ljust(size))
     line.truncate(width)
     line.rstrip()
@@ -358,13 +361,14 @@ def _worker_lines(
         gpus = worker.get("gpus") or []
         utils = [g["utilization"] for g in gpus if g.get("utilization") is not None]
         started = worker.get("started")
-        command = worker.get("command") or NA
+        # Escaped here, not only by _line: the Command cell finds its parts by the text shown.
+        command = visible(worker.get("command") or NA)
         note = "" if worker.get("alive", True) else "(exited)"
         notes[f"{command} {note}".rstrip()] = (command, note)
         host = worker.get("host_pid")
         rows.append(
             [
-                f"{worker['namespace']}/{worker['pod']}",
+                visible(f"{worker['namespace']}/{worker['pod']}"),  # measured as shown
                 str(worker["pid"]),
                 NA if host is None else str(host),
                 worker_gpus(worker, indexes),
@@ -494,7 +498,8 @@ def _title(snapshot: Snapshot, width: int) -> Text:
         parts.append((f" {status.get('pods', 0)} pods, {status.get('workers', 0)} workers", ""))
         parts.append((f" {status.get('backend_description', '')}", "dim"))
     title = Text()
-    for part, style in parts:
+    for shown, style in parts:
+        part = visible(shown)  # the daemon's words, or those of whatever answers there
         if not part.strip():
             continue
         room = width - len(title) - (1 if title else 0)
@@ -522,7 +527,7 @@ def render(
     compact = state.compact(width)
     lines = [_title(snapshot, width)]
     if snapshot.error is not None:  # the reason in full, over a few lines
-        reason = f"daemon unreachable, retrying: {snapshot.error}"
+        reason = visible(f"daemon unreachable, retrying: {snapshot.error}")
         lines += [Text(line, style="bold red") for line in wrap(reason, width)]
         if snapshot.gpus:
             lines.append(Text("(last view)", style="dim"))

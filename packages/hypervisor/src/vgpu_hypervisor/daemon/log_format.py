@@ -9,16 +9,13 @@ import json
 import logging
 from datetime import UTC, datetime
 
+from vgpu_common.visible import visible
+
 
 def utc_time(created: float) -> str:
     """ "2026-11-23T18:08:59.123Z" for a record's ``created``."""
     stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
     return stamp.removesuffix("+00:00") + "Z"
-
-
-# Control characters as escapes (a tab stays): a message names what tenants wrote, a UUID in
-# a region say, and one with a newline put a line of its writer's making in the log.
-_ONE_LINE = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
 
 
 class TextFormatter(logging.Formatter):
@@ -32,7 +29,10 @@ class TextFormatter(logging.Formatter):
         return utc_time(record.created)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return super().formatMessage(record).translate(_ONE_LINE)
+        # Control characters as escapes (a tab stays): a message names what tenants wrote, a
+        # UUID in a region say, and one with a newline put a line of its writer's making in
+        # the log.
+        return visible(super().formatMessage(record), tabs=True)
 
 
 class JsonFormatter(logging.Formatter):

@@ -22,6 +22,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from vgpu_common.visible import CONTROL_CODES
 
 from vgpu_hypervisor import models, package_version
 from vgpu_hypervisor.daemon.node import NodeView
@@ -323,11 +324,14 @@ def exposition(registry: CollectorRegistry) -> bytes:
 # --- influx line protocol -------------------------------------------------------------------
 
 
+_BLANKS = dict.fromkeys(CONTROL_CODES, " ")  # the control characters vgpu_common.visible escapes
+
+
 def _escape_tag(text: str) -> str:
     """A tag value as line protocol writes it. Control characters have no escape there, and a
     newline ended the line: a UUID a tenant wrote into its region with one added lines of its
     own to the file, so each is a blank."""
-    text = "".join(" " if ord(char) < 0x20 or char == "\x7f" else char for char in text)
+    text = text.translate(_BLANKS)
     return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
 
 

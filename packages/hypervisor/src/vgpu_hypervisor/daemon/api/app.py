@@ -25,6 +25,10 @@ def create_app(context: ApiContext) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         dependencies=[Depends(query_given_once)],
+        # No redirect of /api/v1/pods/ to /api/v1/pods: its Location was built from the
+        # request's Host header, whatever that said. A path is served as it is spelt, or is the
+        # 404 any unknown path gets.
+        redirect_slashes=False,
     )
     install_error_handlers(app)
     for resource in (health, node, gpus, pods, freeze, workers, metrics):

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from vgpu_common.visible import visible
 from vgpu_limiter.region import RegionError
 
 from vgpu_hypervisor import models
@@ -51,25 +52,26 @@ class ApiError(Exception):
         self.status = status
 
 
-def _location(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc if part not in ("body",)) or "body"
-
-
 def _validation_message(error: RequestValidationError) -> str:
     problems = error.errors()
     if not problems:
         return "invalid request"
     first = problems[0]
-    where = _location(tuple(first.get("loc", ())))
     if first.get("type") == "json_invalid":
-        return f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}"
-    message = " ".join(str(first.get("msg", "invalid")).removeprefix("Value error, ").split())
-    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-    return f"{where}: {message}{more}"
+        return not_json(first.get("ctx", {}).get("error", "parse error"))
+    return models.first_problem(problems, "body")
+
+
+def not_json(why: str) -> str:
+    """The error of a body that is no JSON the API reads, ``why`` in words."""
+    return f"the body is not valid JSON: {why}"
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+    # One line of visible text whatever the request held: a query parameter named with a
+    # newline was named back with it (found by fuzzing), and what the CLI prints comes from here.
+    body = {"error": visible(message)}
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 
 def install_error_handlers(app: FastAPI) -> None:
