@@ -183,6 +183,16 @@ def test_a_pod_that_wakes_is_told_to_the_others_at_most_four_times_in_ten_second
         finally:
             for client in clients:
                 client.close()
+        # Every connection of the party gone, then a new one for yet another pod: the party
+        # keeps its bound (a fresh slot gave it four more each time it connected anew).
+        time.sleep(0.2)
+        again = Client(leases.path, pod=42)
+        try:
+            again.acquire(1)
+            time.sleep(0.2)
+            assert leases.stats().newcomers == first + 3
+        finally:
+            again.close()
 
 
 def _hello_again(path: Path, results: Any) -> None:

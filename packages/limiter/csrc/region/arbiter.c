@@ -115,13 +115,24 @@ static uint64_t namespace_of(pid_t pid) {
     return open != NULL ? strtoull(open + 1, NULL, 10) : 0;
 }
 
+static bool told_lately(const struct party *party, uint64_t now) {
+    for (size_t i = 0; i < sizeof party->newcomer_ns / sizeof party->newcomer_ns[0]; i++) {
+        if (party->newcomer_ns[i] != 0 && now - party->newcomer_ns[i] < NEWCOMER_WINDOW_NS) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int party_of(struct vgpu_arbiter *arbiter, uint32_t uid, uint64_t inode, uint64_t now) {
     int free_slot = -1;
     int paused_slot = -1; /* kept only for a refusal's pause: taken when none is free */
     for (int index = 0; index < MAX_CLIENTS; index++) {
         struct party *party = &arbiter->parties[index];
         bool held = party->clients > 0 || party->penalty_until_ns > now;
-        bool used = held || party->stranger_until_ns > now;
+        /* Also kept while it told the others of a pod that woke lately: a process that
+         * connected anew each time would otherwise get a fresh slot, and its bound with it. */
+        bool used = held || party->stranger_until_ns > now || told_lately(party, now);
         if (used && party->uid == uid && party->namespace_inode == inode) {
             return index;
         }
@@ -302,7 +313,15 @@ static void note_newcomer(struct vgpu_arbiter *arbiter, int index, uint64_t now)
     for (size_t i = 1; i < sizeof party->newcomer_ns / sizeof *oldest; i++) {
         oldest = party->newcomer_ns[i] < *oldest ? &party->newcomer_ns[i] : oldest;
     }
-    if (*oldest != 0 && now - *oldest < NEWCOMER_WINDOW_NS) {
+    /* And at most eight times in that long on one GPU, whatever the parties (a user may make
+     * pid namespaces of its own, each a party). */
+    struct gpu *told = &arbiter->gpus[asking->gpu];
+    uint64_t *gpu_oldest = &told->newcomer_ns[0];
+    for (size_t i = 1; i < sizeof told->newcomer_ns / sizeof *gpu_oldest; i++) {
+        gpu_oldest = told->newcomer_ns[i] < *gpu_oldest ? &told->newcomer_ns[i] : gpu_oldest;
+    }
+    if ((*oldest != 0 && now - *oldest < NEWCOMER_WINDOW_NS) ||
+        (*gpu_oldest != 0 && now - *gpu_oldest < NEWCOMER_WINDOW_NS)) {
         return;
     }
     for (int other = 0; other < MAX_CLIENTS; other++) {
@@ -315,6 +334,7 @@ static void note_newcomer(struct vgpu_arbiter *arbiter, int index, uint64_t now)
         }
     }
     *oldest = now;
+    *gpu_oldest = now;
     for (int other = 0; other < MAX_CLIENTS; other++) {
         const struct client *client = &arbiter->clients[other];
         if (client->gpu == asking->gpu && client->pod != asking->pod && client->seat != NULL) {
@@ -357,6 +377,7 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
     struct gpu *gpu = &arbiter->gpus[client->gpu];
     if (message->kind == VGPU_ARBITER_ACQUIRE) {
         if (gpu->holder == index) { /* it gave up waiting meanwhile: the lease is still its */
+            client->asked_ns = now;
             client->request = message->request;
             atomic_store(&client->seat->granted, message->request);
             return send_message(client->fd, VGPU_ARBITER_GRANT, message->request, -1);
@@ -371,6 +392,7 @@ static bool handle(struct vgpu_arbiter *arbiter, int index,
         return true;
     }
     if (message->kind == VGPU_ARBITER_RELEASE) {
+        client->asked_ns = now; /* held till now, or waited: no newcomer at its next request */
         atomic_fetch_add(&gpu->words->busy_ns, bounded_busy(message->value));
         if (message->request == client->request) {
             client->waiting = false;

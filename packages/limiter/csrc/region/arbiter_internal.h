@@ -39,9 +39,10 @@ struct party { /* a user in a pid namespace: one pod, as far as the kernel can t
     uint64_t stranger_until_ns; /* its HELLOs are refused unlooked until then (arbiter.c) */
     uint64_t newcomer_ns[4]; /* when it last told the others of a pod of its that woke */
 };
-/* A party tells the others of pods that woke at most four times in this long: a pod is what a
- * process says it is, and one saying a new pod in every connection must not keep the others'
- * bursts off (each time until the daemon's next pass, which comes soon after). */
+/* A party tells the others of pods that woke at most four times in this long, and a GPU's
+ * clients are told at most eight times: a pod is what a process says it is, and one saying a
+ * new pod in every connection must not keep the others' bursts off (each time until the
+ * daemon's next pass, which comes soon after). */
 #define NEWCOMER_WINDOW_NS 10000000000ULL
 
 struct client {
@@ -66,6 +67,7 @@ struct gpu {
     int holder;                      /* a client, or -1 */
     uint64_t held_since_ns;
     uint64_t device; /* st_rdev of its /dev/nvidiaN, which a client must hold open; 0: none */
+    uint64_t newcomer_ns[8]; /* when its clients were last told of a pod that woke */
 };
 
 struct vgpu_arbiter {

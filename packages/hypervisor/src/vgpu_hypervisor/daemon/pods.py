@@ -107,6 +107,7 @@ class PodStore:
     # pod's own processes wrote them (a tenant can write its region), which raises no ceiling.
     _by_admin: dict[tuple[str, str], dict[str, DeviceLimits]] = field(default_factory=dict)
     _foreign_said: set[tuple[tuple[str, str], int]] = field(default_factory=set)  # logged
+    _restored_said: set[tuple[tuple[str, str], int]] = field(default_factory=set)  # logged
     _deleted_said: set[tuple[tuple[str, str], str]] = field(default_factory=set)  # logged, what
     # The pods deleted while workers still charge their file, by its identity: a mark a process
     # of the pod clears is set again (undeleted, the pod came back with the words its tenant
@@ -615,6 +616,9 @@ class PodStore:
         except (RegionError, ValueError):
             return record
         for index, uuid in sorted(moved.items()):
+            if (record.key, index) in self._restored_said:
+                continue  # once per entry: a tenant doing it at every pass fills no log
+            self._restored_said.add((record.key, index))
             log.warning(
                 "pod %s/%s: entry %d of its region, GPU %s, was %s: put back",
                 *record.key,
