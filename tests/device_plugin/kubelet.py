@@ -17,8 +17,15 @@ of the plugin, its options, and a ListAndWatch stream read until the plugin ends
 kubelet never closes a client's stream, an older one's included, when the plugin registers
 again). ``refuse`` makes a resource's next Registers fail after that (an answer the plugin
 never got).
+
+Each Allocate answer is kept, as the kubelet's device manager keeps it, in
+``kubelet_internal_checkpoint`` of the device-plugin folder (JSON: per pod, container and
+resource the devices, by NUMA node or, with ``numa`` off, as a plain list as before Kubernetes
+1.20, and the serialized answer in base64), rewritten when a pod is admitted or removed.
 """
 
+import base64
+import json
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -52,6 +59,7 @@ class Pod:
 class _Admitted:
     pod: Pod
     devices: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # container → resource
+    answers: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (container, resource)
 
 
 class Followed:
@@ -183,6 +191,33 @@ class FakeKubelet:
         self.follow = False  # take Registers as the kubelet does (the module's docstring)
         self.refuse: dict[str, int] = {}  # resource → how many of its next Registers fail
         self.followed: list[Followed] = []
+        self.numa = True  # the checkpoint's DeviceIDs by NUMA node (else a plain list)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / "kubelet_internal_checkpoint"
+
+    def write_checkpoint(self) -> None:
+        """The admitted pods' devices and Allocate answers, in the kubelet's format."""
+        with self.lock:
+            entries = [
+                {
+                    "PodUID": one.pod.uid,
+                    "ContainerName": container,
+                    "ResourceName": resource,
+                    "DeviceIDs": {"0": ids} if self.numa else ids,
+                    "AllocResp": base64.b64encode(
+                        one.answers.get((container, resource), b"")
+                    ).decode(),
+                }
+                for one in self.admitted.values()
+                for container, by_resource in one.devices.items()
+                for resource, ids in by_resource.items()
+            ]
+            data = {"PodDeviceEntries": entries, "RegisteredDevices": dict(self.devices)}
+        written = self.checkpoint.with_suffix(".new")
+        written.write_text(json.dumps({"Data": data, "Checksum": 0}))
+        written.replace(self.checkpoint)
 
     @property
     def socket(self) -> Path:
@@ -251,13 +286,15 @@ class FakeKubelet:
                         ),
                         timeout=30,
                     )
+                    (one,) = answer.container_responses
                     with self.lock:
                         admitted.devices.setdefault(container.name, {})[resource] = ids
+                        admitted.answers[container.name, resource] = one.SerializeToString()
+                    self.write_checkpoint()
                     if container.init and not container.sidecar:
                         reusable[resource] = sorted({*reusable.get(resource, []), *ids})
                     else:
                         reusable[resource] = [d for d in reusable.get(resource, []) if d not in ids]
-                    (one,) = answer.container_responses
                     if one.envs or container.name not in answers:
                         answers[container.name] = one
         except grpc.RpcError:
@@ -302,6 +339,7 @@ class FakeKubelet:
         """The pod is gone: its devices are free, PodResources no longer lists it."""
         with self.lock:
             self.admitted.pop(pod.uid, None)
+        self.write_checkpoint()
 
     def restart(self) -> None:
         """As a kubelet that starts again: every socket of the folder removed, a new one made."""

@@ -31,6 +31,12 @@ their own folder and all share the pod's one region.
   removed.
   The link follows the pod's region: made again, it is linked again; removed (an admin's
   delete), the link goes too, so that the container's next processes find none.
+- A reboot wipes the base path (a tmpfs), the allocations file with it, while the kubelet
+  restarts the pods from its checkpoint without a new Allocate: their containers mount the old
+  folders. So the allocations the daemon does not know are booked again, unbound, from the
+  kubelet's checkpoint (``lost``, checkpoint.py) when it starts, and when a pass finds a folder
+  it does not know; the binder then binds them as any other. A folder the checkpoint names is
+  never removed as unknown.
 
 Security: the allocation folders are the daemon's (``.allocations`` 0711, each 0755, root's),
 mounted read-write into one container each. The daemon opens everything in them and in pod
@@ -49,13 +55,14 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from vgpu_hypervisor.daemon.private_file import PrivateFile
 from vgpu_hypervisor.device_plugin.accounting import LivePods
+from vgpu_hypervisor.device_plugin.checkpoint import CheckpointError, Mounted
 from vgpu_hypervisor.device_plugin.pod_resources import Holder, PodResources, PodResourcesError
 from vgpu_hypervisor.device_plugin.resources import gpu_of
 from vgpu_hypervisor.kubernetes.model import KubePod
@@ -73,6 +80,9 @@ _FILE: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # The pod's region made (or kept) with its limits on these GPUs; raises when it cannot be.
 BindPod = Callable[[KubePod, str, Sequence[str], str], None]  # pod, container, GPUs, allocation
 FindPod = Callable[[str, str], KubePod | None]  # (namespace, name) → the pod, when known
+# The allocation folders the kubelet's checkpoint mounts (by name: the pod UID and devices);
+# CheckpointError when it cannot be read.
+LostFolders = Callable[[], Mapping[str, Mounted]]
 
 
 class BindingError(Exception):
@@ -90,7 +100,7 @@ class Allocation:
     devices: tuple[str, ...]
     made: float  # wall-clock seconds
     pod: tuple[str, str] | None = None  # (namespace, name) once bound
-    uid: str = ""
+    uid: str = ""  # its pod's (found again in the kubelet's checkpoint: before it is bound)
     container: str = ""
     refused: str = ""  # why its pod was refused (no region is linked), else ""
     absent_since: float | None = None  # not kept: since when the pod no longer holds it
@@ -116,8 +126,10 @@ class Bindings:
         forget_s: float = 60.0,
         stale_s: float = 600.0,
         live: LivePods | None = None,
+        lost: LostFolders | None = None,
     ) -> None:
-        """``live``: the UIDs of the pods the pod source has, not ended (None: not known)."""
+        """``live``: the UIDs of the pods the pod source has, not ended (None: not known);
+        ``lost``: where allocations a reboot wiped are found again (None: nowhere)."""
         self.base = base
         self.folder = base / FOLDER
         self._pod_resources = pod_resources
@@ -128,6 +140,10 @@ class Bindings:
         self._forget_s = forget_s
         self._stale_s = stale_s
         self._live = live
+        self._lost = lost
+        self._checkpoint_said = ""
+        # The unknown folders of the last look in the checkpoint, and when (monotonic).
+        self._looked: tuple[frozenset[str], float] | None = None
         self._book = PrivateFile(base / BOOK_FOLDER, BOOK_FILE)
         self._lock = threading.Lock()
         self._passing = threading.Lock()  # one pass at a time: the binder's, or settle()'s
@@ -207,6 +223,7 @@ class Bindings:
             self._bind_pass()
 
     def _bind_pass(self) -> None:
+        self._look_for_lost()
         allocations = self.all()
         if not allocations:
             return
@@ -257,9 +274,8 @@ class Bindings:
                 )
             return False
         namespace, name = next(iter(holding))
-        pod = self._find(namespace, name)
+        pod = self._holder(allocation, namespace, name)
         if pod is None:
-            self._say(allocation, f"held by pod {namespace}/{name}, not known yet: not bound yet")
             return False
         container = _container(allocation, namespace, name, holders)
         try:
@@ -292,6 +308,17 @@ class Bindings:
             )
         return True
 
+    def _holder(self, allocation: Allocation, namespace: str, name: str) -> KubePod | None:
+        """The pod holding the allocation's devices, when known and the one it may be bound
+        to (found again in the checkpoint: the pod named there, not a later one of its name)."""
+        pod = self._find(namespace, name)
+        if pod is None:
+            self._say(allocation, f"held by pod {namespace}/{name}, not known yet: not bound yet")
+        elif allocation.uid and allocation.uid != pod.uid:
+            self._say(allocation, f"held by pod {pod.key} now, not by pod {allocation.uid}")
+            return None
+        return pod
+
     def _follow(
         self,
         allocation: Allocation,
@@ -316,6 +343,57 @@ class Bindings:
         if now - allocation.absent_since < self._forget_s:
             return False
         return self._forget(allocation, "its pod is gone (the kubelet and the pod source agree)")
+
+    def _look_for_lost(self) -> None:
+        """Folders no allocation has (a container the kubelet restarted from its checkpoint
+        mounts one): the checkpoint read again when they change, else once per ``forget_s``."""
+        try:
+            names = {e.name for e in os.scandir(self.folder) if _ID.fullmatch(e.name)}
+        except OSError:
+            return
+        unknown = frozenset(names - {a.id for a in self.all()})
+        now = time.monotonic()
+        if not unknown or (
+            self._looked is not None
+            and self._looked[0] == unknown
+            and now - self._looked[1] < self._forget_s
+        ):
+            return
+        self._looked = unknown, now
+        if self._recover():
+            self._wake.set()
+
+    def _recover(self) -> set[str]:
+        """The allocations the checkpoint names that the daemon does not know, booked unbound
+        with their folders; the IDs it names (none when it cannot be read: said once)."""
+        if self._lost is None:
+            return set()
+        try:
+            named = {k: v for k, v in self._lost().items() if _ID.fullmatch(k)}
+        except CheckpointError as error:
+            if str(error) != self._checkpoint_said:
+                log.warning("the kubelet's checkpoint is not used: %s", error)
+                self._checkpoint_said = str(error)
+            return set()
+        self._checkpoint_said = ""
+        with self._lock:
+            found = [(k, devices) for k, devices in named.items() if k not in self._allocations]
+            for allocation_id, (uid, devices) in found:
+                try:
+                    self._make_folder(allocation_id, exist_ok=True)
+                except BindingError as error:
+                    log.warning("allocation %s not found again: %s", allocation_id, error)
+                    continue
+                allocation = Allocation(allocation_id, devices, time.time(), uid=uid)
+                self._allocations[allocation_id] = allocation
+                log.info(
+                    "allocation %s (%s) found again in the kubelet's checkpoint: binding it",
+                    allocation_id,
+                    ",".join(allocation.devices),
+                )
+            if found:
+                self._save()
+        return set(named)
 
     def _say(self, allocation: Allocation, problem: str) -> None:
         if problem != allocation.said:
@@ -359,14 +437,22 @@ class Bindings:
         with _opened(self.base, FOLDER, allocation_id) as folder:
             yield folder
 
-    def _make_folder(self, allocation_id: str) -> None:
+    def _make_folder(self, allocation_id: str, *, exist_ok: bool = False) -> None:
+        """``exist_ok``: one there already (the container runtime makes a missing mount
+        source) is taken when it is a folder of the daemon's user, never through a link."""
         try:
             self.folder.mkdir(mode=0o711, exist_ok=True)
             with _opened(self.base, FOLDER) as parent:
                 _check_root_only(parent, self.folder)
                 os.fchmod(parent, 0o711)
-                os.mkdir(allocation_id, 0o755, dir_fd=parent)
+                try:
+                    os.mkdir(allocation_id, 0o755, dir_fd=parent)
+                except FileExistsError:
+                    if not exist_ok:
+                        raise
                 with _opened_at(parent, allocation_id) as made:
+                    if os.fstat(made).st_uid != os.geteuid():
+                        raise BindingError(f"{self.path(allocation_id)}: not the daemon's own")
                     os.fchmod(made, 0o755)  # whatever the umask
         except OSError as error:
             where = self.path(allocation_id)
@@ -407,7 +493,7 @@ class Bindings:
                 log.warning("%s: an entry that is not an allocation is dropped", self._book.path)
                 continue
             self._allocations[allocation.id] = allocation
-        kept = set(self._allocations)
+        kept = set(self._allocations) | self._recover()
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.folder):
                 if entry.name not in kept:  # made by a daemon that stopped before keeping it

@@ -58,6 +58,7 @@ class PodResources:
         self.resource = resource
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
+        self._closed = False
         self._channel = grpc.insecure_channel(f"unix://{socket}", options=_OPTIONS)
 
     def holders(self) -> list[Holder]:
@@ -65,16 +66,20 @@ class PodResources:
         resource's devices too); PodResourcesError when the kubelet does not answer."""
         try:
             answer = self._list()
-        except grpc.RpcError as error:
+        except _Failed as failed:
+            error = failed.error
             if not isinstance(error, grpc.Call) or error.code() != grpc.StatusCode.UNAVAILABLE:
                 raise self._failed(error) from None
             with self._lock:
-                self._channel.close()
-                self._channel = grpc.insecure_channel(f"unix://{self.socket}", options=_OPTIONS)
+                # Only the channel that failed is replaced: another thread may have replaced
+                # it already, or be listing on the new one (closing it would cancel that).
+                if self._channel is failed.channel and not self._closed:
+                    self._channel.close()
+                    self._channel = grpc.insecure_channel(f"unix://{self.socket}", options=_OPTIONS)
             try:
                 answer = self._list()
-            except grpc.RpcError as again:
-                raise self._failed(again) from None
+            except _Failed as again:
+                raise self._failed(again.error) from None
         return [
             Holder(
                 pod.namespace,
@@ -92,9 +97,16 @@ class PodResources:
         ]
 
     def _list(self) -> api_pb2.ListPodResourcesResponse:
+        """The kubelet's answer; _Failed names the channel that failed."""
         with self._lock:
-            stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
-        return stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
+            if self._closed:
+                raise PodResourcesError(f"the kubelet's PodResources API at {self.socket}: closed")
+            channel = self._channel
+        try:
+            stub = api_pb2_grpc.PodResourcesListerStub(channel)
+            return stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
+        except grpc.RpcError as error:
+            raise _Failed(channel, error) from None
 
     def _failed(self, error: grpc.RpcError) -> PodResourcesError:
         code = error.code().name if isinstance(error, grpc.Call) else "error"
@@ -104,4 +116,14 @@ class PodResources:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._channel.close()
+
+
+class _Failed(Exception):
+    """A List that failed, with the channel it was made on."""
+
+    def __init__(self, channel: grpc.Channel, error: grpc.RpcError) -> None:
+        super().__init__(str(error))
+        self.channel = channel
+        self.error = error

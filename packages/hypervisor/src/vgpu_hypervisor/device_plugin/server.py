@@ -7,12 +7,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final, NoReturn
 
 import grpc
 from vgpu_common.limits import parse_quantity
 
+from vgpu_hypervisor.device_plugin import checkpoint
 from vgpu_hypervisor.device_plugin.accounting import (
     FOLDER,
     DoesNotFit,
@@ -33,6 +35,7 @@ from vgpu_hypervisor.device_plugin.allocation import (
     container_response,
     pod_region,
 )
+from vgpu_hypervisor.device_plugin.binding import FOLDER as ALLOCATIONS
 from vgpu_hypervisor.device_plugin.binding import Allocation, BindingError, Bindings, Refused
 from vgpu_hypervisor.device_plugin.pod_resources import DEFAULT_SOCKET, PodResources
 from vgpu_hypervisor.device_plugin.proto import api_pb2, api_pb2_grpc
@@ -245,6 +248,12 @@ class DevicePlugin:
             idle_s=config.bind_idle_s,
             forget_s=config.forget_s,
             live=live,
+            lost=partial(
+                checkpoint.mounted_folders,
+                config.folder / checkpoint.FILE,
+                layout.names.gpu,
+                layout.host_base / ALLOCATIONS,
+            ),
         )
         self._minors = dict(minors or {})
         self._serving = Serving(
