@@ -28,9 +28,13 @@ def test_sigint_stops_cleanly(daemon: Daemon) -> None:
 
 def test_a_failing_task_is_logged_and_restarted(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path)
-    daemon.metrics_file.mkdir()  # the metrics file cannot be written
     daemon.start()
     try:
+        # The metrics file made a folder while the daemon runs: it cannot be written (one
+        # that is a folder at the start stops the daemon there instead).
+        wait_for(daemon.metrics_file.is_file, timeout=10)
+        daemon.metrics_file.unlink()
+        daemon.metrics_file.mkdir()
         wait_for(lambda: "metrics file failed" in daemon.log_file.read_text(), timeout=10)
         assert "restarting in" in daemon.log_file.read_text()
         assert daemon.http.get("/healthz").status_code == 200

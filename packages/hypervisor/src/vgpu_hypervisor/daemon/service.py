@@ -18,6 +18,7 @@ loads none of them.
 
 import asyncio
 import contextlib
+import errno
 import functools
 import ipaddress
 import logging
@@ -185,12 +186,15 @@ def _prepare_files(settings: Settings) -> str:
         ) from None
     if settings.gpu_metrics_file is not None:
         # Opened once here: a metrics file that cannot be written (a folder, a read-only
-        # place) was only logged at each write, while the daemon ran on without metrics.
+        # place) was only logged at each write, while the daemon ran on without metrics. Not
+        # waiting: a named pipe whose reader is not there yet is one (ENXIO), taken as it is.
         try:
             settings.gpu_metrics_file.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC
             os.close(os.open(settings.gpu_metrics_file, flags, 0o640))
         except OSError as error:
+            if error.errno == errno.ENXIO:
+                return token
             raise DaemonError(
                 f"cannot open the metrics file {settings.gpu_metrics_file}: {_os_error(error)}"
             ) from None
