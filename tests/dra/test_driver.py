@@ -403,6 +403,9 @@ def test_the_region_belongs_to_the_pods_user_or_group_as_with_the_device_plugin(
     assert (folder.st_uid, folder.st_mode & 0o777) == (0, 0o755)  # the daemon's own
 
 
+NIC = "nic.example.com"  # another DRA driver
+
+
 @pytest.mark.parametrize(
     "others",
     [
@@ -435,10 +438,106 @@ def test_the_region_belongs_to_the_user_of_the_containers_given_the_claim(
     # The claim made from a template: the pod's status names it.
     pod["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "meshed-gpu"}]}
     pod = dra.api.store.put(POD, NAMESPACE, pod)
+    for other in spec["resourceClaims"][1:]:  # another driver's (a NIC's): read, left out
+        dra.add_claim(other["resourceClaimName"], pod, [{"device": "nic-0", "driver": NIC}])
     claim = dra.add_claim("meshed-gpu", pod, [{"device": "gpu-0"}])
     assert prepared(plugin, claim).error == ""
     region = dra.node.layout.host_base / NAMESPACE / "meshed" / "shm"
     assert region.stat().st_uid == 1000
+
+
+def ref(claim: dict[str, Any]) -> tuple[str, str, str]:
+    """A claim as the kubelet names it: namespace, name, UID."""
+    meta = claim["metadata"]
+    return NAMESPACE, meta["name"], meta["uid"]
+
+
+def pod_of_two_claims(dra: DraNode, name: str, **security: int) -> dict[str, Any]:
+    """A pod whose container a runs as user 1000 and is given claim x ({name}-x), b as 2000
+    given y ({name}-y), both claims this driver's."""
+    pod = dra.add_pod(name, **security)
+    pod["spec"]["resourceClaims"] = [
+        {"name": "x", "resourceClaimName": f"{name}-x"},
+        {"name": "y", "resourceClaimName": f"{name}-y"},
+    ]
+    pod["spec"]["containers"] = [
+        {"name": "a", "image": "cuda", "securityContext": {"runAsUser": 1000},
+         "resources": {"claims": [{"name": "x"}]}},
+        {"name": "b", "image": "cuda", "securityContext": {"runAsUser": 2000},
+         "resources": {"claims": [{"name": "y"}]}},
+    ]  # fmt: skip
+    return dra.api.store.put(POD, NAMESPACE, pod)
+
+
+@pytest.mark.parametrize("order", ["x-then-y", "y-then-x", "apart"])
+@pytest.mark.parametrize(
+    ("security", "group"),
+    [({"fsGroup": 4242}, 4242), ({"runAsGroup": 3000}, 3000), ({}, 0)],
+    ids=["fs-group", "run-as-group", "no-group"],
+)
+def test_the_region_of_claims_given_to_containers_of_two_users_is_theirs_all(
+    dra: DraNode, plugin: Plugin, security: dict[str, int], group: int, order: str
+) -> None:
+    # Both containers open the pod's one region, so it is no one user's but root's, with the
+    # group both run with (else root's: the rule for two users of one claim, kubernetes.md).
+    # Before, only the prepared claim's containers counted: the region was the user's of the
+    # claim prepared first (1000 with fsGroup 4242), and the other's limiter (2000) refused
+    # it, "owned by another user", though its group could open it: CUDA did not start.
+    pod = pod_of_two_claims(dra, "pair", **security)
+    share = {"consumedCapacity": {"memory": "1Gi", "compute": "10"}}
+    x = dra.add_claim("pair-x", pod, [{"device": "gpu-0", **share}])
+    y = dra.add_claim("pair-y", pod, [{"device": "gpu-1", **share}])
+    region = dra.node.layout.host_base / NAMESPACE / "pair" / "shm"
+    if order == "apart":  # y alone, then x after the kubelet restarted
+        assert prepared(plugin, y).error == ""
+        assert region.stat().st_uid == 0  # as made: x's container counted already
+        kubelet = DraKubelet(dra.sockets.registry)
+        kubelet.restart()
+        try:
+            assert prepared(kubelet.register(), x).error == ""
+        finally:
+            kubelet.close()
+    else:  # as the kubelet sends them: the pod's claims in one request
+        claims = (x, y) if order == "x-then-y" else (y, x)
+        answers = plugin.prepare(*map(ref, claims)).claims
+        assert [answers[c["metadata"]["uid"]].error for c in claims] == ["", ""]
+    info = region.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (0, group, 0o660)
+
+
+def test_one_user_of_two_claims_owns_their_region_whichever_comes_first(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    # The containers of both claims run as 1000 (the pod's), a proxy beside them as 1337.
+    pod = pod_of_two_claims(dra, "solo", runAsUser=1000)
+    del pod["spec"]["containers"][1]["securityContext"]
+    pod["spec"]["containers"].append(
+        {"name": "proxy", "image": "envoy", "securityContext": {"runAsUser": 1337}}
+    )
+    pod = dra.api.store.put(POD, NAMESPACE, pod)
+    x = dra.add_claim("solo-x", pod, [{"device": "gpu-0"}])
+    y = dra.add_claim("solo-y", pod, [{"device": "gpu-1"}])
+    assert prepared(plugin, y).error == ""
+    assert prepared(plugin, x).error == ""
+    region = dra.node.layout.host_base / NAMESPACE / "solo" / "shm"
+    assert (region.stat().st_uid, region.stat().st_gid) == (1000, 0)
+
+
+def test_a_claim_of_the_pod_that_cannot_be_read_fails_prepare_until_it_can(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    # Whether it is this driver's decides the region's owner, which is set once: a guess
+    # could leave a container unable to open the region for the pod's life.
+    pod = pod_of_two_claims(dra, "early", fsGroup=4242)
+    x = dra.add_claim("early-x", pod, [{"device": "gpu-0"}])
+    answer = prepared(plugin, x)
+    assert "pod early: its region's owner: cannot read claim team/early-y: 404" in answer.error
+    assert "\n" not in answer.error
+    assert dra.node.store.scan() == []  # nothing made, nothing recorded
+    dra.add_claim("early-y", pod, [{"device": "gpu-1"}])
+    assert prepared(plugin, x).error == ""  # the kubelet asks again
+    region = dra.node.layout.host_base / NAMESPACE / "early" / "shm"
+    assert (region.stat().st_uid, region.stat().st_gid) == (0, 4242)
 
 
 def test_a_claim_allocated_for_a_subrequest_is_given_to_the_containers_of_its_request(

@@ -58,8 +58,8 @@ def parse_claim(obj: Mapping[str, Any], uid: str) -> Claim:
     if meta.get("uid") != uid:
         raise ClaimError(f"{where}: its UID is {meta.get('uid')}, not {uid} (made anew?)")
     status = _mapping(obj.get("status"))
-    devices = _mapping(_mapping(status.get("allocation")).get("devices"))
-    results = [r for r in _list(devices.get("results")) if _mapping(r).get("driver") == DRIVER]
+    devices = _devices(obj)
+    results = _results(devices)
     if not results:
         raise ClaimError(f"{where}: not allocated any {DRIVER} device")
     pods = [
@@ -87,6 +87,22 @@ def parse_claim(obj: Mapping[str, Any], uid: str) -> Claim:
         shares,
         parameters,
     )
+
+
+def of_driver(obj: Mapping[str, Any]) -> bool:
+    """Whether the claim object ``obj`` was allocated a device of this driver (a NIC's, say,
+    is another driver's)."""
+    return bool(_results(_devices(obj)))
+
+
+def _devices(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """status.allocation.devices of the claim object ``obj`` (empty: not allocated)."""
+    return _mapping(_mapping(_mapping(obj.get("status")).get("allocation")).get("devices"))
+
+
+def _results(devices: Mapping[str, Any]) -> list[Any]:
+    """The allocation's results of this driver."""
+    return [r for r in _list(devices.get("results")) if _mapping(r).get("driver") == DRIVER]
 
 
 def _share(where: str, result: Mapping[str, Any]) -> Share:

@@ -1,11 +1,12 @@
 """NodePrepareResources and NodeUnprepareResources of one claim.
 
-Prepare reads the claim (its allocation and the pod it is reserved for) and the pod (its
-security context: the region's owner) from the API server, records the claim in the
-checkpoint, gives the pod's region the quota of all its prepared claims through the PodStore
-(the one writer of regions, as for the device plugin and `pods create`) and writes the claim's
-CDI spec. A claim prepared before (by this daemon or an earlier one) is answered from the
-checkpoint, its region and spec made again where they went missing.
+Prepare reads the claim (its allocation and the pod it is reserved for), the pod (its
+security context: the region's owner) and the pod's other claims (those of this driver count
+for the owner too) from the API server, records the claim in the checkpoint, gives the pod's
+region the quota of all its prepared claims through the PodStore (the one writer of regions,
+as for the device plugin and `pods create`) and writes the claim's CDI spec. A claim prepared
+before (by this daemon or an earlier one) is answered from the checkpoint, its region and spec
+made again where they went missing.
 
 Unprepare lowers the pod's quota to its other claims, or, for its last one, deletes the region,
 refusing while a process still uses it (the kubelet asks again); then the spec and the record
@@ -27,7 +28,7 @@ from vgpu_hypervisor.daemon.pods import PodNotFound, PodStore
 from vgpu_hypervisor.device_plugin.allocation import Layout
 from vgpu_hypervisor.dra import cdi
 from vgpu_hypervisor.dra.checkpoint import Checkpoint, Prepared
-from vgpu_hypervisor.dra.claims import Claim, ClaimError, Share, parse_claim
+from vgpu_hypervisor.dra.claims import Claim, ClaimError, Share, of_driver, parse_claim
 from vgpu_hypervisor.dra.config import canonical
 from vgpu_hypervisor.dra.quota import RELEASED, device_name, gpu_of, pod_quota
 from vgpu_hypervisor.kubernetes.annotations import NodeGpu
@@ -142,7 +143,24 @@ class Preparer:
         # to read back, and a restarted daemon forgot every claim (config.canonical).
         where = f"claim {claim.namespace}/{claim.name}"
         parameters = tuple((requests, canonical(p, where)) for requests, p in claim.parameters)
-        return Prepared(replace(claim, parameters=parameters), region_owner(pod, claim=claim.name))
+        owner = region_owner(pod, claims=self._served_claims(pod, claim))
+        return Prepared(replace(claim, parameters=parameters), owner)
+
+    def _served_claims(self, pod: KubePod, claim: Claim) -> set[str]:
+        """The pod's ResourceClaims this driver serves, ``claim`` among them. The containers of
+        each open the pod's one region, so its owner is theirs all, whichever claim comes first
+        and whether the kubelet sends them in one request or, after its restart, apart. Its
+        recorded claims are known; the others it names are read. One that cannot be read
+        fails the Prepare (the kubelet asks again): the owner is set once, with the region."""
+        served = {claim.name, *(one.name for one in self._claims_of(claim.pod_uid))}
+        for name in sorted(set(pod.claim_objects.values()) - served):
+            try:
+                found = self._source.claim(claim.namespace, name)
+            except ClaimError as error:
+                raise ClaimError(f"pod {claim.pod}: its region's owner: {error}") from None
+            if of_driver(found):
+                served.add(name)
+        return served
 
     def _record(self, prepared: Prepared) -> None:
         claim = prepared.claim

@@ -31,7 +31,7 @@ pod's processes can open a region the daemon made for them when they do not run 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpu_common.limits import (
@@ -217,19 +217,23 @@ def resolve(
 
 
 def region_owner(
-    pod: KubePod, names: ResourceNames = DEFAULT_NAMES, *, claim: str | None = None
+    pod: KubePod, names: ResourceNames = DEFAULT_NAMES, *, claims: Collection[str] = ()
 ) -> UserGroup:
     """Who the pod's region file belongs to (the daemon keeps its folder: docs/security.md).
 
     Its users are the processes of the containers that use the region: those asking for a
-    vgpu resource, those given the ResourceClaim `claim` (DRA: a container that names one of
-    the pod's claims that is this one), or every container of a pod with neither. Before,
-    a DRA pod's counted every container, init containers and sidecars among them: a GPU
-    container running as a user beside a mesh proxy running as another (or an init container
-    as root) got a region of root's that it could not open. As in Kubernetes, a
-    container's processes run as its own securityContext's runAsUser and runAsGroup where it
-    sets them, else as the pod's, else as its image says (which the daemon cannot know), and
-    carry the pod's fsGroup as a supplementary group. So:
+    vgpu resource, those given one of the ResourceClaims `claims` (DRA: a container that names
+    one of the pod's claims that is one of these), or every container of a pod with neither.
+    The DRA driver passes every claim of the pod it serves, not only the one it prepares: the
+    containers of each open the pod's one region. Before, only the prepared claim's counted:
+    the region went to the users of whichever claim came first, and a container of another
+    claim running as another user could not open it. Before that, every container of a DRA
+    pod counted, init containers and sidecars among them: a GPU container running as a user
+    beside a mesh proxy running as another (or an init container as root) got a region of
+    root's that it could not open. As in Kubernetes, a container's processes run as its own
+    securityContext's runAsUser and runAsGroup where it sets them, else as the pod's, else as
+    its image says (which the daemon cannot know), and carry the pod's fsGroup as a
+    supplementary group. So:
 
     - the user is the one runAsUser all of them run as; none when one runs as its image says
       or two differ (the limiter opens no region that another non-root user owns, so those
@@ -239,7 +243,7 @@ def region_owner(
     Root (0) is no owner: such a region stays root's, as a pod without a security context's.
     """
     wanted = (names.gpu, names.memory, names.compute)
-    given = {name for name, named in pod.claim_objects.items() if named == claim}
+    given = {name for name, named in pod.claim_objects.items() if named in claims}
     users = [
         c
         for c in pod.containers
