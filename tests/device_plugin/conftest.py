@@ -12,12 +12,17 @@ import pytest
 from vgpu_add_path import library_path as add_path_library
 from vgpu_hypervisor.daemon.pods import PodStore
 from vgpu_hypervisor.device_plugin.accounting import Placement
-from vgpu_hypervisor.device_plugin.allocation import Layout
+from vgpu_hypervisor.device_plugin.allocation import Layout, NodePods
 from vgpu_hypervisor.device_plugin.binding import REGION, Allocation
 from vgpu_hypervisor.device_plugin.prepare import store_preparer
 from vgpu_hypervisor.device_plugin.proto import api_pb2
 from vgpu_hypervisor.device_plugin.runner import node_gpus
-from vgpu_hypervisor.device_plugin.server import DevicePlugin, PluginConfig, inventory
+from vgpu_hypervisor.device_plugin.server import (
+    PREFERRED_WAIT_S,
+    DevicePlugin,
+    PluginConfig,
+    inventory,
+)
 from vgpu_hypervisor.gpu import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import ResourceNames
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
@@ -107,16 +112,24 @@ def running_node(
 
 @contextmanager
 def serving(
-    node: Node, snapshot: NodeSnapshot, placement: Placement = "binpack", bind_every_s: float = 0.05
+    node: Node,
+    snapshot: NodeSnapshot,
+    placement: Placement = "binpack",
+    bind_every_s: float = 0.05,
+    *,
+    preferred_wait_s: float = PREFERRED_WAIT_S,
+    pods: NodePods | None = None,
 ) -> Iterator[DevicePlugin]:
-    """The plugin of ``node``, started, its pods those of ``node.pods``; its binder looks at
-    the kubelet's list every ``bind_every_s`` while an allocation is unbound."""
+    """The plugin of ``node``, started, its pods those of ``node.pods`` (or ``pods``'); its
+    binder looks at the kubelet's list every ``bind_every_s`` while an allocation is unbound;
+    GetPreferredAllocation waits ``preferred_wait_s`` for a pod the pod source does not show."""
     config = PluginConfig(
         node.layout,
         folder=node.kubelet.folder,
         shares=SHARES,
         poll_s=0.1,
         placement=placement,
+        preferred_wait_s=preferred_wait_s,
         pod_resources=node.kubelet.pod_resources,
         bind_poll_s=bind_every_s,
         bind_idle_s=max(0.2, bind_every_s),
@@ -126,7 +139,7 @@ def serving(
     running = DevicePlugin(
         config,
         inventory(snapshot),
-        lambda: node.pods,
+        pods or (lambda: node.pods),
         store_preparer(node.store),
         minors,
         live=node.live,

@@ -8,7 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from vgpu_common.limits import WHOLE_GPU
 from vgpu_hypervisor.daemon.cluster import Charge
-from vgpu_hypervisor.device_plugin.accounting import FOLDER, DoesNotFit, Ledger, largest, place
+from vgpu_hypervisor.device_plugin.accounting import (
+    ANY_POD,
+    FOLDER,
+    DoesNotFit,
+    Ledger,
+    largest,
+    place,
+    place_unknown,
+)
 from vgpu_hypervisor.device_plugin.resources import Gpu, gpu_of
 
 GiB = 1 << 30
@@ -130,3 +138,27 @@ def test_the_ledger_outlives_a_restart_and_releases_pods_gone(tmp_path: Path) ->
     live = {"b"}
     assert again.committed() == {UUIDS[0]: Charge(4 * GiB, 1000), UUIDS[1]: Charge(GiB, 100)}
     assert Ledger(GPUS, tmp_path / FOLDER).charged("a") == {}  # its release was written
+
+
+@settings(max_examples=400, deadline=None)
+@given(situations(), st.integers(0, 2), st.sampled_from(["binpack", "spread"]))
+def test_a_placement_from_the_devices_alone_keeps_to_the_kubelets_request(
+    situation: tuple[dict[str, Charge], dict[str, Charge], list[str], int],
+    reused: int,
+    policy: str,
+) -> None:
+    """No pod known (place_unknown): the devices it must include, then one share on each of
+    other GPUs with room left; None only when no such answer of the request's size exists."""
+    free, _, available, size = situation
+    must = available[:reused]
+    chosen = place_unknown(free, available, must, size=size, policy=policy)  # type: ignore[arg-type]
+    others = {gpu_of(one) for one in available} - {gpu_of(one) for one in must}
+    room = [uuid for uuid in others if free[uuid].holds(ANY_POD)]
+    distinct = len({gpu_of(one) for one in must}) == len(must)
+    if not distinct or len(must) > size or len(room) < size - len(must):
+        assert chosen is None
+        return
+    assert chosen is not None and len(chosen) == size
+    assert set(chosen) <= set(available) and chosen[: len(must)] == sorted(must)
+    assert len({gpu_of(one) for one in chosen}) == size
+    assert all(free[gpu_of(one)].holds(ANY_POD) for one in chosen[len(must) :])

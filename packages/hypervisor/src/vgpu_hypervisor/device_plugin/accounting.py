@@ -133,6 +133,26 @@ def place(
     return [*sorted(must_include), *chosen]
 
 
+# The least any pod is charged on a GPU: one with no memory or no time left holds no pod.
+ANY_POD: Final = Charge(1, 1)
+
+
+def place_unknown(
+    free: Mapping[str, Charge],
+    available: Collection[str],
+    must_include: Collection[str],
+    *,
+    size: int,
+    policy: Placement,
+) -> list[str] | None:
+    """The placement rule for a pod whose asks are not known (the pod source does not show it
+    yet): ``place`` with the least any pod asks on every GPU, so each share on another GPU
+    with room left, binpack taking the GPUs with the least left, spread those with the most.
+    The binding charges the pod on them, or refuses it, once the pod is known."""
+    asks = dict.fromkeys(free, ANY_POD)
+    return place(free, asks, available, must_include, size=size, policy=policy)
+
+
 @dataclass(frozen=True)
 class _Charged:
     key: str  # namespace/name, for messages

@@ -5,6 +5,7 @@ threads; the daemon calls ``update_health`` from sampling.
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +24,7 @@ from vgpu_hypervisor.device_plugin.accounting import (
     Placement,
     largest,
     place,
+    place_unknown,
     pod_asks,
 )
 from vgpu_hypervisor.device_plugin.allocation import (
@@ -46,7 +48,7 @@ from vgpu_hypervisor.device_plugin.resources import (
     device_ids,
     health_of,
 )
-from vgpu_hypervisor.device_plugin.serving import Serving, Streams, options
+from vgpu_hypervisor.device_plugin.serving import CONTROL, Serving, Streams, options
 from vgpu_hypervisor.gpu.snapshot import NodeSnapshot
 from vgpu_hypervisor.kubernetes.annotations import Kind
 from vgpu_hypervisor.kubernetes.model import KubeContainer, KubePod
@@ -58,6 +60,17 @@ _ASSIGNED_KEPT: Final = 4096
 # Posts a Warning event on a pod: (pod, reason, message).
 PostEvent = Callable[[KubePod, str, str], object]
 REFUSED: Final = "GpuDoesNotFit"  # the reason of the event of a pod refused at binding
+# How long GetPreferredAllocation waits for the pod source to show the pod being admitted. The
+# kubelet's call has no deadline (context.Background()), but it admits pods one at a time: the
+# wait delays every pod of the node, so it stays short. The pod source's watch sees a pod as
+# the kubelet does, within a moment; a watch that broke reconnects after 0.5 s (Backoff) and
+# lists again, well within it. Longer is an outage: the answer from the devices alone stands.
+PREFERRED_WAIT_S: Final = 2.0
+_WAIT_POLL_S: Final = 0.05  # the pod source tells no change: it is looked at this often
+# GetPreferredAllocation calls that may wait at once: the server's other threads for its other
+# calls (CONTROL in all) keep one for Allocate and GetDevicePluginOptions. A call past them
+# answers at once.
+_WAITERS: Final = CONTROL - 1
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class PluginConfig:
     poll_s: float = 1.0
     register_timeout_s: float = 5.0
     placement: Placement = "binpack"  # GetPreferredAllocation's rule (accounting.place)
+    preferred_wait_s: float = PREFERRED_WAIT_S  # for a pod the pod source does not show yet
     # The kubelet's PodResources socket, and how the allocations are bound (binding.py).
     pod_resources: Path = DEFAULT_SOCKET
     bind_poll_s: float = 1.0  # while an allocation is unbound
@@ -188,8 +202,8 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
         if self._kind != "gpu":
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "no preferred allocation (not advertised)")
         try:
-            return self._plugin.preferred(request)
-        except Exception as error:  # the pod source failed: no preference, the kubelet picks
+            return self._plugin.preferred(request, context.is_active)
+        except Exception as error:  # not the pod source's (handled): no preference, kubelet picks
             log.warning("GetPreferredAllocation: %s: %s", type(error).__name__, error)
             return api_pb2.PreferredAllocationResponse(
                 container_responses=[
@@ -266,6 +280,7 @@ class DevicePlugin:
         # pod UID → the GPUs its containers were given, newest last (bounded).
         self._assigned: dict[str, tuple[str, ...]] = {}
         self._assigned_lock = threading.Lock()
+        self._waiters = threading.BoundedSemaphore(_WAITERS)
         for kept in self.bindings.all():  # bound by an earlier daemon
             if kept.uid and not kept.refused:
                 self._remember(kept.uid, kept.gpus)
@@ -397,39 +412,101 @@ class DevicePlugin:
     # GetPreferredAllocation
 
     def preferred(
-        self, request: api_pb2.PreferredAllocationRequest
+        self, request: api_pb2.PreferredAllocationRequest, active: Callable[[], bool]
     ) -> api_pb2.PreferredAllocationResponse:
         """Per container, the GPU shares the placement rule takes for the pods that may be
-        the one being admitted (none: no preference, the kubelet picks; the binding checks).
-        The pods admitted before it are bound first: charged, their GPUs' room is known."""
-        self.bindings.settle()
-        return api_pb2.PreferredAllocationResponse(
-            container_responses=[
-                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=self._preference(one))
-                for one in request.container_requests
-            ]
-        )
+        the one being admitted, or from the devices alone when the pod source shows none
+        within ``preferred_wait_s`` (while the kubelet's call is ``active``). The pods
+        admitted before it are bound first: charged, their GPUs' room is known."""
+        waiting = self._waiters.acquire(blocking=False)
+        # Past as many calls as may wait, a call answers from what is known now.
+        deadline = time.monotonic() + self.config.preferred_wait_s if waiting else 0.0
+        try:
+            self.bindings.settle()
+            return api_pb2.PreferredAllocationResponse(
+                container_responses=[
+                    api_pb2.ContainerPreferredAllocationResponse(
+                        deviceIDs=self._preference(one, deadline, active)
+                    )
+                    for one in request.container_requests
+                ]
+            )
+        finally:
+            if waiting:
+                self._waiters.release()
 
-    def _preference(self, request: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
+    def _preference(
+        self,
+        request: api_pb2.ContainerPreferredAllocationRequest,
+        deadline: float,
+        active: Callable[[], bool],
+    ) -> list[str]:
         """The request names devices, never the pod: the kubelet admits one pod at a time,
         and the one it admits is among the pending pods with a container asking for
         ``allocation_size`` GPUs that are not charged yet. The shares go where the largest
         of their asks fits (right for whichever it is), else where the oldest one's that
-        fits does."""
+        fits does; none when none fits (the binding refuses any choice). With no such pod
+        known, one share on each of as many GPUs as asked, by the placement rule alone.
+        Empty when no answer keeps to the request (the kubelet's contract: a subset of the
+        available devices, with those it must include, of its size)."""
         size = request.allocation_size
-        asks = [
-            pod_asks(pod, self.config.layout.gpus, self.config.layout.names)
-            for pod in self._candidates(size)
-        ]
-        free = self.ledger.free()
+        pods = self._await_candidates(size, deadline, active)
+        free = self.ledger.free()  # after the wait: pods bound meanwhile are charged
         available = list(request.available_deviceIDs)
         must = list(request.must_include_deviceIDs)
         policy = self.config.placement
-        for ask in [largest(asks), *asks] if asks else []:
+        if not pods:
+            chosen = place_unknown(free, available, must, size=size, policy=policy)
+            log.warning(
+                "GetPreferredAllocation: no pending pod asking for %d GPU(s) known: %s",
+                size,
+                f"{policy} over the devices alone: {', '.join(chosen)}" if chosen else "none",
+            )
+            return chosen or []
+        asks = [pod_asks(pod, self.config.layout.gpus, self.config.layout.names) for pod in pods]
+        for ask in [largest(asks), *asks]:
             chosen = place(free, ask, available, must, size=size, policy=policy)
             if chosen is not None:
                 return chosen
         return []
+
+    def _await_candidates(
+        self, size: int, deadline: float, active: Callable[[], bool]
+    ) -> list[KubePod]:
+        """The candidates for ``size`` (``_candidates``), waiting until ``deadline`` for the
+        pod source to show one: its watch may be a moment behind the kubelet's, or
+        reconnecting. [] when none came in time, the plugin stops or the kubelet gave up."""
+        waited = False
+        while True:
+            found = self._known_candidates(size)
+            if found and waited:
+                # The watch that lagged may have hidden the pod admitted just before too,
+                # whose binding (its charge) the placement needs: bound now, it is no longer
+                # a candidate.
+                self.bindings.settle()
+                found = self._known_candidates(size)
+            if found or not self._pause(deadline, active):
+                return found
+            waited = True
+
+    def _known_candidates(self, size: int) -> list[KubePod]:
+        try:
+            return self._candidates(size)
+        except Exception as error:  # the pod source failed: as if it showed no pod yet
+            log.debug("GetPreferredAllocation: the pod source: %s: %s", type(error).__name__, error)
+            return []
+
+    def _pause(self, deadline: float, active: Callable[[], bool]) -> bool:
+        """A poll's time waited; False, at once, past ``deadline``, once the plugin stops
+        (``stop`` wakes it) or the kubelet cancelled its call."""
+        left = deadline - time.monotonic()
+        if left <= 0 or not active():
+            return False
+        with self.changed:
+            if self.stopping:
+                return False
+            self.changed.wait(min(_WAIT_POLL_S, left))
+            return not self.stopping
 
     def _candidates(self, size: int) -> list[KubePod]:
         """Pending pods with a container asking for ``size`` GPUs, less charged than asked."""

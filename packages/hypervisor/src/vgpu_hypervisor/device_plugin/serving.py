@@ -17,7 +17,9 @@ registration could never complete. So:
   its answer came after ours timed out), and one registered is not registered again;
 - a server keeps at most ``STREAMS`` streams open, a newer one ending the oldest, and has
   ``CONTROL`` threads more, so that Allocate, GetPreferredAllocation and GetDevicePluginOptions
-  always get one.
+  always get one. A GetPreferredAllocation that waits for the pod source to show its pod
+  (server.py) holds its thread for at most ``preferred_wait_s``, and at most ``CONTROL - 1``
+  wait at once: one of these threads is always left for the others.
 
 Ending a stream is the last resort, not the way to replace one: a current kubelet
 (devicemanager/plugin/v1beta1) takes the end of any of a resource's streams for the plugin
