@@ -141,17 +141,17 @@ def test_the_ledger_outlives_a_restart_and_releases_pods_gone(tmp_path: Path) ->
 
 
 @settings(max_examples=400, deadline=None)
-@given(situations(), st.integers(0, 2), st.sampled_from(["binpack", "spread"]))
+@given(situations(), st.integers(0, 2))
 def test_a_placement_from_the_devices_alone_keeps_to_the_kubelets_request(
     situation: tuple[dict[str, Charge], dict[str, Charge], list[str], int],
     reused: int,
-    policy: str,
 ) -> None:
     """No pod known (place_unknown): the devices it must include, then one share on each of
-    other GPUs with room left; None only when no such answer of the request's size exists."""
+    other GPUs with room left, those with the most first; None only when no such answer of
+    the request's size exists."""
     free, _, available, size = situation
     must = available[:reused]
-    chosen = place_unknown(free, available, must, size=size, policy=policy)  # type: ignore[arg-type]
+    chosen = place_unknown(free, available, must, size=size)
     others = {gpu_of(one) for one in available} - {gpu_of(one) for one in must}
     room = [uuid for uuid in others if free[uuid].holds(ANY_POD)]
     distinct = len({gpu_of(one) for one in must}) == len(must)
@@ -162,3 +162,9 @@ def test_a_placement_from_the_devices_alone_keeps_to_the_kubelets_request(
     assert set(chosen) <= set(available) and chosen[: len(must)] == sorted(must)
     assert len({gpu_of(one) for one in chosen}) == size
     assert all(free[gpu_of(one)].holds(ANY_POD) for one in chosen[len(must) :])
+    # The most room first: no GPU left out has more of it.
+    taken = [free[gpu_of(one)] for one in chosen[len(must) :]]
+    left_out = [free[uuid] for uuid in room if uuid not in {gpu_of(one) for one in chosen}]
+    if taken and left_out:
+        least = min((c.memory, c.compute) for c in taken)
+        assert all((c.memory, c.compute) <= least for c in left_out)

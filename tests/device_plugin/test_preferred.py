@@ -94,8 +94,7 @@ def test_a_pod_that_shows_up_within_the_wait_is_placed_by_what_it_asks(
     node: Node, plugin: DevicePlugin, snapshot: NodeSnapshot
 ) -> None:
     """The first GPU holds a big pod; the pod source shows the next pod a moment after the
-    kubelet asks: it goes where its 16 GiB fit, the second GPU. From the devices alone,
-    binpack would have taken the first (the least left), as the kubelet's own pick did."""
+    kubelet asks: it goes where its 16 GiB fit, the second GPU, by what it asks."""
     first, second = sorted(uuids(snapshot))
     units = capacity(snapshot) // GiB
     admitted(node, plugin, "big", 1, memory=units - 8, compute=50, choose=[f"{first}-0"])
@@ -114,18 +113,37 @@ def test_a_pod_that_shows_up_within_the_wait_is_placed_by_what_it_asks(
 
 
 @pytest.mark.parametrize("placement", ["binpack", "spread"])
-def test_the_devices_alone_are_placed_by_the_placement_rule(
+def test_the_devices_alone_are_those_with_the_most_room(
     node: Node, snapshot: NodeSnapshot, placement: Placement
 ) -> None:
-    """No pod known: binpack takes the GPU with the least left (one already shared), spread
-    the one with the most; a GPU's lowest-numbered free share."""
+    """No pod known: the GPU with the most left whatever the policy (binpack's choice, the
+    least left, is the likeliest not to hold the pod); a GPU's lowest-numbered free share."""
     first, second = sorted(uuids(snapshot))
     with serving(node, snapshot, placement, preferred_wait_s=SHORT_WAIT_S) as plugin:
         admitted(node, plugin, "small", 1, memory=2, compute=10, choose=[f"{first}-0"])
         free = shares(first)[1:] + shares(second)
-        expected = f"{first}-1" if placement == "binpack" else f"{second}-0"
-        assert preferred(node, free) == [expected]
+        assert preferred(node, free) == [f"{second}-0"]
         assert sorted(preferred(node, free, size=2)) == [f"{first}-1", f"{second}-0"]
+
+
+def test_after_a_wait_in_vain_the_next_calls_answer_at_once(
+    node: Node, snapshot: NodeSnapshot
+) -> None:
+    """The kubelet asks once per container and admits pods one at a time: a pod source that is
+    out costs one wait, not one per container. Once the hold is over, a call waits again."""
+    first, second = sorted(uuids(snapshot))
+    available = shares(first) + shares(second)
+    with serving(node, snapshot, preferred_wait_s=1.0) as plugin:
+        started = time.monotonic()
+        assert len(preferred(node, available)) == 1
+        assert time.monotonic() - started >= 1.0
+        started = time.monotonic()
+        assert len(preferred(node, available, size=2)) == 2
+        assert time.monotonic() - started < 0.9
+        plugin._gave_up_until = 0.0  # the hold over
+        started = time.monotonic()
+        preferred(node, available)
+        assert time.monotonic() - started >= 1.0
 
 
 def test_a_gpu_with_nothing_left_is_not_preferred(node: Node, snapshot: NodeSnapshot) -> None:

@@ -540,6 +540,26 @@ def test_a_claim_of_the_pod_that_cannot_be_read_fails_prepare_until_it_can(
     assert (region.stat().st_uid, region.stat().st_gid) == (0, 4242)
 
 
+def test_a_claim_of_the_pod_not_allocated_yet_fails_prepare_until_it_is(
+    dra: DraNode, plugin: Plugin
+) -> None:
+    # Not allocated, it cannot say whether it is this driver's: taken as another driver's,
+    # its containers would have been left out of the owner for the pod's life.
+    pod = pod_of_two_claims(dra, "waiting", fsGroup=4242)
+    x = dra.add_claim("waiting-x", pod, [{"device": "gpu-0"}])
+    y = dra.add_claim("waiting-y", pod, [{"device": "gpu-1"}])
+    dra.api.store.put(CLAIMS, NAMESPACE, {**y, "status": {}})
+    answer = prepared(plugin, x)
+    assert "pod waiting: its region's owner: claim team/waiting-y: not allocated yet" in (
+        answer.error
+    )
+    assert dra.node.store.scan() == []
+    dra.add_claim("waiting-y", pod, [{"device": "gpu-1"}])
+    assert prepared(plugin, x).error == ""
+    region = dra.node.layout.host_base / NAMESPACE / "waiting" / "shm"
+    assert (region.stat().st_uid, region.stat().st_gid) == (0, 4242)
+
+
 def test_a_claim_allocated_for_a_subrequest_is_given_to_the_containers_of_its_request(
     dra: DraNode, plugin: Plugin
 ) -> None:

@@ -143,14 +143,14 @@ def place_unknown(
     must_include: Collection[str],
     *,
     size: int,
-    policy: Placement,
 ) -> list[str] | None:
-    """The placement rule for a pod whose asks are not known (the pod source does not show it
+    """The placement for a pod whose asks are not known (the pod source does not show it
     yet): ``place`` with the least any pod asks on every GPU, so each share on another GPU
-    with room left, binpack taking the GPUs with the least left, spread those with the most.
-    The binding charges the pod on them, or refuses it, once the pod is known."""
+    with room left, those with the most room first whatever the policy: binpack's GPUs with
+    the least left are the likeliest not to hold the pod, which the binding then refuses once
+    the pod is known."""
     asks = dict.fromkeys(free, ANY_POD)
-    return place(free, asks, available, must_include, size=size, policy=policy)
+    return place(free, asks, available, must_include, size=size, policy="spread")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ REFUSED: Final = "GpuDoesNotFit"  # the reason of the event of a pod refused at 
 # the kubelet does, within a moment; a watch that broke reconnects after 0.5 s (Backoff) and
 # lists again, well within it. Longer is an outage: the answer from the devices alone stands.
 PREFERRED_WAIT_S: Final = 2.0
+# After a wait that saw no pod, the calls of this long answer at once: the kubelet asks once
+# per container and admits pods one at a time, and a watch that is out waits for none of them.
+GAVE_UP_HOLD_S: Final = 5.0
 _WAIT_POLL_S: Final = 0.05  # the pod source tells no change: it is looked at this often
 # GetPreferredAllocation calls that may wait at once: the server's other threads for its other
 # calls (CONTROL in all) keep one for Allocate and GetDevicePluginOptions. A call past them
@@ -281,6 +284,7 @@ class DevicePlugin:
         self._assigned: dict[str, tuple[str, ...]] = {}
         self._assigned_lock = threading.Lock()
         self._waiters = threading.BoundedSemaphore(_WAITERS)
+        self._gave_up_until = 0.0  # monotonic: calls answer at once until then (GAVE_UP_HOLD_S)
         for kept in self.bindings.all():  # bound by an earlier daemon
             if kept.uid and not kept.refused:
                 self._remember(kept.uid, kept.gpus)
@@ -419,8 +423,11 @@ class DevicePlugin:
         within ``preferred_wait_s`` (while the kubelet's call is ``active``). The pods
         admitted before it are bound first: charged, their GPUs' room is known."""
         waiting = self._waiters.acquire(blocking=False)
-        # Past as many calls as may wait, a call answers from what is known now.
-        deadline = time.monotonic() + self.config.preferred_wait_s if waiting else 0.0
+        # Past as many calls as may wait, or soon after one waited in vain, a call answers
+        # from what is known now.
+        now = time.monotonic()
+        patient = waiting and now >= self._gave_up_until
+        deadline = now + self.config.preferred_wait_s if patient else 0.0
         try:
             self.bindings.settle()
             return api_pb2.PreferredAllocationResponse(
@@ -456,11 +463,13 @@ class DevicePlugin:
         must = list(request.must_include_deviceIDs)
         policy = self.config.placement
         if not pods:
-            chosen = place_unknown(free, available, must, size=size, policy=policy)
+            if deadline > 0:
+                self._gave_up_until = time.monotonic() + GAVE_UP_HOLD_S
+            chosen = place_unknown(free, available, must, size=size)
             log.warning(
                 "GetPreferredAllocation: no pending pod asking for %d GPU(s) known: %s",
                 size,
-                f"{policy} over the devices alone: {', '.join(chosen)}" if chosen else "none",
+                f"the devices with the most room: {', '.join(chosen)}" if chosen else "none",
             )
             return chosen or []
         asks = [pod_asks(pod, self.config.layout.gpus, self.config.layout.names) for pod in pods]

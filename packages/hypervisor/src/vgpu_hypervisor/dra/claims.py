@@ -91,7 +91,11 @@ def parse_claim(obj: Mapping[str, Any], uid: str) -> Claim:
 
 def of_driver(obj: Mapping[str, Any]) -> bool:
     """Whether the claim object ``obj`` was allocated a device of this driver (a NIC's, say,
-    is another driver's)."""
+    is another driver's). A claim not allocated yet cannot say: ClaimError."""
+    if not _mapping(_mapping(obj.get("status")).get("allocation")):
+        meta = _mapping(obj.get("metadata"))
+        where = f"claim {meta.get('namespace')}/{meta.get('name')}"
+        raise ClaimError(f"{where}: not allocated yet")
     return bool(_results(_devices(obj)))
 
 

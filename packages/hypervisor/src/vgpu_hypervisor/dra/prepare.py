@@ -143,22 +143,30 @@ class Preparer:
         # to read back, and a restarted daemon forgot every claim (config.canonical).
         where = f"claim {claim.namespace}/{claim.name}"
         parameters = tuple((requests, canonical(p, where)) for requests, p in claim.parameters)
-        owner = region_owner(pod, claims=self._served_claims(pod, claim))
+        recorded = [
+            one.owner for one in self._checkpoint.claims.values() if one.claim.pod_uid == pod.uid
+        ]
+        # A claim of the pod recorded before says the owner it was given with all the pod's
+        # claims in view: nothing more to read (under the node's lock) for the second claim on.
+        owner = (
+            recorded[0] if recorded else region_owner(pod, claims=self._served_claims(pod, claim))
+        )
         return Prepared(replace(claim, parameters=parameters), owner)
 
     def _served_claims(self, pod: KubePod, claim: Claim) -> set[str]:
         """The pod's ResourceClaims this driver serves, ``claim`` among them. The containers of
         each open the pod's one region, so its owner is theirs all, whichever claim comes first
         and whether the kubelet sends them in one request or, after its restart, apart. Its
-        recorded claims are known; the others it names are read. One that cannot be read
-        fails the Prepare (the kubelet asks again): the owner is set once, with the region."""
+        recorded claims are known; the others it names are read. One that cannot be read, or
+        is not allocated yet, fails the Prepare (the kubelet asks again): the owner is set
+        once, with the region."""
         served = {claim.name, *(one.name for one in self._claims_of(claim.pod_uid))}
         for name in sorted(set(pod.claim_objects.values()) - served):
             try:
-                found = self._source.claim(claim.namespace, name)
+                ours = of_driver(self._source.claim(claim.namespace, name))
             except ClaimError as error:
                 raise ClaimError(f"pod {claim.pod}: its region's owner: {error}") from None
-            if of_driver(found):
+            if ours:
                 served.add(name)
         return served
 
