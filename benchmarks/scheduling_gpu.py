@@ -411,6 +411,22 @@ def bursty(bench: Bench, base: float) -> None:
         )
 
 
+def launching(counters: Counters, started: Any) -> None:
+    """Wait until the pod the counters watch (its first) has launched work: its start-up
+    (imports, CUDA context) is not its time alone."""
+    deadline = time.monotonic() + 60
+    while not counters.samples[0] or counters.samples[0][-1][1] == 0:
+        if time.monotonic() > deadline or started[0].poll() is not None:
+            raise RuntimeError("the bursting pod never launched")
+        time.sleep(0.05)
+
+
+def rate(report: dict[str, Any], begin: float, end: float) -> float:
+    """Kernels per second a workload's report says it finished between `begin` and `end`
+    (seconds from its start)."""
+    return (gpu.done_at(report["marks"], end) - gpu.done_at(report["marks"], begin)) / (end - begin)
+
+
 def wake(bench: Bench, base: float) -> None:
     """A pod at 30 (burst 100) runs beside a light pod (50, the inference-like program) long
     enough for the daemon to publish it a burst rate; then a 70 % pod wakes. Its share in its
@@ -421,11 +437,7 @@ def wake(bench: Bench, base: float) -> None:
     counters = bench.counters([env])
     first = bench.start(env, alone + bench.seconds + 10)
     lighter = bench.start(light_env, alone + bench.seconds + 10, bursty=True)
-    deadline = time.monotonic() + 60
-    while not counters.samples[0] or counters.samples[0][-1][1] == 0:
-        if time.monotonic() > deadline or first[0].poll() is not None:
-            raise RuntimeError("the bursting pod never launched")
-        time.sleep(0.05)
+    launching(counters, first)
     time.sleep(alone)
     with open_region(Path(env["SHM_PATH"]) / "shm", writable=False) as region:
         rate_before = region.burst(0)
@@ -436,11 +448,6 @@ def wake(bench: Bench, base: float) -> None:
         bench.collect(lighter)
     finally:
         counters.stop()
-
-    def rate(report: dict[str, Any], begin: float, end: float) -> float:
-        return (gpu.done_at(report["marks"], end) - gpu.done_at(report["marks"], begin)) / (
-            end - begin
-        )
 
     bench.emit(
         {
@@ -465,11 +472,7 @@ def burst(bench: Bench, base: float) -> None:
     # Alone means before the second pod's process exists: its start-up (CUDA context, warm-up
     # launches) already contends for the GPU. So the first must be launching before the clock
     # of its time alone starts.
-    deadline = time.monotonic() + 60
-    while not counters.samples[0] or counters.samples[0][-1][1] == 0:
-        if time.monotonic() > deadline or first[0].poll() is not None:
-            raise RuntimeError("the bursting pod never launched")
-        time.sleep(0.05)
+    launching(counters, first)
     time.sleep(alone)
     second_launched = time.time()
     second = bench.start(bench.pod(70), bench.seconds)
@@ -482,11 +485,6 @@ def burst(bench: Bench, base: float) -> None:
     alone_end = second_launched - a["started"]
     if alone_end < 1.5:
         raise RuntimeError(f"the bursting pod ran alone for {alone_end:.1f} s only")
-
-    def rate(report: dict[str, Any], begin: float, end: float) -> float:
-        return (gpu.done_at(report["marks"], end) - gpu.done_at(report["marks"], begin)) / (
-            end - begin
-        )
 
     settled = offset + 1.0
     end = min(offset + bench.seconds, a["marks"][-1][0])
