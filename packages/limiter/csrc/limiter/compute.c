@@ -43,6 +43,7 @@
 
 #include "capture.h"
 #include "compute_bucket.h"
+#include "compute_credit.h"
 #include "compute_epochs.h"
 #include "compute_gang.h"
 #include "core.h"
@@ -291,13 +292,19 @@ static VGPU_COLD void end_quantum(struct paced_device *state) {
 }
 
 /* Under the device's lock (let go while the bucket is waited for): an open epoch that the next
- * launch on `stream` belongs to, with room for it. False when the device's context went while
- * the lock was let go and no events could be made in this one: the launch goes unpaced. Its
- * common case, an open epoch with room, runs straight through; the rest is out of its way. */
+ * launch on `stream` belongs to, with room for it. `recent`: the thread launched on credit up
+ * to a moment ago (compute_credit.h), so this launch comes after no gap. False when the
+ * device's context went while the lock was let go and no events could be made in this one:
+ * the launch goes unpaced. Its common case, an open epoch with room, runs straight through;
+ * the rest is out of its way. */
 static bool enter_epoch(struct paced_device *state, CUstream stream, int ordinal, int entry,
-                        CUcontext context) {
+                        CUcontext context, bool recent) {
     for (;;) {
         uint64_t now = vgpu_monotonic_ns();
+        if (recent) {
+            state->last_launch_ns = now > state->last_launch_ns ? now : state->last_launch_ns;
+            recent = false;
+        }
         vgpu_epoch_look(state, now);
         vgpu_epoch_end_paused_or_lost(state, now);
         if (VGPU_RARELY(state->looking) && state->open && state->lease != NULL &&
@@ -365,7 +372,14 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
         return launch(arguments);
     }
     struct paced_device *state = vgpu_paced_device(ordinal);
+    bool plain = !collective && !first && graph == NULL; /* may go on credit */
+    if (plain && credit_serves(ordinal, state, stream, context)) {
+        result = launch(arguments);
+        credit_launched(ordinal, result);
+        return result;
+    }
     vgpu_lock_take(&state->lock);
+    bool recent = credit_fold(ordinal, state);
     bool ready = vgpu_epoch_set_up(state, ordinal, entry, context);
     if (VGPU_RARELY(collective)) {
         if (ready) {
@@ -374,7 +388,8 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
             state->collectives++;
         }
     }
-    if (VGPU_RARELY(!ready) || VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context))) {
+    if (VGPU_RARELY(!ready) ||
+        VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context, recent))) {
         vgpu_lock_give(&state->lock);
         return launch(arguments);
     }
@@ -386,7 +401,7 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
         hold_frozen();
         vgpu_lock_take(&state->lock);
         if (VGPU_RARELY(!vgpu_epoch_set_up(state, ordinal, entry, context)) ||
-            VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context))) {
+            VGPU_RARELY(!enter_epoch(state, stream, ordinal, entry, context, false))) {
             vgpu_lock_give(&state->lock);
             return launch(arguments);
         }
@@ -399,6 +414,9 @@ static CUresult paced(CUstream stream, bool per_thread, CUfunction function, CUg
         state->entered_ns = vgpu_monotonic_ns();
     }
     vgpu_epoch_after_launch(state, result);
+    if (plain) {
+        credit_give(ordinal, state, stream, context, result);
+    }
     vgpu_lock_give(&state->lock);
     return result;
 }
@@ -410,6 +428,7 @@ void vgpu_compute_quiesce(void) {
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
         struct paced_device *state = vgpu_paced_device(i);
         if (state->open && vgpu_lock_try(&state->lock)) {
+            (void)credit_fold(i, state); /* the marker below covers them, counted */
             /* The program waited for its work: a good moment to hand the GPU to a waiting pod,
              * once the epoch has had its quantum. Shorter epochs multiply the hand-overs,
              * each of which leaves the GPU idle a moment: closing at every synchronization cost
@@ -434,6 +453,9 @@ void vgpu_compute_quiesce(void) {
 
 static void mark_stream(struct paced_device *state, const void *stream) {
     if (state->open && state->stream == stream) {
+        /* First: no launch on credit follows the marker (a stream made next may even have
+         * the same handle). */
+        atomic_fetch_add_explicit(&state->generation, 1, memory_order_release);
         vgpu_epoch_mark(state);
         state->stream = NULL; /* never recorded on again */
     }

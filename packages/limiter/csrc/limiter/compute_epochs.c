@@ -81,8 +81,11 @@ struct paced_device *vgpu_paced_device(int ordinal) {
  * (lease.c), which also sets right a handle that a thread of the parent was changing. */
 void vgpu_paced_forget_in_child(void) {
     for (int i = 0; i < VGPU_MAX_ORDINALS; i++) {
+        /* The generation goes on: the forking thread's credit was given in the parent. */
+        uint32_t generation = atomic_load(&devices[i].generation) + 1;
         devices[i] = (struct paced_device){.lock = VGPU_LOCK_INITIALIZER,
                                            .lease = devices[i].lease};
+        atomic_store(&devices[i].generation, generation);
     }
 }
 
@@ -119,11 +122,14 @@ static void count_marker(struct paced_device *state, const struct marker *marker
         /* From the newest finished marker to this one the GPU had none of the epoch's work. */
         state->idle_ns += done - state->done_ns;
         state->done_ns = done;
-    } else if (done > state->done_ns && marker->launches > 0) {
-        /* What one launch takes on the GPU: the time since the previous marker. */
-        uint64_t sample = (done - state->done_ns) / marker->launches;
-        state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
-        state->estimated = true;
+    } else if (done > state->done_ns) {
+        /* What one launch takes on the GPU: the time since the previous marker. A marker of
+         * no counted launches covers launches made on credit, counted later: no sample. */
+        if (marker->launches > 0) {
+            uint64_t sample = (done - state->done_ns) / marker->launches;
+            state->kernel_ns = state->estimated ? (state->kernel_ns * 7 + sample) / 8 : sample;
+            state->estimated = true;
+        }
         state->done_ns = done;
     }
 }
@@ -154,9 +160,15 @@ VGPU_COLD bool vgpu_epoch_retire(struct paced_device *state, bool wait, uint64_t
     return true;
 }
 
+/* Whether a thread's launches on credit may still come, not counted yet (compute_credit.h). */
+static bool credit_may_come(const struct paced_device *state) {
+    return state->credited_until_ns != 0 && vgpu_monotonic_ns() < state->credited_until_ns;
+}
+
 VGPU_COLD bool vgpu_epoch_mark(struct paced_device *state) {
-    if (state->unmarked == 0 || state->pending >= MARKERS) {
-        return state->unmarked == 0;
+    bool owed = state->unmarked > 0 || credit_may_come(state);
+    if (!owed || state->pending >= MARKERS) {
+        return !owed;
     }
     struct marker *marker = &state->markers[(state->head + state->pending) % MARKERS];
     if (VGPU_REAL(cuEventRecord, marker->event, state->stream) != CUDA_SUCCESS) {
@@ -196,14 +208,15 @@ static VGPU_COLD void log_stats(struct paced_device *state, uint64_t charged) {
     if (state->stats.since_ns != 0) {
         vgpu_log(VGPU_LOG_DEBUG,
                  "pacing: %u epochs (ended: %u quantum, %u synchronized, %u paused, %u lease "
-                 "lost, %u for a collective, %u yielded; %u urgent), %u launches, %u markers, "
+                 "lost, %u for a collective, %u yielded; %u urgent), %u launches (%u on credit), "
+                 "%u markers, "
                  "%u stream switches, %llu us of GPU time charged, %llu us waited for the lease "
                  "(%llu us of it for the gang's other ranks), %llu us paused for the limit, %llu "
                  "us beyond the bucket's cap in %llu ms; %llu collectives so far",
                  state->stats.epochs, state->stats.quantum, state->stats.synchronized,
                  state->stats.paused, state->stats.lost, state->stats.gang, state->stats.yielded,
                  state->stats.urgent,
-                 state->launches,
+                 state->launches, state->stats.credited,
                  state->stats.markers, state->stats.switches,
                  (unsigned long long)(state->stats.charged_ns / 1000),
                  (unsigned long long)(state->stats.lease_wait_ns / 1000),
@@ -256,6 +269,8 @@ static uint64_t measured_ns(const struct paced_device *state, bool finished) {
 }
 
 VGPU_COLD void vgpu_epoch_close(struct paced_device *state, bool drain) {
+    /* First: a thread's credit ends before the last marker, which then covers its launches. */
+    atomic_fetch_add_explicit(&state->generation, 1, memory_order_release);
     uint64_t deadline = vgpu_monotonic_ns() + WAIT_LIMIT_NS;
     vgpu_epoch_mark(state); /* the epoch's last launches are measured too */
     bool finished = !drain || drain_all(state, deadline);
@@ -293,6 +308,7 @@ VGPU_COLD void vgpu_epoch_release_events(struct paced_device *state) {
     }
     state->ready = false;
     state->context = NULL;
+    atomic_fetch_add_explicit(&state->generation, 1, memory_order_release);
 }
 
 /* The start event and every marker's, all or none. */
@@ -435,10 +451,12 @@ VGPU_COLD void vgpu_epoch_open(struct paced_device *state, CUstream stream, int 
     state->looked_ns = 0;
     state->looking = true;
     state->expected_ns = 0;
+    atomic_fetch_add_explicit(&state->generation, 1, memory_order_release);
 }
 
 void vgpu_epoch_switch_stream(struct paced_device *state, CUstream stream) {
     if (VGPU_RARELY(state->stream != stream)) {
+        atomic_fetch_add_explicit(&state->generation, 1, memory_order_release); /* first */
         vgpu_epoch_mark(state); /* a marker covers the launches of one stream */
         state->stats.switches++;
         state->stream = stream;
@@ -479,7 +497,7 @@ uint64_t vgpu_epoch_wait_for_backlog(struct paced_device *state, uint64_t now) {
 
 void vgpu_epoch_before_launch(struct paced_device *state) {
     if (VGPU_RARELY(state->launched && state->pending == 0 && state->queued == 0 &&
-                    state->unmarked == 0)) {
+                    state->unmarked == 0 && state->entered_ns >= state->credited_until_ns)) {
         note_gap(state);
     }
 }

@@ -40,6 +40,9 @@ struct paced_device {
     bool looking;         /* this launch reads and writes the lease's words (vgpu_epoch_look) */
     bool blocking;        /* every launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1) */
     int entry;
+    /* Moves at every epoch's start and end, stream switch and loss of events: a thread's credit
+     * of launches (compute_credit.h) holds while it does not. */
+    _Atomic uint32_t generation;
     CUcontext context;
     struct vgpu_lease *lease;
     CUstream stream;      /* the stream of the newest launch */
@@ -57,6 +60,10 @@ struct paced_device {
     uint64_t kernel_ns;   /* estimated GPU time of one launch (moving average) */
     uint64_t yield_asked_ns; /* when it last yielded to an urgent waiter */
     uint64_t collective_ns; /* CLOCK_MONOTONIC of the newest collective */
+    /* Launches on a thread's credit (compute_credit.h) may come until then: the epoch's end, a
+     * stream switch and a gap's marker must cover them although the epoch has not counted
+     * them yet. */
+    uint64_t credited_until_ns;
     unsigned launches;      /* launches since the pacing log last said (stats) */
     /* From here, what launches in an open epoch do not touch. */
     CUevent start;
@@ -79,6 +86,7 @@ struct paced_device {
         unsigned epochs, markers, switches;
         unsigned paused, lost, quantum, synchronized, gang, yielded; /* why epochs ended */
         unsigned urgent; /* epochs that asked for the lease urgently */
+        unsigned credited; /* launches made on a thread's credit (compute_credit.h) */
     } stats;
     /* Last: a launch touches one marker at most, and the fields above share fewer cache lines
      * without the markers between them. */
