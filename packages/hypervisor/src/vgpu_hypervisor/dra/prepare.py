@@ -143,24 +143,24 @@ class Preparer:
         # to read back, and a restarted daemon forgot every claim (config.canonical).
         where = f"claim {claim.namespace}/{claim.name}"
         parameters = tuple((requests, canonical(p, where)) for requests, p in claim.parameters)
-        recorded = [
-            one.owner for one in self._checkpoint.claims.values() if one.claim.pod_uid == pod.uid
-        ]
+        recorded = self._recorded_of(claim.pod_uid)
         # A claim of the pod recorded before says the owner it was given with all the pod's
         # claims in view: nothing more to read (under the node's lock) for the second claim on.
         owner = (
-            recorded[0] if recorded else region_owner(pod, claims=self._served_claims(pod, claim))
+            recorded[0].owner
+            if recorded
+            else region_owner(pod, claims=self._served_claims(pod, claim))
         )
         return Prepared(replace(claim, parameters=parameters), owner)
 
     def _served_claims(self, pod: KubePod, claim: Claim) -> set[str]:
-        """The pod's ResourceClaims this driver serves, ``claim`` among them. The containers of
-        each open the pod's one region, so its owner is theirs all, whichever claim comes first
-        and whether the kubelet sends them in one request or, after its restart, apart. Its
-        recorded claims are known; the others it names are read. One that cannot be read, or
-        is not allocated yet, fails the Prepare (the kubelet asks again): the owner is set
-        once, with the region."""
-        served = {claim.name, *(one.name for one in self._claims_of(claim.pod_uid))}
+        """The pod's ResourceClaims this driver serves, ``claim`` (its first prepared) among
+        them. The containers of each open the pod's one region, so its owner is theirs all,
+        whichever claim comes first and whether the kubelet sends them in one request or, after
+        its restart, apart. The others it names are read. One that cannot be read, or is not
+        allocated yet, fails the Prepare (the kubelet asks again): the owner is set once, with
+        the region."""
+        served = {claim.name}
         for name in sorted(set(pod.claim_objects.values()) - served):
             try:
                 ours = of_driver(self._source.claim(claim.namespace, name))
@@ -182,12 +182,15 @@ class Preparer:
             ", ".join(f"{s.device} (memory {s.memory}, compute {s.compute})" for s in claim.shares),
         )
 
-    def _claims_of(self, pod_uid: str, leaving: str | None = None) -> list[Claim]:
+    def _recorded_of(self, pod_uid: str, leaving: str | None = None) -> list[Prepared]:
         return [
-            one.claim
+            one
             for uid, one in self._checkpoint.claims.items()
             if one.claim.pod_uid == pod_uid and uid != leaving
         ]
+
+    def _claims_of(self, pod_uid: str, leaving: str | None = None) -> list[Claim]:
+        return [one.claim for one in self._recorded_of(pod_uid, leaving)]
 
     def _another_pod(self, claim: Claim) -> bool:
         """Whether the region of the claim's pod's name is another pod's now: a claim of
